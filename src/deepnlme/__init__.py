@@ -1,0 +1,65 @@
+"""deepnlme: nonlinear mixed-effects modelling for pharmacometrics on JAX.
+
+The package root is the one place users import from::
+
+    import deepnlme as dn
+    pop = dn.read_data("data.csv")
+    model = dn.load_model("model.txt")
+    fit = dn.fit(model, pop, dn.FOCEI())
+"""
+
+from __future__ import annotations
+
+from . import _config  # noqa: F401  (float64, compilation cache)
+from . import datasets as datasets
+from .data import Population as Population
+from .data import Subject as Subject
+from .data import make_population as make_population
+from .data import read_data as read_data
+from .errors import DataError as DataError
+from .errors import ModelError as ModelError
+from .errors import OptionError as OptionError
+from .errors import SolveError as SolveError
+from .estimation import Fit as Fit
+from .estimation._model_fit import fit as fit
+from .likelihood import FO as FO
+from .likelihood import FOCE as FOCE
+from .likelihood import FOCEI as FOCEI
+from .likelihood import InnerOptions as InnerOptions
+from .likelihood import JointMAP as JointMAP
+from .likelihood import LaplaceI as LaplaceI
+from .likelihood import NaivePooled as NaivePooled
+from .model import Model as Model
+from .model import load_model as load_model
+from .results import model_predict as model_predict
+from .results import simulate as simulate
+from .solve import OdeOptions as OdeOptions
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FO",
+    "FOCE",
+    "FOCEI",
+    "DataError",
+    "Fit",
+    "InnerOptions",
+    "JointMAP",
+    "LaplaceI",
+    "Model",
+    "ModelError",
+    "NaivePooled",
+    "OdeOptions",
+    "OptionError",
+    "Population",
+    "SolveError",
+    "Subject",
+    "__version__",
+    "datasets",
+    "fit",
+    "load_model",
+    "make_population",
+    "model_predict",
+    "read_data",
+    "simulate",
+]

@@ -1,0 +1,520 @@
+"""`fit_problem`: the outer optimisation of a `Problem` under a method, and the covariance step."""
+
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from ..errors import OptionError
+from ..likelihood import (
+    LOG2PI,
+    JointMAP,
+    Method,
+    NaivePooled,
+    Problem,
+    Structure,
+    make_evaluator,
+    probe,
+)
+from ._fit import Fit
+from ._optimizer import minimize
+from ._options import COVARIANCE, OPTIMIZERS, check_choice, check_number
+
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _problem_cache(problem: Problem) -> dict:
+    try:
+        return _CACHE.setdefault(problem, {})
+    except TypeError:  # not weak-referenceable: no caching
+        return {}
+
+
+def _structure(problem: Problem) -> Structure:
+    cache = _problem_cache(problem)
+    if "structure" not in cache:
+        cache["structure"] = probe(problem)
+    return cache["structure"]
+
+
+def _compiled(problem: Problem, method: Method, free: tuple[int, ...], args) -> tuple[Any, float]:
+    """The compiled evaluation for (problem, method, free set), and the compile time."""
+    cache = _problem_cache(problem)
+    key = ("eval", method, free)
+    if key in cache:
+        return cache[key], 0.0
+    t0 = time.perf_counter()
+    evaluate = make_evaluator(problem, method, free, _structure(problem))
+    compiled = jax.jit(evaluate).lower(*args).compile()
+    cache[key] = compiled
+    return compiled, time.perf_counter() - t0
+
+
+def _method_fixed_kinds(method: Method) -> tuple[str, ...]:
+    if isinstance(method, NaivePooled):
+        return ("variance",)
+    if isinstance(method, JointMAP) and method.fix_omega:
+        return ("variance",)
+    return ()
+
+
+def _resolve_init(problem: Problem, init) -> tuple[np.ndarray, np.ndarray | None]:
+    if init is None:
+        return problem.init_u(), None
+    if isinstance(init, Fit):
+        u = np.asarray(init.u, dtype=np.float64)
+        if u.shape != problem.init_u().shape:
+            raise OptionError(
+                f"fit: option `init` is a Fit with {u.size} unconstrained parameters, but this "
+                f"problem has {problem.init_u().size}; chain fits of the same model only"
+            )
+        eta = np.asarray(init.ebe_array, dtype=np.float64)
+        if eta.shape != (problem.n_subjects, problem.n_eta) or not np.all(np.isfinite(eta)):
+            eta = None
+        return u, eta
+    if isinstance(init, Mapping):
+        names = {p.name for p in problem.param_info}
+        unknown = sorted(set(init) - names)
+        if unknown:
+            raise OptionError(
+                f"fit: option `init` names unknown parameter(s) {unknown}; the parameters are "
+                f"{sorted(names)}"
+            )
+        values = dict(problem.init)
+        values.update(init)
+        return np.asarray(problem.pack(values), dtype=np.float64), None
+    raise OptionError(
+        f"fit: option `init` must be None, a previous Fit or a dict of parameter values; got "
+        f"{type(init).__name__}"
+    )
+
+
+def _resolve_fixed(problem: Problem, fixed, u0: np.ndarray) -> tuple[set[str], np.ndarray]:
+    if fixed is None:
+        return set(), u0
+    names = {p.name for p in problem.param_info}
+    if isinstance(fixed, str) or not isinstance(fixed, (Mapping, Sequence, set, frozenset)):
+        raise OptionError(
+            "fit: option `fixed` must be a list of parameter names or a dict name -> value; got "
+            f"{fixed!r}"
+        )
+    unknown = sorted(set(fixed) - names)
+    if unknown:
+        raise OptionError(
+            f"fit: option `fixed` names unknown parameter(s) {unknown}; the parameters are "
+            f"{sorted(names)}"
+        )
+    if isinstance(fixed, Mapping):
+        values = problem.unpack(jnp.asarray(u0))
+        values = {k: np.asarray(v) for k, v in values.items()}
+        values.update({k: np.asarray(v, dtype=np.float64) for k, v in fixed.items()})
+        u_new = np.asarray(problem.pack(values), dtype=np.float64)
+        if not np.all(np.isfinite(u_new)):
+            raise OptionError(
+                f"fit: option `fixed` gives a value outside a parameter's domain: {dict(fixed)}"
+            )
+        sl = problem.u_slices()
+        u0 = u0.copy()
+        for k in fixed:
+            u0[sl[k]] = u_new[sl[k]]
+    return set(fixed), u0
+
+
+def _flat_names(name: str, kind: str, shape: tuple[int, ...]) -> list[tuple[str, tuple]]:
+    """Element labels (1-based) and their index into the declared value; lower triangle only
+    for square variance matrices; a variance vector is read as a diagonal."""
+    if shape == ():
+        return [(name, ())]
+    if len(shape) == 1:
+        if kind == "variance":
+            return [(f"{name}[{i + 1},{i + 1}]", (i,)) for i in range(shape[0])]
+        return [(f"{name}[{i + 1}]", (i,)) for i in range(shape[0])]
+    if len(shape) == 2 and shape[0] == shape[1] and kind == "variance":
+        return [(f"{name}[{i + 1},{j + 1}]", (i, j)) for i in range(shape[0]) for j in range(i + 1)]
+    return [(f"{name}[{','.join(str(k + 1) for k in idx)}]", idx) for idx in np.ndindex(*shape)]
+
+
+def fit_problem(
+    problem: Problem,
+    method: Method,
+    *,
+    init: Any = None,
+    max_iter: int = 500,
+    time_limit: float = math.inf,
+    gtol: float = 1e-3,
+    ftol: float = 1e-10,
+    xtol: float = 1e-8,
+    optimizer: str | None = None,
+    fixed: Sequence[str] | Mapping[str, Any] | None = None,
+    progress: bool = True,
+    covariance: str | None = "sandwich",
+    network_se: bool = False,
+) -> Fit:
+    """Fit `problem` by `method` and return a `Fit`.
+
+    **Arguments**
+
+    - `problem`: a `deepnlme.likelihood.Problem`; `method`: `FO()`, `FOCE()`, `FOCEI()`,
+      `LaplaceI()`, `JointMAP()` or `NaivePooled()`.
+    - `init`: None (the problem's initial values), a dict of values by name, or a previous
+      `Fit` of the same problem (its estimates and EBEs are the start: chain JointMAP -> FOCE).
+    - `max_iter` (1..1e6), `time_limit` (seconds, > 0), `gtol` (max |gradient| of the OFV),
+      `ftol` (relative OFV change over two iterations), `xtol` (largest unconstrained step).
+    - `optimizer`: "bfgs" (default; "lbfgs" for JointMAP), "lbfgs", or "adam" (JointMAP only).
+    - `fixed`: names to hold at their start, or {name: value}.
+    - `progress`: print iteration, OFV, max|gradient|, elapsed time.
+    - `covariance`: "sandwich" (R^-1 S R^-1, default), "r", "s" or None.
+    - `network_se`: include parameters of kind "network" in the covariance step (default no).
+    """
+    t_total = time.perf_counter()
+    if not isinstance(method, Method):
+        raise OptionError(
+            "fit: `method` must be one of FO(), FOCE(), FOCEI(), LaplaceI(), JointMAP(), "
+            f"NaivePooled(); got {method!r}"
+        )
+    check_number("max_iter", max_iter, 0, 1_000_000, integer=True)
+    if (
+        not isinstance(time_limit, (int, float))
+        or isinstance(time_limit, bool)
+        or not (time_limit > 0)
+    ):
+        raise OptionError(
+            f"fit: option `time_limit` must be a number of seconds > 0 (math.inf for none); "
+            f"got {time_limit!r}"
+        )
+    check_number("gtol", gtol, 0.0, math.inf)
+    check_number("ftol", ftol, 0.0, 1.0)
+    check_number("xtol", xtol, 0.0, math.inf)
+    joint = isinstance(method, JointMAP)
+    if optimizer is None:
+        optimizer = "lbfgs" if joint else "bfgs"
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    if optimizer == "adam" and not joint:
+        raise OptionError(
+            f"fit: option `optimizer`='adam' is offered for JointMAP only; {method.name} needs "
+            "'bfgs' or 'lbfgs'"
+        )
+    check_choice("covariance", covariance, COVARIANCE)
+    if not isinstance(progress, bool):
+        raise OptionError(f"fit: option `progress` must be True or False; got {progress!r}")
+
+    structure = _structure(problem)
+    u0, eta0 = _resolve_init(problem, init)
+    fixed_names, u0 = _resolve_fixed(problem, fixed, u0)
+    kinds = _method_fixed_kinds(method)
+    fixed_names |= {p.name for p in problem.param_info if p.kind in kinds}
+    slices = problem.u_slices()
+    is_free = np.ones(u0.size, dtype=bool)
+    for name in fixed_names:
+        is_free[slices[name]] = False
+    free = tuple(int(i) for i in np.flatnonzero(is_free))
+    n, q = problem.n_subjects, problem.n_eta
+    if eta0 is None:
+        eta0 = np.zeros((n, q))
+
+    base = jnp.asarray(u0)
+    subjects = problem.subjects
+    z0 = u0[list(free)]
+    compiled, t_compile = _compiled(
+        problem, method, free, (jnp.asarray(z0), base, jnp.asarray(eta0), subjects)
+    )
+    t_run0 = time.perf_counter()
+    state = {"eta": np.asarray(eta0, dtype=np.float64)}
+    p = len(free)
+
+    def evaluate(z: np.ndarray, eta: np.ndarray):
+        out = compiled(jnp.asarray(z), base, jnp.asarray(eta), subjects)
+        return jax.tree_util.tree_map(np.asarray, out)
+
+    def fun(x: np.ndarray):
+        if joint:
+            z, eta = x[:p], x[p:].reshape(n, q)
+        else:
+            z, eta = x, state["eta"]
+        ev = evaluate(z, eta)
+        f = float(np.sum(ev.m2ll_i) + ev.penalty)
+        g = np.sum(ev.grad_i, axis=0) + ev.penalty_grad
+        if joint:
+            g = np.concatenate([g, ev.grad_eta.ravel()])
+        else:
+            ok = np.all(np.isfinite(ev.eta), axis=1)
+            state["eta"] = np.where(ok[:, None], ev.eta, state["eta"])
+        return f, g
+
+    x0 = np.concatenate([z0, eta0.ravel()]) if joint else z0
+    res = minimize(
+        fun,
+        x0,
+        method=optimizer,
+        max_iter=max_iter,
+        time_limit=time_limit,
+        gtol=gtol,
+        ftol=ftol,
+        xtol=xtol,
+        progress=progress,
+        learning_rate=getattr(method, "learning_rate", 1e-2),
+        t_start=t_run0,
+    )
+    z_hat = res.x[:p]
+    eta_hat_in = res.x[p:].reshape(n, q) if joint else state["eta"]
+    ev = evaluate(z_hat, eta_hat_in)
+    if not joint:  # one more evaluation from the final EBEs: the EBEs are then at their mode
+        state["eta"] = np.where(np.all(np.isfinite(ev.eta), axis=1)[:, None], ev.eta, eta_hat_in)
+        ev = evaluate(z_hat, state["eta"])
+    t_run = time.perf_counter() - t_run0
+
+    u_hat = u0.copy()
+    u_hat[list(free)] = z_hat
+    ofv = float(np.sum(ev.m2ll_i))
+    m2ll = ofv + structure.n_gauss * LOG2PI
+    aic = m2ll + 2 * p
+    bic = m2ll + p * math.log(max(structure.n_obs, 1))
+
+    # covariance step
+    t_cov0 = time.perf_counter()
+    network = {pi.name for pi in problem.param_info if pi.kind == "network"}
+    cov_u, cov_status, cov_pos = None, "not requested", []
+    if covariance is not None:
+        cov_pos = [
+            k
+            for k, i in enumerate(free)
+            if network_se or not any(i in range(*slices[nm].indices(u0.size)) for nm in network)
+        ]
+        if joint:
+            cov_status = (
+                "not available for JointMAP (no marginal likelihood); chain FOCE/FOCEI from "
+                "this fit (init=fit) for standard errors"
+            )
+        elif not cov_pos:
+            cov_status = "no estimated parameters to compute a covariance for"
+        else:
+            cov_u, cov_status = _covariance_step(
+                lambda z: evaluate(z, state["eta"]), z_hat, ev, cov_pos, covariance
+            )
+    t_cov = time.perf_counter() - t_cov0
+
+    # fixed parameters are reported exactly as given (no round trip through the transform)
+    exact = {}
+    if not isinstance(init, Fit):
+        exact.update({k: problem.init[k] for k in fixed_names})
+        if isinstance(init, Mapping):
+            exact.update({k: v for k, v in init.items() if k in fixed_names})
+    if isinstance(fixed, Mapping):
+        exact.update(fixed)
+    table, cov_decl, estimates = _build_table(
+        problem,
+        u_hat,
+        free,
+        cov_pos,
+        cov_u,
+        fixed_names,
+        network,
+        network_se,
+        ev,
+        method,
+        exact,
+    )
+    eta_arr = np.asarray(ev.eta) if not isinstance(method, NaivePooled) else np.zeros((n, q))
+    omega = np.asarray(problem.omega(problem.unpack(jnp.asarray(u_hat))))
+    shrink = _shrinkage(problem, eta_arr, omega, method)
+    table = _add_shrinkage(table, problem, shrink, estimates)
+    history = pd.DataFrame(res.history, columns=["iter", "ofv", "gradnorm", "time"])
+    timings = {
+        "compile": t_compile,
+        "run": t_run,
+        "covariance": t_cov,
+        "total": time.perf_counter() - t_total,
+    }
+    return Fit(
+        method=method,
+        ofv=ofv,
+        m2ll=m2ll,
+        aic=aic,
+        bic=bic,
+        estimates=estimates,
+        u=u_hat,
+        ebes=pd.DataFrame(
+            eta_arr,
+            columns=list(problem.eta_labels),
+            index=pd.Index(list(problem.subject_ids), name="ID"),
+        ),
+        eta_cov=np.asarray(ev.eta_cov),
+        shrinkage=shrink,
+        converged=bool(res.converged),
+        message=res.message,
+        n_iter=res.n_iter,
+        n_eval=res.n_eval,
+        history=history,
+        timings=timings,
+        covariance=cov_decl,
+        covariance_u=cov_u,
+        covariance_status=cov_status,
+        penalty=float(ev.penalty),
+        n_obs=structure.n_obs,
+        n_subjects=n,
+        n_params=p,
+        fixed=tuple(sorted(fixed_names)),
+        inner_converged=bool(np.all(ev.inner_ok)),
+        problem=problem,
+        _table=table,
+    )
+
+
+def _covariance_step(grad_eval, z_hat, ev, cov_pos, kind) -> tuple[np.ndarray | None, str]:
+    """R = 1/2 Hessian of the OFV (central differences of the exact gradient), S = sum of
+    outer products of the per-subject scores; returns the covariance of z[cov_pos]."""
+    k = len(cov_pos)
+    scores = -0.5 * np.asarray(ev.grad_i)[:, cov_pos]  # per-subject d logL / dz
+    s_mat = scores.T @ scores
+    r_mat = None
+    if kind in ("sandwich", "r"):
+        hess = np.zeros((k, k))
+        for col, pos in enumerate(cov_pos):
+            h = 1e-4 * max(1.0, abs(z_hat[pos]))
+            zp, zm = z_hat.copy(), z_hat.copy()
+            zp[pos] += h
+            zm[pos] -= h
+            gp = np.sum(grad_eval(zp).grad_i, axis=0)[cov_pos]
+            gm = np.sum(grad_eval(zm).grad_i, axis=0)[cov_pos]
+            hess[:, col] = (gp - gm) / (2 * h)
+        r_mat = 0.25 * (hess + hess.T)  # 1/2 Hessian of the OFV = -Hessian of logL
+        if not np.all(np.isfinite(r_mat)):
+            return None, "failed: the R matrix (Hessian) has non-finite entries"
+        eig = np.linalg.eigvalsh(r_mat)
+        if eig[0] <= 1e-10 * max(abs(eig[-1]), 1e-300):
+            return None, (
+                "failed: the R matrix (Hessian) is not positive definite; eigenvalues "
+                f"{np.array2string(eig, precision=4)} (a parameter may be unidentifiable or "
+                "at a boundary)"
+            )
+    if kind in ("sandwich", "s"):
+        eig_s = np.linalg.eigvalsh(s_mat)
+        if kind == "s" and eig_s[0] <= 1e-10 * max(abs(eig_s[-1]), 1e-300):
+            return None, (
+                "failed: the S matrix is not positive definite; eigenvalues "
+                f"{np.array2string(eig_s, precision=4)}"
+            )
+    if kind == "r":
+        cov = np.linalg.inv(r_mat)
+    elif kind == "s":
+        cov = np.linalg.inv(s_mat)
+    else:
+        r_inv = np.linalg.inv(r_mat)
+        cov = r_inv @ s_mat @ r_inv
+    cov = 0.5 * (cov + cov.T)
+    return cov, f"ok ({ {'sandwich': 'sandwich R^-1 S R^-1', 'r': 'R^-1', 's': 'S^-1'}[kind] })"
+
+
+def _build_table(
+    problem, u_hat, free, cov_pos, cov_u, fixed_names, network, network_se, ev, method, exact
+):
+    values = {k: np.asarray(v) for k, v in problem.unpack(jnp.asarray(u_hat)).items()}
+    for k, v in exact.items():
+        values[k] = np.asarray(v, dtype=np.float64).reshape(values[k].shape)
+    rows, elem_index = [], []
+    offset = 0
+    offsets = {}
+    for pi in problem.param_info:
+        offsets[pi.name] = offset
+        offset += int(np.prod(pi.shape, dtype=np.int64))
+    for pi in problem.param_info:
+        for label, idx in _flat_names(pi.name, pi.kind, pi.shape):
+            flat = offsets[pi.name] + (int(np.ravel_multi_index(idx, pi.shape)) if idx else 0)
+            elem_index.append(flat)
+            if pi.name in fixed_names:
+                note = "fixed"
+            elif pi.kind == "network" and not network_se:
+                note = "SE not computed for network parameters"
+            else:
+                note = ""
+            rows.append(
+                {
+                    "parameter": label,
+                    "kind": pi.kind,
+                    "estimate": float(values[pi.name][idx]),
+                    "note": note,
+                }
+            )
+    se = np.full(len(rows), np.nan)
+    cov_decl = None
+    if cov_u is not None:
+        free_arr = np.asarray(free)[cov_pos]
+
+        def declared(zc):
+            u = jnp.asarray(u_hat).at[free_arr].set(zc)
+            vals = problem.unpack(u)
+            return jnp.concatenate([jnp.ravel(vals[pi.name]) for pi in problem.param_info])
+
+        jac = np.asarray(jax.jacfwd(declared)(jnp.asarray(u_hat[free_arr])))
+        full = jac @ cov_u @ jac.T
+        sub = full[np.ix_(elem_index, elem_index)]
+        se = np.sqrt(np.clip(np.diag(sub), 0.0, None))
+        names = [r["parameter"] for r in rows]
+        cov_decl = pd.DataFrame(sub, index=names, columns=names)
+        for i, r in enumerate(rows):
+            if r["note"]:
+                se[i] = np.nan
+    table = pd.DataFrame(rows)
+    table.insert(3, "se", se)
+    est = table["estimate"].to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table.insert(4, "rse%", 100.0 * se / np.abs(est))
+    table.insert(5, "ci_2.5%", est - 1.959963984540054 * se)
+    table.insert(6, "ci_97.5%", est + 1.959963984540054 * se)
+    table.insert(7, "shrinkage%", np.nan)
+    estimates = {k: (float(v) if v.ndim == 0 else v) for k, v in values.items()}
+    return table, cov_decl, estimates
+
+
+def _shrinkage(problem, eta, omega, method) -> dict[str, float]:
+    out = {}
+    for j, label in enumerate(problem.eta_labels):
+        if isinstance(method, NaivePooled) or eta.shape[0] < 2 or not omega[j, j] > 0:
+            out[label] = float("nan")
+        else:
+            out[label] = float(1.0 - np.std(eta[:, j], ddof=1) / math.sqrt(omega[j, j]))
+    return out
+
+
+def _add_shrinkage(table, problem, shrink, estimates) -> pd.DataFrame:
+    theta = problem.unpack(jnp.asarray(problem.pack(estimates)))
+    diag_rows = {}
+    # a variance element sits on Omega_jj when Omega_jj moves with it (and nothing else does)
+    for j in range(problem.n_eta):
+        for name, pi in ((p.name, p) for p in problem.param_info if p.kind == "variance"):
+            for label, idx in _flat_names(name, pi.kind, pi.shape):
+                if len(idx) == 0 or (len(idx) == 2 and idx[0] != idx[1]):
+                    continue
+
+                def om_jj(v, name=name, idx=idx):
+                    th = dict(theta)
+                    th[name] = jnp.asarray(theta[name]).at[idx].set(v)
+                    return problem.omega(th)
+
+                d = np.asarray(jax.jacfwd(om_jj)(jnp.asarray(theta[name])[idx]))
+                if abs(d[j, j]) > 0 and np.count_nonzero(d) == 1:
+                    diag_rows[label] = j
+    table = table.copy()
+    for label, j in diag_rows.items():
+        table.loc[table["parameter"] == label, "shrinkage%"] = 100.0 * shrink[problem.eta_labels[j]]
+    extra = pd.DataFrame(
+        [
+            {
+                "parameter": f"eta-shrinkage({lab})",
+                "kind": "shrinkage",
+                "estimate": 100.0 * s,
+                "shrinkage%": 100.0 * s,
+                "note": "SD-based, %",
+            }
+            for lab, s in shrink.items()
+        ]
+    )
+    return pd.concat([table, extra], ignore_index=True)

@@ -1,0 +1,72 @@
+"""`deepnlme.fit`: a parsed model fitted to a population."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..errors import OptionError
+from ..likelihood._from_model import model_problem
+from ..likelihood._methods import Method
+from ..solve._ode import OdeOptions
+from ._fit import Fit
+from ._fit_problem import fit_problem
+
+
+def _check_pair(model, population) -> None:
+    from ..data import Population
+    from ..model import Model
+
+    if not isinstance(model, Model):
+        raise OptionError(
+            f"fit: `model` must be a Model from deepnlme.load_model(...); got "
+            f"{type(model).__name__}. Load model text or a model file with load_model first."
+        )
+    if not isinstance(population, Population):
+        raise OptionError(
+            f"fit: `population` must be a Population from deepnlme.read_data(...); got "
+            f"{type(population).__name__}. Read a CSV path or a DataFrame with read_data first."
+        )
+
+
+def fit(
+    model,
+    population,
+    method: Method,
+    *,
+    init: Any = None,
+    ode_options: OdeOptions | None = None,
+    **options: Any,
+) -> Fit:
+    """Fit `model` to `population` by `method` and return a `Fit`.
+
+    **Arguments**
+
+    - `model`: a `Model` (`deepnlme.load_model`); `population`: a `Population`
+      (`deepnlme.read_data`).
+    - `method`: `FO()`, `FOCE()`, `FOCEI()`, `LaplaceI()`, `JointMAP()` or `NaivePooled()`.
+    - `init`: None (the model's initial values), a dict of values by name (the rest from the
+      model), or a previous `Fit` (its estimates, and its EBEs when the population is the same):
+      `fit(m, pop, FOCE(), init=fit(m, pop, JointMAP()))`.
+    - `ode_options`: `deepnlme.OdeOptions` for ODE models.
+    - `options`: `max_iter`, `time_limit`, `gtol`, `ftol`, `xtol`, `optimizer`, `fixed`,
+      `progress`, `covariance` (see `deepnlme.estimation.fit_problem`).
+
+    Example:
+        >>> fit = dn.fit(model, pop, dn.FOCEI())
+        >>> fit.ofv, fit.estimates["tcl"]
+    """
+    _check_pair(model, population)
+    problem, _ = model_problem(model, population, ode_options=ode_options)
+    if isinstance(init, Fit) and init.problem is not problem:
+        init = {k: v for k, v in init.estimates.items() if k in problem.init}
+    elif isinstance(init, dict):
+        unknown = [k for k in init if k not in {p.name for p in model.compiled.params}]
+        if unknown:
+            raise OptionError(
+                f"fit: `init` names unknown parameter '{unknown[0]}'; the model's parameters "
+                f"are {', '.join(p.name for p in model.compiled.params)}"
+            )
+        init = {**problem.init, **{k: v for k, v in init.items() if k in problem.init}}
+    result = fit_problem(problem, method, init=init, **options)
+    return dataclasses.replace(result, model=model, population=population)

@@ -1,0 +1,98 @@
+"""A parsed model bound to a population as an estimation `Problem`."""
+
+from __future__ import annotations
+
+import weakref
+
+import jax
+import jax.numpy as jnp
+
+from ..model._distributions import obs_logpdf, transform_obs
+from ..solve._ode import OdeOptions
+from ..solve._subject import SubjectData, SubjectPredictor, bind_population
+from ._problem import ObsTerms, ParamInfo, Problem
+
+_SAFE_Y = 0.5  # a value every transform accepts, used for padding entries
+
+
+def obs_terms_from_prediction(pred, sd: SubjectData) -> ObsTerms:
+    """`ObsTerms` of one subject from its per-output observation distributions."""
+    mask = sd.obs_mask
+    y = jnp.where(mask, sd.obs_dv, _SAFE_Y)
+    terms = []
+    for d in pred.per_output:
+        if d.family == "normal":
+            yt, logjac = transform_obs(d.transform, y, d.lam)
+            terms.append((yt, d.mean, d.sd**2, logjac, jnp.ones_like(y, bool), jnp.zeros_like(y)))
+        else:
+            other = obs_logpdf(d, y)
+            terms.append(
+                (y, d.pred, jnp.ones_like(y), jnp.zeros_like(y), jnp.zeros_like(y, bool), other)
+            )
+    out = list(terms[0])
+    for k, t in enumerate(terms[1:], start=1):
+        sel = sd.obs_output == k
+        out = [jnp.where(sel, b, a) for a, b in zip(out, t)]
+    yt, mean, var, logjac, gaussian, other = out
+    ok = jnp.where(pred.ok, 0.0, jnp.nan)  # a failed solve makes the subject's terms nan
+    return ObsTerms(
+        y=yt,
+        mean=mean + ok,
+        var=var,
+        logjac=jnp.where(mask, logjac, 0.0),
+        gaussian=gaussian & mask,
+        loglik_other=jnp.where(mask, other + ok, 0.0),
+        mask=mask,
+        cens=jnp.where(mask, sd.obs_cens, 0),
+    )
+
+
+_PROBLEMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def model_problem(model, population, *, ode_options: OdeOptions | None = None):
+    """The estimation `Problem` of `model` on `population`, and the predictor it uses.
+
+    Built once per (model, population, ode options) and cached on the model, so fitting the
+    same model again (another method, a chained fit) compiles nothing new.
+    """
+    ode_options = ode_options or OdeOptions()
+    per_model = _PROBLEMS.setdefault(model, {})
+    key = (id(population), ode_options)
+    hit = per_model.get(key)
+    if hit is not None and hit[0]() is population:
+        return hit[1], hit[2]
+    binding = bind_population(model, population)
+    predictor = SubjectPredictor(model, binding.time_varying, ode_options)
+    cm = model.compiled
+    estimated = [p for p in cm.params if p.size > 0]
+    info = tuple(ParamInfo(p.name, p.kind, tuple(p.shape), int(p.size)) for p in estimated)
+    init = {p.name: p.init for p in estimated}
+
+    def obs_terms(theta, eta, subj):
+        return obs_terms_from_prediction(predictor.predict(theta, eta, subj), subj)
+
+    problem = Problem(
+        obs_terms=obs_terms,
+        subjects=binding.data,
+        omega=cm.omega,
+        unpack=cm.unpack,
+        pack=cm.pack,
+        param_info=info,
+        init=init,
+        eta_labels=cm.eta_labels,
+        subject_ids=binding.ids,
+    )
+    per_model[key] = (weakref.ref(population), problem, predictor, binding)
+    return problem, predictor
+
+
+def binding_of(model, population, ode_options: OdeOptions | None = None):
+    """The `Binding` cached with `model_problem` (built if needed)."""
+    model_problem(model, population, ode_options=ode_options)
+    return _PROBLEMS[model][(id(population), ode_options or OdeOptions())][3]
+
+
+def batched(fn):
+    """`fn(theta, eta, subj)` vmapped over subjects (eta and subj batched)."""
+    return jax.vmap(fn, in_axes=(None, 0, 0))

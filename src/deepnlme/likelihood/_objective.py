@@ -1,0 +1,244 @@
+"""Per-subject -2LL of each method, and the one compiled, batched evaluation of a problem."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import OptionError
+from ._inner import implicit_eta
+from ._methods import FO, FOCE, FOCEI, JointMAP, LaplaceI, Method, NaivePooled
+from ._problem import ObsTerms, Problem
+
+LOG2PI = math.log(2.0 * math.pi)
+
+
+class Structure(NamedTuple):
+    """What the data look like, found once by evaluating `obs_terms` at eta = 0."""
+
+    n_obs: int  # real observations (all kinds)
+    n_gauss: int  # uncensored Gaussian observations: the N of the N*log(2*pi) constant
+    n_cens: int
+    n_other: int  # non-Gaussian observations
+    obs_per_subject: np.ndarray
+
+
+def probe(problem: Problem) -> Structure:
+    """Evaluate the observation terms once (eta = 0) and count the kinds of observation."""
+    theta = problem.unpack(jnp.asarray(problem.init_u()))
+    eta = jnp.zeros(problem.n_eta)
+    terms = jax.vmap(lambda s: problem.obs_terms(theta, eta, s))(problem.subjects)
+    mask = np.asarray(terms.mask, dtype=bool)
+    gauss = np.asarray(terms.gaussian, dtype=bool) & mask
+    cens = np.asarray(terms.cens) != 0
+    return Structure(
+        n_obs=int(mask.sum()),
+        n_gauss=int((gauss & ~cens).sum()),
+        n_cens=int((gauss & cens).sum()),
+        n_other=int((mask & ~gauss).sum()),
+        obs_per_subject=mask.sum(axis=1),
+    )
+
+
+def cond_parts(t: ObsTerms, var: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """-2 log p(y | eta) of one subject, split into (uncensored Gaussian, other) parts.
+
+    The Gaussian part leaves out log(2*pi) (NONMEM's OFV convention). `var` overrides
+    `t.var` (FOCE evaluates the residual variance at eta = 0). Censored records contribute
+    -2 log Phi(c (y - mean)/sd) with c = 1 below and -1 above the limit (Beal's M3).
+    """
+    v = t.var if var is None else var
+    gm = t.mask & t.gaussian
+    gobs = gm & (t.cens == 0)
+    cobs = gm & (t.cens != 0)
+    oth = t.mask & ~t.gaussian
+    v = jnp.where(gm, v, 1.0)
+    r = jnp.where(gm, t.y - t.mean, 0.0)
+    gpart = jnp.sum(jnp.where(gobs, jnp.log(v) + r * r / v - 2.0 * t.logjac, 0.0))
+    z = jnp.where(cobs, t.cens * r / jnp.sqrt(v), 0.0)
+    cpart = jnp.sum(jnp.where(cobs, -2.0 * jax.scipy.special.log_ndtr(z), 0.0))
+    opart = jnp.sum(jnp.where(oth, -2.0 * t.loglik_other, 0.0))
+    return gpart, cpart + opart
+
+
+def _chol_logdet_inv(m: jax.Array) -> tuple[jax.Array, jax.Array]:
+    q = m.shape[0]
+    chol = jnp.linalg.cholesky(0.5 * (m + m.T))
+    logdet = 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
+    inv = jax.scipy.linalg.cho_solve((chol, True), jnp.eye(q, dtype=m.dtype))
+    return logdet, inv
+
+
+class SubjectOut(NamedTuple):
+    """Per-subject auxiliary output of an evaluation."""
+
+    eta: jax.Array
+    eta_cov: jax.Array
+    inner_ok: jax.Array
+
+
+def subject_m2ll(
+    method: Method,
+    problem: Problem,
+    theta: dict,
+    om_inv: jax.Array,
+    om_logdet: jax.Array,
+    eta_in: jax.Array,
+    subj,
+    has_other: bool,
+) -> tuple[jax.Array, SubjectOut]:
+    """One subject's objective contribution (OFV scale) under `method`.
+
+    `eta_in` is the warm start of the EBE (marginal methods) or the eta itself (JointMAP).
+    """
+    q = eta_in.shape[0]
+    obs = problem.obs_terms
+    zeros = jnp.zeros(q, dtype=eta_in.dtype)
+    nan_cov = jnp.full((q, q), jnp.nan, dtype=eta_in.dtype)
+
+    if isinstance(method, NaivePooled):
+        gp, xp = cond_parts(obs(theta, zeros, subj))
+        return gp + xp, SubjectOut(zeros, jnp.zeros((q, q)), jnp.asarray(True))
+
+    if isinstance(method, JointMAP):
+        gp, xp = cond_parts(obs(theta, eta_in, subj))
+        val = gp + xp + eta_in @ om_inv @ eta_in + om_logdet + q * LOG2PI
+        return val, SubjectOut(eta_in, nan_cov, jnp.asarray(True))
+
+    if isinstance(method, FO):
+
+        def mv0(e):
+            t = obs(theta, e, subj)
+            return t.mean, t
+
+        g_mat, t = jax.jacfwd(mv0, has_aux=True)(zeros)
+        gm = t.mask & t.gaussian
+        gobs = gm & (t.cens == 0)
+        cobs = gm & (t.cens != 0)
+        v = jnp.where(gm, t.var, 1.0)
+        w = jnp.where(gobs, 1.0 / v, 0.0)
+        r = jnp.where(gobs, t.y - t.mean, 0.0)
+        m = om_inv + g_mat.T @ (w[:, None] * g_mat)
+        b = g_mat.T @ (w * r)
+        ld_m, m_inv = _chol_logdet_inv(m)
+        val = (
+            jnp.sum(jnp.where(gobs, jnp.log(v) - 2.0 * t.logjac, 0.0))
+            + jnp.sum(w * r * r)
+            - b @ m_inv @ b
+            + om_logdet
+            + ld_m
+        )
+        om = jnp.linalg.inv(om_inv)
+        vm = jnp.where(cobs, v + jnp.einsum("tj,jk,tk->t", g_mat, om, g_mat), 1.0)
+        z = jnp.where(cobs, t.cens * (t.y - t.mean) / jnp.sqrt(vm), 0.0)
+        val = val + jnp.sum(jnp.where(cobs, -2.0 * jax.scipy.special.log_ndtr(z), 0.0))
+        return val, SubjectOut(m_inv @ b, m_inv, jnp.asarray(True))
+
+    # FOCE, FOCEI, LaplaceI: Laplace's formula at the EBE.
+    v0 = obs(theta, zeros, subj).var if isinstance(method, FOCE) else None
+
+    def inner(e, p):
+        th, oi, vv = p
+        gp, xp = cond_parts(obs(th, e, subj), vv)
+        return gp + xp + e @ oi @ e
+
+    eta, res = implicit_eta(inner, (theta, om_inv, v0), eta_in, method.inner)
+
+    if isinstance(method, LaplaceI):
+
+        def cond_total(e):
+            gp, xp = cond_parts(obs(theta, e, subj))
+            return gp + xp
+
+        def gh(e):
+            val, grad = jax.value_and_grad(cond_total)(e)
+            return grad, val
+
+        hess, cval = jax.jacfwd(gh, has_aux=True)(eta)
+        h_half = 0.25 * (hess + hess.T)
+    else:
+
+        def mv(e):
+            t = obs(theta, e, subj)
+            return (t.mean, t.var), t
+
+        (g_mat, dv), t = jax.jacfwd(mv, has_aux=True)(eta)
+        gp, xp = cond_parts(t, v0)
+        cval = gp + xp
+        gobs = t.mask & t.gaussian & (t.cens == 0)
+        v = jnp.where(gobs, t.var if v0 is None else v0, 1.0)
+        w = jnp.where(gobs, 1.0 / v, 0.0)
+        h_half = g_mat.T @ (w[:, None] * g_mat)
+        if isinstance(method, FOCEI):
+            h_half = h_half + 0.5 * dv.T @ ((w * w)[:, None] * dv)
+        if has_other:
+            h_half = h_half + 0.5 * jax.hessian(lambda e: cond_parts(obs(theta, e, subj), v0)[1])(
+                eta
+            )
+    ld_m, m_inv = _chol_logdet_inv(om_inv + h_half)
+    val = cval + eta @ om_inv @ eta + om_logdet + ld_m
+    return val, SubjectOut(eta, m_inv, res.converged)
+
+
+class Evaluation(NamedTuple):
+    """One batched evaluation: per-subject values and gradients (w.r.t. the free vector z)."""
+
+    m2ll_i: jax.Array  # [N] OFV-scale contributions
+    grad_i: jax.Array  # [N, p_free]
+    eta: jax.Array  # [N, q] EBEs (or the JointMAP etas)
+    eta_cov: jax.Array  # [N, q, q]
+    inner_ok: jax.Array  # [N]
+    grad_eta: jax.Array  # [N, q] (JointMAP only; zeros otherwise)
+    penalty: jax.Array
+    penalty_grad: jax.Array  # [p_free]
+
+
+def make_evaluator(problem: Problem, method: Method, free: Sequence[int], structure: Structure):
+    """Build `evaluate(z, base_u, eta, subjects) -> Evaluation` (not yet jitted).
+
+    `z` holds the free entries `free` of the unconstrained vector; `base_u` supplies the others.
+    Per-subject terms are vmapped; gradients include the EBEs' dependence on z.
+    """
+    free = np.asarray(free, dtype=np.int64)
+    has_other = structure.n_cens + structure.n_other > 0
+    if isinstance(method, FO) and structure.n_other > 0:
+        raise OptionError(
+            f"FO() needs Gaussian observations, but {structure.n_other} observation(s) are "
+            "non-Gaussian (Poisson/Bernoulli/...); use LaplaceI() for these models"
+        )
+    joint = isinstance(method, JointMAP)
+
+    def theta_of(z, base_u):
+        u = base_u.at[free].set(z)
+        theta = problem.unpack(u)
+        om = problem.omega(theta)
+        om_logdet, om_inv = _chol_logdet_inv(om)
+        return theta, om_inv, om_logdet
+
+    def one(z, base_u, eta_i, subj):
+        theta, om_inv, om_logdet = theta_of(z, base_u)
+        return subject_m2ll(method, problem, theta, om_inv, om_logdet, eta_i, subj, has_other)
+
+    argnums = (0, 2) if joint else 0
+    per_subject = jax.vmap(
+        jax.value_and_grad(one, argnums=argnums, has_aux=True), in_axes=(None, None, 0, 0)
+    )
+
+    def penalty(z, base_u):
+        return problem.penalty(problem.unpack(base_u.at[free].set(z)))
+
+    def evaluate(z, base_u, eta, subjects):
+        (vals, aux), grads = per_subject(z, base_u, eta, subjects)
+        if joint:
+            grad_z, grad_eta = grads
+        else:
+            grad_z, grad_eta = grads, jnp.zeros_like(eta)
+        pen, pen_grad = jax.value_and_grad(penalty)(z, base_u)
+        return Evaluation(vals, grad_z, aux.eta, aux.eta_cov, aux.inner_ok, grad_eta, pen, pen_grad)
+
+    return evaluate

@@ -1,0 +1,339 @@
+"""ModelIR -> pure JAX functions of one subject (``CompiledModel``).
+
+Each expression node becomes a closure over jnp operations that reads the values of names
+from an environment dict; the dicts exist only while tracing, so a jitted function contains
+nothing but the arithmetic. No code is generated or executed from text.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import block_diag
+
+from ..errors import OptionError
+from ._closed_forms import CLOSED_FORMS
+from ._distributions import DISTRIBUTIONS, ObsDist
+from ._domains import ParamSpec
+from ._functions import FUNCTIONS
+from ._ir import (
+    Assign,
+    BinOp,
+    BoolOp,
+    Call,
+    Compare,
+    Derivative,
+    Expr,
+    IfElse,
+    Index,
+    ModelIR,
+    Name,
+    Num,
+    Observation,
+    Unary,
+)
+from .types import DosingParams
+
+_F = jnp.float64
+Env = dict[str, Any]
+_BIN = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
+_CMP = {
+    "<": jnp.less,
+    "<=": jnp.less_equal,
+    ">": jnp.greater,
+    ">=": jnp.greater_equal,
+    "==": jnp.equal,
+    "!=": jnp.not_equal,
+}
+
+
+def _pow(a, b):
+    return jnp.power(a, b)
+
+
+def compile_expr(e: Expr, domains: Mapping[str, Any] | None = None) -> Callable[[Env], Any]:
+    """A function ``env -> value`` computing the expression with jnp operations."""
+    if isinstance(e, Num):
+        v = e.value
+        return lambda env: v
+    if isinstance(e, Name):
+        k = e.id
+        return lambda env: env[k]
+    if isinstance(e, Index):
+        f, i = compile_expr(e.value, domains), e.index
+        return lambda env: f(env)[i]
+    if isinstance(e, Unary):
+        f = compile_expr(e.operand, domains)
+        if e.op == "-":
+            return lambda env: -f(env)
+        if e.op == "+":
+            return f
+        return lambda env: jnp.logical_not(f(env))
+    if isinstance(e, BinOp):
+        a, b = compile_expr(e.left, domains), compile_expr(e.right, domains)
+        if e.op == "**":
+            if isinstance(e.right, Num) and isinstance(e.right.value, int):
+                n = e.right.value
+                return lambda env: jnp.power(a(env), n)
+            return lambda env: _pow(a(env), b(env))
+        op = _BIN[e.op]
+        return lambda env: op(a(env), b(env))
+    if isinstance(e, Compare):
+        a, b = compile_expr(e.left, domains), compile_expr(e.right, domains)
+        op = _CMP[e.op]
+        return lambda env: op(a(env), b(env))
+    if isinstance(e, BoolOp):
+        fs = [compile_expr(v, domains) for v in e.values]
+        op = jnp.logical_and if e.op == "and" else jnp.logical_or
+
+        def boolop(env):
+            out = fs[0](env)
+            for f in fs[1:]:
+                out = op(out, f(env))
+            return out
+
+        return boolop
+    if isinstance(e, IfElse):
+        c, a, b = (compile_expr(x, domains) for x in (e.cond, e.then, e.orelse))
+        return lambda env: jnp.where(c(env), a(env), b(env))
+    if isinstance(e, Call):
+        args = [compile_expr(x, domains) for x in e.args]
+        if e.kind == "param":
+            dom, name = (domains or {})[e.func], e.func
+            return lambda env: dom.apply(env[name], *[f(env) for f in args])
+        impl = FUNCTIONS[e.func].impl
+        return lambda env: impl(*[f(env) for f in args])
+    raise TypeError(f"cannot compile {e!r}")
+
+
+def _f(x) -> jax.Array:
+    return jnp.asarray(x, dtype=_F)
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledModel:
+    """Pure JAX functions of one subject (see docs/internals.md, "model -> solve").
+
+    ``theta`` is the dict from ``unpack``, ``eta`` the flat random-effect vector, ``cov`` a
+    ``[K]`` array in the order of ``covariates``, ``ind`` the dict returned by ``pre``.
+    """
+
+    ir: ModelIR
+    params: tuple[ParamSpec, ...]
+    _fns: dict = field(repr=False, default_factory=dict)
+
+    def __post_init__(self):
+        ir, doms = self.ir, {p.name: p.domain for p in self.params}
+        c = lambda e: compile_expr(e, doms)  # noqa: E731
+        fns = self._fns
+        fns["pre"] = [(a.name, c(a.expr)) for a in ir.pre]
+        fns["dosing"] = [(d.kind, self.states.index(d.state), c(d.expr)) for d in ir.dosing]
+        fns["init"] = [(self.states.index(a.name), c(a.expr)) for a in ir.init]
+        fns["dyn"] = [
+            (isinstance(s, Derivative), s.state if isinstance(s, Derivative) else s.name, c(s.expr))
+            for s in ir.dynamics
+        ]
+        fns["derived"] = [
+            (
+                isinstance(s, Observation),
+                s,
+                [c(a) for a in s.args] if isinstance(s, Observation) else c(s.expr),
+            )
+            for s in ir.derived
+        ]
+        fns["random_sd"] = [c(r.sd) if r.sd is not None else None for r in ir.random]
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def covariates(self) -> tuple[str, ...]:
+        return self.ir.covariates
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        return self.ir.states
+
+    @property
+    def closed_form(self) -> str | None:
+        return self.ir.closed_form
+
+    @property
+    def has_dynamics(self) -> bool:
+        return len(self.ir.states) > 0
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.ir.outputs
+
+    @property
+    def eta_size(self) -> int:
+        return sum(r.size for r in self.ir.random)
+
+    @property
+    def eta_labels(self) -> tuple[str, ...]:
+        out: list[str] = []
+        for r in self.ir.random:
+            out += [f"{r.name}[{i}]" for i in range(r.size)] if r.is_vector else [r.name]
+        return tuple(out)
+
+    @property
+    def n_unconstrained(self) -> int:
+        return sum(p.size for p in self.params)
+
+    # ------------------------------------------------------------------ parameters
+    def init_values(self) -> dict[str, np.ndarray]:
+        """The declared initial (constrained) values, by name."""
+        return {p.name: p.init for p in self.params}
+
+    def pack(self, values: Mapping[str, Any]) -> jax.Array:
+        """Named constrained values -> the flat unconstrained vector (estimated params only)."""
+        unknown = [k for k in values if k not in {p.name for p in self.params}]
+        if unknown:
+            raise OptionError(
+                f"unknown parameter '{unknown[0]}'; the model's parameters are "
+                + ", ".join(p.name for p in self.params)
+            )
+        parts = []
+        for p in self.params:
+            if p.size == 0:
+                continue
+            if p.name not in values:
+                raise OptionError(
+                    f"no value for parameter '{p.name}'; give a value for every "
+                    "estimated parameter (start from init_values())"
+                )
+            v = _f(values[p.name])
+            if v.shape != p.shape:
+                raise OptionError(
+                    f"parameter '{p.name}' has shape {p.shape}, got a value of shape {v.shape}"
+                )
+            parts.append(jnp.reshape(p.domain.to_unconstrained(v), (p.size,)))
+        return jnp.concatenate(parts) if parts else jnp.zeros((0,))
+
+    def unpack(self, u) -> dict[str, jax.Array]:
+        """The flat unconstrained vector -> named constrained values (fixed ones included)."""
+        u = jnp.asarray(u, dtype=_F)
+        out, off = {}, 0
+        for p in self.params:
+            out[p.name] = p.domain.from_unconstrained(u[off : off + p.size])
+            off += p.size
+        return out
+
+    def omega(self, theta: Mapping[str, Any]) -> jax.Array:
+        """The block-diagonal covariance ``[q, q]`` of the flat eta vector."""
+        blocks = []
+        for r, sd in zip(self.ir.random, self._fns["random_sd"]):
+            if r.cov is not None:
+                blocks.append(_f(theta[r.cov]))
+            else:
+                blocks.append(jnp.reshape(_f(sd(dict(theta))) ** 2, (1, 1)))
+        if not blocks:
+            return jnp.zeros((0, 0))
+        return block_diag(*blocks)
+
+    # ------------------------------------------------------------------ environments
+    def _env(self, theta, eta, cov) -> Env:
+        env: Env = dict(theta)
+        eta = jnp.asarray(eta, dtype=_F)
+        off = 0
+        for r in self.ir.random:
+            env[r.name] = eta[off : off + r.size] if r.is_vector else eta[off]
+            off += r.size
+        cov = jnp.asarray(cov, dtype=_F)
+        for k, name in enumerate(self.ir.covariates):
+            env[name] = cov[k]
+        return env
+
+    def _env_ind(self, theta, eta, cov, ind) -> Env:
+        env = self._env(theta, eta, cov)
+        env.update(ind)
+        return env
+
+    def _env_state(self, t, x, theta, eta, cov, ind) -> Env:
+        env = self._env_ind(theta, eta, cov, ind)
+        x = jnp.asarray(x, dtype=_F)
+        for i, s in enumerate(self.states):
+            env[s] = x[i]
+        env["t"] = jnp.asarray(t, dtype=_F)
+        for is_deriv, name, f in self._fns["dyn"]:
+            if not is_deriv:
+                env[name] = _f(f(env))
+        return env
+
+    # ------------------------------------------------------------------ model functions
+    def pre(self, theta, eta, cov) -> dict[str, jax.Array]:
+        """Individual parameters: every name assigned in ``pre:``."""
+        env = self._env(theta, eta, cov)
+        for name, f in self._fns["pre"]:
+            env[name] = _f(f(env))
+        return {name: env[name] for name, _ in self._fns["pre"]}
+
+    def closed_form_params(self, ind: Mapping[str, Any]) -> dict[str, jax.Array]:
+        """The individual parameters the closed-form model needs (e.g. ka, cl, v)."""
+        if self.closed_form is None:
+            return {}
+        return {k: ind[k] for k in CLOSED_FORMS[self.closed_form].params}
+
+    def dosing(self, theta, eta, cov, ind) -> DosingParams:
+        """Per-state lag, bioavailability, rate and duration (defaults 0, 1, nan, nan)."""
+        S = len(self.states)
+        vals = {
+            "lag": [_f(0.0)] * S,
+            "bioav": [_f(1.0)] * S,
+            "rate": [_f(jnp.nan)] * S,
+            "duration": [_f(jnp.nan)] * S,
+        }
+        if self._fns["dosing"]:
+            env = self._env_ind(theta, eta, cov, ind)
+            for kind, i, f in self._fns["dosing"]:
+                vals[kind][i] = _f(f(env))
+
+        def stack(v):
+            return jnp.stack(v) if v else jnp.zeros((0,))
+
+        return DosingParams(
+            stack(vals["lag"]), stack(vals["bioav"]), stack(vals["rate"]), stack(vals["duration"])
+        )
+
+    def init(self, theta, eta, cov, ind) -> jax.Array:
+        """The initial state ``[S]`` (zeros unless given in ``init:``)."""
+        x = [_f(0.0)] * len(self.states)
+        if self._fns["init"]:
+            env = self._env_ind(theta, eta, cov, ind)
+            for i, f in self._fns["init"]:
+                x[i] = _f(f(env))
+        return jnp.stack(x) if x else jnp.zeros((0,))
+
+    def rhs(self, t, x, theta, eta, cov, ind) -> jax.Array:
+        """dx/dt ``[S]`` at time t (for closed forms: the equivalent linear ODE)."""
+        if not self.states:
+            return jnp.zeros((0,))
+        if self.closed_form is not None:
+            return CLOSED_FORMS[self.closed_form].rhs(jnp.asarray(x, dtype=_F), ind)
+        env = self._env_state(t, x, theta, eta, cov, ind)
+        d = {name: _f(f(env)) for is_deriv, name, f in self._fns["dyn"] if is_deriv}
+        return jnp.stack([d[s] for s in self.states])
+
+    def _derived(self, t, x, theta, eta, cov, ind) -> tuple[Env, dict[str, ObsDist]]:
+        env = self._env_state(t, x, theta, eta, cov, ind)
+        obs = {}
+        for is_obs, s, f in self._fns["derived"]:
+            if is_obs:
+                obs[s.name] = DISTRIBUTIONS[s.dist].build(*[_f(g(env)) for g in f])
+            else:
+                env[s.name] = _f(f(env))
+        return env, obs
+
+    def derived(self, t, x, theta, eta, cov, ind) -> dict[str, ObsDist]:
+        """The distribution of each observed output at time t and state x."""
+        return self._derived(t, x, theta, eta, cov, ind)[1]
+
+    def derived_vars(self, t, x, theta, eta, cov, ind) -> dict[str, jax.Array]:
+        """Every variable assigned in ``derived:`` at time t and state x."""
+        env, _ = self._derived(t, x, theta, eta, cov, ind)
+        return {s.name: env[s.name] for s in self.ir.derived if isinstance(s, Assign)}

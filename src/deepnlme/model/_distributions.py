@@ -1,0 +1,219 @@
+"""Observation distributions of the ``derived:`` block and their log-densities.
+
+An observation model is an ``ObsDist``: a static ``family`` ("normal", "poisson",
+"bernoulli") and ``transform`` (None, "log", "boxcox", "yeojohnson", "logit"), and arrays.
+For the normal family the observation y is transformed, h(y) ~ Normal(mean, sd), with ``mean``
+and ``sd`` on the transformed scale; the density of y includes the Jacobian log|h'(y)|.
+``pred`` is the model prediction on the scale of the data (IPRED).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import gammaln, xlog1py, xlogy
+from jax.scipy.stats import norm
+
+_F = jnp.float64
+
+
+class ObsDist(eqx.Module):
+    """The distribution of one observation (see the module docstring for the fields)."""
+
+    family: str = eqx.field(static=True)
+    transform: str | None = eqx.field(static=True)
+    mean: jax.Array
+    sd: jax.Array
+    lam: jax.Array
+    rate: jax.Array
+    p: jax.Array
+    pred: jax.Array
+
+
+def _a(x) -> jax.Array:
+    return jnp.asarray(x, dtype=_F)
+
+
+def _make(family, transform=None, *, mean=0.0, sd=1.0, lam=1.0, rate=1.0, p=0.5, pred=0.0):
+    return ObsDist(family, transform, _a(mean), _a(sd), _a(lam), _a(rate), _a(p), _a(pred))
+
+
+def _safe_lam(lam, at):
+    small = jnp.abs(lam - at) < 1e-10
+    return small, jnp.where(small, at + 1.0, lam)
+
+
+def _boxcox(y, lam):
+    small, ls = _safe_lam(lam, 0.0)
+    ly = jnp.log(y)
+    return jnp.where(small, ly, jnp.expm1(ls * ly) / ls), (lam - 1.0) * ly
+
+
+def _yeojohnson(y, lam):
+    pos = y >= 0
+    yp = jnp.where(pos, y, 0.0)
+    yn = jnp.where(pos, 0.0, y)
+    s0, l0 = _safe_lam(lam, 0.0)
+    s2, l2 = _safe_lam(lam, 2.0)
+    lp = jnp.log1p(yp)
+    ln = jnp.log1p(-yn)
+    hp = jnp.where(s0, lp, jnp.expm1(l0 * lp) / l0)
+    hn = jnp.where(s2, -ln, -jnp.expm1((2.0 - l2) * ln) / (2.0 - l2))
+    h = jnp.where(pos, hp, hn)
+    logjac = jnp.where(pos, (lam - 1.0) * lp, (1.0 - lam) * ln)
+    return h, logjac
+
+
+def transform_obs(transform: str | None, y, lam=1.0) -> tuple[jax.Array, jax.Array]:
+    """The transform of both sides: ``(h(y), log|h'(y)|)``.
+
+    Transforms: None (identity), "log", "boxcox" ((y^λ - 1)/λ, log y at λ = 0; y > 0),
+    "yeojohnson" (any real y), "logit" (log(y / (1 - y)); 0 < y < 1).
+    """
+    y = _a(y)
+    lam = _a(lam)
+    if transform is None:
+        return y, jnp.zeros_like(y)
+    if transform == "log":
+        ly = jnp.log(y)
+        return ly, -ly
+    if transform == "boxcox":
+        return _boxcox(y, lam)
+    if transform == "yeojohnson":
+        return _yeojohnson(y, lam)
+    if transform == "logit":
+        ly, l1y = jnp.log(y), jnp.log1p(-y)
+        return ly - l1y, -ly - l1y
+    raise ValueError(f"unknown transform {transform!r}")
+
+
+def obs_logpdf(dist: ObsDist, y) -> jax.Array:
+    """Log-density (log-mass for Poisson/Bernoulli) of observation ``y``.
+
+    For normal families: log N(h(y); mean, sd) + log|h'(y)|.
+    Poisson: y log(rate) - rate - log(y!). Bernoulli: y log(p) + (1 - y) log(1 - p).
+    """
+    y = _a(y)
+    if dist.family == "normal":
+        h, logjac = transform_obs(dist.transform, y, dist.lam)
+        return norm.logpdf(h, dist.mean, dist.sd) + logjac
+    if dist.family == "poisson":
+        return xlogy(y, dist.rate) - dist.rate - gammaln(y + 1.0)
+    if dist.family == "bernoulli":
+        return xlogy(y, dist.p) + xlog1py(1.0 - y, -dist.p)
+    raise ValueError(f"unknown family {dist.family!r}")
+
+
+def obs_cdf(dist: ObsDist, y) -> jax.Array:
+    """P(Y <= y) for normal families (transform-both-sides included), for censoring (M3)."""
+    if dist.family != "normal":
+        raise ValueError(f"obs_cdf is defined for normal families only, not {dist.family!r}")
+    h, _ = transform_obs(dist.transform, y, dist.lam)
+    return norm.cdf(h, dist.mean, dist.sd)
+
+
+def obs_logcdf(dist: ObsDist, y) -> jax.Array:
+    """log P(Y <= y) for normal families, accurate in the far tail."""
+    if dist.family != "normal":
+        raise ValueError(f"obs_logcdf is defined for normal families only, not {dist.family!r}")
+    h, _ = transform_obs(dist.transform, y, dist.lam)
+    return norm.logcdf((h - dist.mean) / dist.sd)
+
+
+# ----------------------------------------------------------------------------------------------
+# the distributions of the model language
+
+
+@dataclass(frozen=True)
+class DistSpec:
+    """A distribution name of the model language: argument names, which of them are scales
+    (for the "residual" parameter kind), the builder and a formula for the docs."""
+
+    name: str
+    argnames: tuple[str, ...]
+    scale_args: tuple[str, ...]
+    build: Callable[..., ObsDist]
+    formula: str
+
+    @property
+    def signature(self) -> str:
+        return f"{self.name}({', '.join(self.argnames)})"
+
+
+def _normal(mean, sd):
+    return _make("normal", mean=mean, sd=sd, pred=mean)
+
+
+def _prop(f, sd_prop):
+    return _make("normal", mean=f, sd=sd_prop * jnp.abs(f), pred=f)
+
+
+def _combined(f, sd_add, sd_prop):
+    return _make("normal", mean=f, sd=jnp.sqrt(sd_add**2 + (sd_prop * f) ** 2), pred=f)
+
+
+def _lognormal(f, sd):
+    return _make("normal", "log", mean=jnp.log(f), sd=sd, pred=f)
+
+
+def _boxcox_dist(f, sd, lam):
+    return _make(
+        "normal", "boxcox", mean=transform_obs("boxcox", f, lam)[0], sd=sd, lam=lam, pred=f
+    )
+
+
+def _yj_dist(f, sd, lam):
+    return _make(
+        "normal", "yeojohnson", mean=transform_obs("yeojohnson", f, lam)[0], sd=sd, lam=lam, pred=f
+    )
+
+
+def _logitnormal(f, sd):
+    return _make("normal", "logit", mean=transform_obs("logit", f)[0], sd=sd, pred=f)
+
+
+def _poisson(rate):
+    return _make("poisson", rate=rate, pred=rate)
+
+
+def _bernoulli(p):
+    return _make("bernoulli", p=p, pred=p)
+
+
+DISTRIBUTIONS: dict[str, DistSpec] = {
+    d.name: d
+    for d in [
+        DistSpec("Normal", ("mean", "sd"), ("sd",), _normal, "y ~ N(mean, sd²)"),
+        DistSpec("Additive", ("f", "sd"), ("sd",), _normal, "y ~ N(f, sd²)"),
+        DistSpec("Proportional", ("f", "sd_prop"), ("sd_prop",), _prop, "y ~ N(f, (sd_prop·f)²)"),
+        DistSpec(
+            "Combined",
+            ("f", "sd_add", "sd_prop"),
+            ("sd_add", "sd_prop"),
+            _combined,
+            "y ~ N(f, sd_add² + (sd_prop·f)²)",
+        ),
+        DistSpec("LogNormal", ("f", "sd"), ("sd",), _lognormal, "log y ~ N(log f, sd²)"),
+        DistSpec(
+            "BoxCox",
+            ("f", "sd", "lam"),
+            ("sd", "lam"),
+            _boxcox_dist,
+            "h(y) ~ N(h(f), sd²), h(y) = (y^lam - 1)/lam (log y at lam = 0)",
+        ),
+        DistSpec(
+            "YeoJohnson",
+            ("f", "sd", "lam"),
+            ("sd", "lam"),
+            _yj_dist,
+            "h(y) ~ N(h(f), sd²), h the Yeo-Johnson transform",
+        ),
+        DistSpec("LogitNormal", ("f", "sd"), ("sd",), _logitnormal, "logit(y) ~ N(logit(f), sd²)"),
+        DistSpec("Poisson", ("rate",), (), _poisson, "P(y) = rate^y exp(-rate) / y!"),
+        DistSpec("Bernoulli", ("p",), (), _bernoulli, "P(y=1) = p"),
+    ]
+}

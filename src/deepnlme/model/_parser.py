@@ -1,0 +1,1167 @@
+"""Model text -> ModelIR.
+
+The text is split into blocks (a header at column 0 ending with ``:``) and statements
+(indented; a statement continues over lines while a bracket is open). Each statement is parsed
+with Python's ``ast`` after two column-preserving rewrites: ``X' = ...`` (a derivative) has its
+quote replaced by a space and ``X ~ D(...)`` has its ``~`` replaced by ``=``. The syntax tree is
+then checked against the grammar of the model language and turned into the IR; nothing is ever
+executed.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from dataclasses import dataclass, field
+
+from ._closed_forms import CLOSED_FORMS
+from ._distributions import DISTRIBUTIONS
+from ._domains import ConstCall, DomainError, ParamSpec, Symbol, domain_factory, domain_names
+from ._errors import SourceText, closest, did_you_mean
+from ._functions import FUNCTIONS
+from ._ir import (
+    Assign,
+    BinOp,
+    BoolOp,
+    Call,
+    Compare,
+    Derivative,
+    DosingAssign,
+    Expr,
+    IfElse,
+    Index,
+    Loc,
+    ModelIR,
+    Name,
+    Num,
+    Observation,
+    ParamDecl,
+    RandomDecl,
+    Unary,
+    names_in,
+)
+
+BLOCKS = ("param", "random", "covariates", "pre", "dosing", "init", "dynamics", "derived")
+DOSING_KINDS = ("lag", "bioav", "rate", "duration")
+RESERVED = {"t", "True", "False", "None"}
+
+_HEADER_RE = re.compile(r"^([A-Za-z_]\w*)\s*:(.*)$", re.DOTALL)
+_DERIV_RE = re.compile(r"^([A-Za-z_]\w*\s*)'(\s*)=(?!=)")
+_TILDE_RE = re.compile(r"^([A-Za-z_]\w*\s*)~")
+
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+_CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+_BAD_BINOPS = {
+    ast.FloorDiv: ("'//' (floor division) is not supported", "Use '/'."),
+    ast.Mod: ("'%' (modulo) is not supported", "Write the expression with + - * / ** instead."),
+    ast.MatMult: ("'@' (matrix product) is not supported", "Write the sum of products out."),
+    ast.BitAnd: ("'&' is not supported", "Use 'and' between comparisons."),
+    ast.BitOr: ("'|' is not supported", "Use 'or' between comparisons."),
+    ast.BitXor: ("'^' is not supported", "Use '**' for powers."),
+    ast.LShift: ("'<<' is not supported", ""),
+    ast.RShift: ("'>>' is not supported", ""),
+}
+_BAD_NODES = {
+    ast.Attribute: (
+        "attribute access ('a.b') is not allowed",
+        "Call functions by their plain name, e.g. exp(x) rather than np.exp(x).",
+    ),
+    ast.Lambda: ("lambda expressions are not allowed", "Assign an intermediate variable instead."),
+    ast.ListComp: ("comprehensions are not allowed", "Write each element out."),
+    ast.SetComp: ("comprehensions are not allowed", "Write each element out."),
+    ast.DictComp: ("comprehensions are not allowed", "Write each element out."),
+    ast.GeneratorExp: ("generator expressions are not allowed", "Write each element out."),
+    ast.JoinedStr: ("f-strings are not allowed", "Model expressions are numbers only."),
+    ast.NamedExpr: (
+        "the walrus operator ':=' is not allowed",
+        "Assign the variable on its own line.",
+    ),
+    ast.Starred: ("'*' unpacking is not allowed", "Pass each argument explicitly."),
+    ast.List: (
+        "a list is not allowed in an expression",
+        "Lists are only allowed in 'param:' declarations such as PDiag(init=[...]).",
+    ),
+    ast.Tuple: ("a tuple is not allowed in an expression", "Write one expression per statement."),
+    ast.Dict: ("a dict is not allowed in an expression", "Use plain numbers and names."),
+    ast.Set: ("a set is not allowed in an expression", "Use plain numbers and names."),
+    ast.Await: ("'await' is not allowed", ""),
+    ast.Yield: ("'yield' is not allowed", ""),
+    ast.YieldFrom: ("'yield' is not allowed", ""),
+    ast.Slice: ("slices are not allowed", "Index one element, e.g. eta[0]."),
+}
+_BAD_STMTS = {
+    ast.Import: (
+        "imports are not allowed in a model",
+        "Model text is parsed, never executed; the math functions are built in.",
+    ),
+    ast.ImportFrom: (
+        "imports are not allowed in a model",
+        "Model text is parsed, never executed; the math functions are built in.",
+    ),
+    ast.For: ("loops are not allowed", "Write each statement out."),
+    ast.While: ("loops are not allowed", "Write each statement out."),
+    ast.If: (
+        "'if' statements are not allowed",
+        "Use a conditional expression: x = a if cond else b.",
+    ),
+    ast.FunctionDef: (
+        "function definitions are not allowed",
+        "Assign intermediate variables instead.",
+    ),
+    ast.ClassDef: ("class definitions are not allowed", ""),
+    ast.AugAssign: (
+        "augmented assignment (such as '+=') is not allowed",
+        "Each name is assigned once; assign a new name, e.g. cl2 = cl * 2.",
+    ),
+    ast.AnnAssign: ("annotated assignment is not allowed", "Write 'name = expression'."),
+    ast.With: ("'with' statements are not allowed", ""),
+    ast.Try: ("'try' statements are not allowed", ""),
+    ast.Return: ("'return' is not allowed", "The blocks themselves say what the model returns."),
+    ast.Delete: ("'del' is not allowed", ""),
+    ast.Global: ("'global' is not allowed", ""),
+    ast.Nonlocal: ("'nonlocal' is not allowed", ""),
+    ast.Pass: ("'pass' is not allowed", "Remove the line."),
+    ast.Raise: ("'raise' is not allowed", ""),
+    ast.Assert: ("'assert' is not allowed", ""),
+}
+
+
+@dataclass
+class _Stmt:
+    line: int  # 1-based line of the first character
+    col: int  # 0-based column of the first character
+    text: str  # first line from ``col``; continuation lines whole, joined by newlines
+    kind: str = "plain"  # plain | deriv | tilde
+    node: ast.stmt | None = None
+
+    def loc(self, node: ast.AST | None) -> Loc:
+        if node is None or not hasattr(node, "lineno"):
+            return Loc(self.line, self.col)
+        k = node.lineno
+        return Loc(self.line + k - 1, node.col_offset + (self.col if k == 1 else 0))
+
+
+@dataclass
+class _Block:
+    name: str
+    line: int
+    stmts: list[_Stmt] = field(default_factory=list)
+
+
+def _strip_comment(s: str) -> str:
+    i = s.find("#")
+    return (s if i < 0 else s[:i]).rstrip()
+
+
+def _depth(s: str) -> int:
+    return sum(s.count(c) for c in "([{") - sum(s.count(c) for c in ")]}")
+
+
+@dataclass(frozen=True)
+class ParsedModel:
+    """The parser's result: the IR and the parameter specifications (with their kinds)."""
+
+    ir: ModelIR
+    params: tuple[ParamSpec, ...]
+
+
+class _Parser:
+    def __init__(self, src: SourceText):
+        self.src = src
+        self.block = ""
+        self.declared: dict[str, tuple[str, Loc, str]] = {}  # name -> (block, loc, what)
+        self.domains: dict = {}
+
+    # ------------------------------------------------------------------ errors
+    def err(self, st: _Stmt, node: ast.AST | None, what: str, sugg: str = ""):
+        loc = st.loc(node)
+        return self.src.error(loc.line, loc.col, what, sugg)
+
+    def err_at(self, loc: Loc, what: str, sugg: str = ""):
+        return self.src.error(loc.line, loc.col, what, sugg)
+
+    # ------------------------------------------------------------------ splitting
+    def split(self) -> dict[str, _Block]:
+        lines = self.src.lines
+        blocks: dict[str, _Block] = {}
+        current: _Block | None = None
+        i = 0
+        while i < len(lines):
+            code = _strip_comment(lines[i])
+            if not code.strip():
+                i += 1
+                continue
+            indent = len(code) - len(code.lstrip())
+            start = i
+            text = code[indent:]
+            depth = _depth(code)
+            while depth > 0 and i + 1 < len(lines):
+                nxt = _strip_comment(lines[i + 1])
+                nind = len(nxt) - len(nxt.lstrip())
+                if nxt.strip() and nind <= indent and nxt.lstrip()[0] not in ")]}":
+                    break  # continuation lines are indented deeper than the statement
+                i += 1
+                text += "\n" + nxt
+                depth += _depth(nxt)
+            i += 1
+            if indent == 0:
+                m = _HEADER_RE.match(text)
+                if not m:
+                    what = "this statement is not inside a block"
+                    if current is not None:
+                        what = "this statement is not indented"
+                    raise self.src.error(
+                        start + 1,
+                        0,
+                        what,
+                        "Start a block with a header at column 0 such as 'param:' and indent "
+                        "its statements (e.g. 4 spaces).",
+                    )
+                name = m.group(1)
+                if name not in BLOCKS:
+                    sugg = did_you_mean(name, BLOCKS)
+                    raise self.src.error(
+                        start + 1,
+                        0,
+                        f"unknown block '{name}:'",
+                        (sugg + " " if sugg else "")
+                        + "Blocks are: "
+                        + ", ".join(b + ":" for b in BLOCKS)
+                        + ".",
+                    )
+                if name in blocks:
+                    raise self.src.error(
+                        start + 1,
+                        0,
+                        f"block '{name}:' appears twice (first on line {blocks[name].line})",
+                        "Put all its statements under one header.",
+                    )
+                current = blocks[name] = _Block(name, start + 1)
+                inline = m.group(2)
+                if inline.strip():
+                    lead = len(inline) - len(inline.lstrip())
+                    current.stmts.append(_Stmt(start + 1, m.start(2) + lead, inline.strip()))
+            else:
+                if current is None:
+                    raise self.src.error(
+                        start + 1,
+                        indent,
+                        "this statement is not inside a block",
+                        "Put it under a block header such as 'pre:' at column 0.",
+                    )
+                current.stmts.append(_Stmt(start + 1, indent, text))
+        return blocks
+
+    def parse_stmt(self, st: _Stmt) -> None:
+        text = st.text
+        if m := _DERIV_RE.match(text):
+            q = m.end(1)
+            text = text[:q] + " " + text[q + 1 :]
+            st.kind = "deriv"
+        elif m := _TILDE_RE.match(text):
+            q = m.end(1)
+            text = text[:q] + "=" + text[q + 1 :]
+            st.kind = "tilde"
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as e:
+            k = e.lineno or 1
+            off = max((e.offset or 1) - 1, 0)
+            line = st.line + k - 1
+            col = off + (st.col if k == 1 else 0)
+            sugg = "Check the brackets, operators and commas of this statement."
+            if "'" in st.text and st.kind != "deriv":
+                sugg = "A derivative is written on the left only: Central' = expression."
+            raise self.src.error(line, col, f"syntax error: {e.msg}", sugg) from None
+        if len(tree.body) != 1:
+            raise self.err(
+                st,
+                tree.body[1],
+                "only one statement per line is allowed",
+                "Put each statement on its own line.",
+            )
+        node = tree.body[0]
+        for bad, (what, sugg) in _BAD_STMTS.items():
+            if isinstance(node, bad):
+                raise self.err(st, node, what, sugg)
+        if isinstance(node, ast.Assign):
+            if len(node.targets) != 1:
+                raise self.err(
+                    st,
+                    node.targets[1],
+                    "chained assignment 'a = b = ...' is not allowed",
+                    "Assign one name per line.",
+                )
+            tgt = node.targets[0]
+            if isinstance(tgt, ast.Tuple | ast.List):
+                raise self.err(
+                    st,
+                    tgt,
+                    "assigning several names at once is not allowed",
+                    "Assign one name per line.",
+                )
+            if isinstance(tgt, ast.Attribute):
+                raise self.err(st, tgt, *_BAD_NODES[ast.Attribute])
+        elif not isinstance(node, ast.Expr):
+            raise self.err(
+                st,
+                node,
+                f"'{type(node).__name__}' statements are not allowed",
+                "A statement is 'name = expression' or 'name ~ Distribution(...)'.",
+            )
+        st.node = node
+
+    # ------------------------------------------------------------------ expressions
+    def lookup(self, st: _Stmt, node: ast.Name, scope: dict) -> tuple[Expr, tuple]:
+        name = node.id
+        if name in scope:
+            kind, shape = scope[name]
+            return Name(name, kind), shape
+        b = self.block
+        if name == "t":
+            raise self.err(
+                st,
+                node,
+                f"the time 't' is not available in '{b}:'",
+                "Use t only in 'dynamics:' and 'derived:'.",
+            )
+        if name in FUNCTIONS:
+            raise self.err(
+                st,
+                node,
+                f"'{name}' is a function, not a value",
+                f"Call it: {FUNCTIONS[name].signature}.",
+            )
+        if name in self.declared:
+            blk, loc, what = self.declared[name]
+            if what == "output":
+                raise self.err(
+                    st,
+                    node,
+                    f"'{name}' is an observed output (line {loc.line}) and "
+                    "cannot be used in an expression",
+                    "Assign the prediction to a variable (e.g. conc = ...) and use it.",
+                )
+            if what == "state":
+                raise self.err(
+                    st,
+                    node,
+                    f"'{name}' is a state of the dynamics and is not available in '{b}:'",
+                    "States can be used only in 'dynamics:' and 'derived:'.",
+                )
+            if blk == b:
+                raise self.err(
+                    st,
+                    node,
+                    f"'{name}' is used before it is assigned (on line {loc.line})",
+                    "Move that assignment above this line.",
+                )
+            raise self.err(
+                st,
+                node,
+                f"'{name}' is assigned in '{blk}:' (line {loc.line}), which "
+                f"is not visible in '{b}:'",
+                "A block sees param, random, covariates and pre names; dynamics and "
+                "derived also see the states, t and the dynamics variables.",
+            )
+        sugg = did_you_mean(name, list(scope) + list(FUNCTIONS))
+        raise self.err(
+            st,
+            node,
+            f"undefined name '{name}'",
+            sugg or "Declare it in 'param:' or 'covariates:', or assign it before this line.",
+        )
+
+    def scalar(self, st: _Stmt, node: ast.AST, scope: dict) -> Expr:
+        e, shape = self.expr(st, node, scope)
+        if shape != ():
+            self._not_scalar(st, node, shape)
+        return e
+
+    def _not_scalar(self, st, node, shape):
+        what = "a vector" if len(shape) == 1 else "a matrix"
+        label = ast.unparse(node)
+        sugg = (
+            f"Use one element, e.g. {label}[0]."
+            if len(shape) == 1
+            else "Covariance matrices are used only in 'random:' (eta ~ MvNormal(omega))."
+        )
+        raise self.err(
+            st, node, f"'{label}' is {what} of shape {shape} where a number is expected", sugg
+        )
+
+    def expr(self, st: _Stmt, node: ast.AST, scope: dict) -> tuple[Expr, tuple]:
+        for bad, (what, sugg) in _BAD_NODES.items():
+            if isinstance(node, bad):
+                raise self.err(st, node, what, sugg)
+        if isinstance(node, ast.Constant):
+            v = node.value
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                what = "strings are not allowed" if isinstance(v, str) else f"{v!r} is not allowed"
+                sugg = (
+                    "Use 1 and 0 for true and false."
+                    if isinstance(v, bool)
+                    else "Expressions are made of numbers, names, operators and function calls."
+                )
+                raise self.err(st, node, what, sugg)
+            return Num(v), ()
+        if isinstance(node, ast.Name):
+            return self.lookup(st, node, scope)
+        if isinstance(node, ast.UnaryOp):
+            if isinstance(node.op, ast.Invert):
+                raise self.err(
+                    st,
+                    node,
+                    "'~' is allowed only after the name in 'random:' and "
+                    "'derived:' (eta ~ MvNormal(omega), DV ~ Normal(conc, sigma))",
+                    "Use 'not' for logical negation.",
+                )
+            op = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not"}[type(node.op)]
+            return Unary(op, self.scalar(st, node.operand, scope)), ()
+        if isinstance(node, ast.BinOp):
+            if type(node.op) in _BAD_BINOPS:
+                raise self.err(st, node, *_BAD_BINOPS[type(node.op)])
+            return BinOp(
+                _BINOPS[type(node.op)],
+                self.scalar(st, node.left, scope),
+                self.scalar(st, node.right, scope),
+            ), ()
+        if isinstance(node, ast.BoolOp):
+            op = "and" if isinstance(node.op, ast.And) else "or"
+            return BoolOp(op, tuple(self.scalar(st, v, scope) for v in node.values)), ()
+        if isinstance(node, ast.Compare):
+            parts = []
+            left = self.scalar(st, node.left, scope)
+            for op, comp in zip(node.ops, node.comparators):
+                if type(op) not in _CMPOPS:
+                    raise self.err(
+                        st,
+                        node,
+                        f"the comparison '{type(op).__name__}' is not supported",
+                        "Use <, <=, >, >=, == or !=.",
+                    )
+                right = self.scalar(st, comp, scope)
+                parts.append(Compare(_CMPOPS[type(op)], left, right))
+                left = right
+            return (parts[0] if len(parts) == 1 else BoolOp("and", tuple(parts))), ()
+        if isinstance(node, ast.IfExp):
+            return IfElse(
+                self.scalar(st, node.test, scope),
+                self.scalar(st, node.body, scope),
+                self.scalar(st, node.orelse, scope),
+            ), ()
+        if isinstance(node, ast.Call):
+            return self.call(st, node, scope)
+        if isinstance(node, ast.Subscript):
+            return self.index(st, node, scope)
+        raise self.err(
+            st,
+            node,
+            f"'{ast.unparse(node)}' is not allowed in an expression",
+            "Expressions are made of numbers, names, operators and function calls.",
+        )
+
+    def call(self, st: _Stmt, node: ast.Call, scope: dict) -> tuple[Expr, tuple]:
+        if not isinstance(node.func, ast.Name):
+            for bad, (what, sugg) in _BAD_NODES.items():
+                if isinstance(node.func, bad):
+                    raise self.err(st, node.func, what, sugg)
+            raise self.err(
+                st,
+                node,
+                "only named functions can be called",
+                "Allowed functions: " + ", ".join(FUNCTIONS) + ".",
+            )
+        fname = node.func.id
+        if node.keywords:
+            raise self.err(
+                st,
+                node.keywords[0].value,
+                f"'{fname}' takes no keyword arguments",
+                "Pass the arguments by position.",
+            )
+        if fname in FUNCTIONS:
+            f = FUNCTIONS[fname]
+            if not f.accepts(len(node.args)):
+                n = f.nargs if isinstance(f.nargs, int) else f"at least {f.nargs[0]}"
+                raise self.err(
+                    st,
+                    node,
+                    f"{fname}() takes {n} argument{'' if n == 1 else 's'}, got {len(node.args)}",
+                    f"The signature is {f.signature}.",
+                )
+            return Call(fname, tuple(self.scalar(st, a, scope) for a in node.args)), ()
+        if fname in scope and scope[fname][0] == "param" and fname in self.domains:
+            dom = self.domains[fname]
+            if getattr(dom, "callable", False):
+                args = tuple(self.scalar(st, a, scope) for a in node.args)
+                try:
+                    shape = tuple(dom.call_shape(len(args)))
+                except DomainError as e:
+                    raise self.err(st, node, str(e)) from None
+                return Call(fname, args, kind="param"), shape
+        if fname in DISTRIBUTIONS or fname in ("MvNormal",):
+            raise self.err(
+                st,
+                node,
+                f"the distribution '{fname}' can only appear after '~'",
+                "Write an observation such as DV ~ Normal(conc, sigma) in 'derived:'.",
+            )
+        if fname in scope:
+            raise self.err(
+                st,
+                node.func,
+                f"'{fname}' is not a function",
+                "Only the built-in functions and declared networks can be called.",
+            )
+        sugg = did_you_mean(fname, FUNCTIONS)
+        raise self.err(
+            st,
+            node.func,
+            f"unknown function '{fname}'",
+            (sugg + " " if sugg else "") + "Allowed functions: " + ", ".join(FUNCTIONS) + ".",
+        )
+
+    def index(self, st: _Stmt, node: ast.Subscript, scope: dict) -> tuple[Expr, tuple]:
+        value, shape = self.expr(st, node.value, scope)
+        label = ast.unparse(node.value)
+        if len(shape) != 1:
+            what = "a number" if shape == () else "a matrix"
+            raise self.err(
+                st,
+                node,
+                f"'{label}' is {what} and cannot be indexed",
+                "Only vectors (MvNormal random effects, Vector parameters, network "
+                "outputs) can be indexed.",
+            )
+        sl = node.slice
+        neg = isinstance(sl, ast.UnaryOp) and isinstance(sl.op, ast.USub)
+        c = sl.operand if neg else sl
+        if not (
+            isinstance(c, ast.Constant)
+            and isinstance(c.value, int)
+            and not isinstance(c.value, bool)
+        ):
+            raise self.err(
+                st,
+                sl,
+                f"the index of '{label}' must be a whole number such as 0",
+                f"Use a constant index, e.g. {label}[0].",
+            )
+        i = -c.value if neg else c.value
+        if not 0 <= i < shape[0]:
+            raise self.err(
+                st,
+                sl,
+                f"index {i} is out of range for '{label}', which has "
+                f"{shape[0]} element{'s' if shape[0] != 1 else ''}",
+                f"Use an index from 0 to {shape[0] - 1}.",
+            )
+        return Index(value, i), ()
+
+    # ------------------------------------------------------------------ literals (param:)
+    def literal(self, st: _Stmt, node: ast.AST):
+        if isinstance(node, ast.Constant) and (
+            isinstance(node.value, int | float) or node.value is None
+        ):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+            v = self.literal(st, node.operand)
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise self.err(st, node, "'-' applies only to numbers here")
+            return -v if isinstance(node.op, ast.USub) else v
+        if isinstance(node, ast.List):
+            return [self.literal(st, e) for e in node.elts]
+        if isinstance(node, ast.Tuple):
+            return tuple(self.literal(st, e) for e in node.elts)
+        if isinstance(node, ast.Name):
+            if node.id in ("True", "False"):
+                return node.id == "True"
+            return Symbol(node.id)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            args = tuple(self.literal(st, a) for a in node.args)
+            kw = tuple((k.arg, self.literal(st, k.value)) for k in node.keywords)
+            return ConstCall(node.func.id, args, kw)
+        raise self.err(
+            st,
+            node,
+            f"'{ast.unparse(node)}' is not a constant",
+            "Parameter declarations take numbers, lists of numbers and names, e.g. "
+            "Real(init=0.5, lower=0).",
+        )
+
+    # ------------------------------------------------------------------ blocks
+    def declare(self, name: str, loc: Loc, what: str, st: _Stmt, node) -> None:
+        if name in RESERVED:
+            raise self.err(
+                st,
+                node,
+                f"'{name}' is reserved and cannot be declared",
+                "'t' is the time; choose another name.",
+            )
+        if name in FUNCTIONS:
+            raise self.err(
+                st,
+                node,
+                f"'{name}' is a built-in function and cannot be used as a name",
+                "Choose another name.",
+            )
+        if name in self.declared:
+            blk, first, _ = self.declared[name]
+            raise self.err(
+                st,
+                node,
+                f"'{name}' is assigned twice (first on line {first.line}, in '{blk}:')",
+                "Each name is assigned once; give the new value a new name.",
+            )
+        self.declared[name] = (self.block, loc, what)
+
+    def wrong_stmt(self, st: _Stmt, hint: str):
+        return self.err(st, st.node, f"this statement does not belong in '{self.block}:'", hint)
+
+    def run(self) -> ParsedModel:
+        blocks = self.split()
+        for b in blocks.values():
+            for st in b.stmts:
+                self.parse_stmt(st)
+        get = lambda name: blocks[name].stmts if name in blocks else []  # noqa: E731
+
+        # ---- param
+        self.block = "param"
+        params: list[ParamDecl] = []
+        for st in get("param"):
+            node = st.node
+            if (
+                st.kind != "plain"
+                or not isinstance(node, ast.Assign)
+                or not isinstance(node.targets[0], ast.Name)
+            ):
+                raise self.wrong_stmt(st, "Declare parameters as 'name = Real(init=...)'.")
+            name = node.targets[0].id
+            self.declare(name, st.loc(node.targets[0]), "param", st, node.targets[0])
+            params.append(ParamDecl(name, self.domain(st, node.value), st.loc(node)))
+            self.domains[name] = params[-1].domain
+        scope: dict[str, tuple[str, tuple]] = {
+            p.name: ("param", tuple(p.domain.shape)) for p in params
+        }
+        param_scope = dict(scope)
+
+        # ---- random
+        self.block = "random"
+        random: list[RandomDecl] = []
+        for st in get("random"):
+            node = st.node
+            if st.kind != "tilde":
+                raise self.wrong_stmt(
+                    st,
+                    "Declare random effects as 'eta ~ MvNormal(omega)' or "
+                    "'eta_cl ~ Normal(0, sd)'.",
+                )
+            tgt = node.targets[0]
+            self.declare(tgt.id, st.loc(tgt), "random", st, tgt)
+            random.append(self.random_effect(st, tgt.id, node.value, param_scope))
+        for r in random:
+            scope[r.name] = ("random", (r.size,) if r.is_vector else ())
+
+        # ---- covariates
+        self.block = "covariates"
+        covariates: list[str] = []
+        for st in get("covariates"):
+            node = st.node
+            elts = []
+            if isinstance(node, ast.Expr) and st.kind == "plain":
+                v = node.value
+                elts = v.elts if isinstance(v, ast.Tuple) else [v]
+            if not elts or not all(isinstance(e, ast.Name) for e in elts):
+                raise self.wrong_stmt(st, "List covariate columns by name: 'covariates: WT, AGE'.")
+            for e in elts:
+                self.declare(e.id, st.loc(e), "covariate", st, e)
+                covariates.append(e.id)
+                scope[e.id] = ("covariate", ())
+
+        # ---- collect names of later blocks (for 'used before assigned' messages)
+        dyn = get("dynamics")
+        closed = None
+        if len(dyn) == 1 and isinstance(dyn[0].node, ast.Expr) and dyn[0].kind == "plain":
+            closed = dyn[0]
+        for blk in ("pre", "dynamics", "derived"):
+            self.block = blk
+            for st in get(blk):
+                if st is closed:
+                    continue
+                node = st.node
+                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+                    tgt = node.targets[0]
+                    what = {"plain": "var", "deriv": "state", "tilde": "output"}[st.kind]
+                    if blk == "pre" and st.kind != "plain":
+                        raise self.wrong_stmt(
+                            st,
+                            "'pre:' holds assignments 'name = expression'; "
+                            "derivatives go in 'dynamics:', observations in "
+                            "'derived:'.",
+                        )
+                    if blk == "dynamics" and st.kind == "tilde":
+                        raise self.wrong_stmt(st, "Observations 'DV ~ ...' go in 'derived:'.")
+                    if blk == "derived" and st.kind == "deriv":
+                        raise self.wrong_stmt(st, "Derivatives 'X' = ...' go in 'dynamics:'.")
+                    self.declare(tgt.id, st.loc(tgt), what, st, tgt)
+                elif isinstance(node, ast.Expr) and blk == "dynamics":
+                    raise self.err(
+                        st,
+                        node,
+                        "a closed-form model name must be the only statement of 'dynamics:'",
+                        "Use either ODEs (Name' = ...) or one closed-form name such "
+                        "as 'dynamics: OneCompartmentOral'.",
+                    )
+                else:
+                    hint = {
+                        "pre": "Write 'name = expression'.",
+                        "dynamics": "Write ODEs as 'Central' = expression'.",
+                        "derived": "Write 'name = expression' or 'DV ~ Normal(conc, sigma)'.",
+                    }[blk]
+                    raise self.wrong_stmt(st, hint)
+
+        # ---- states
+        closed_form = None
+        states: tuple[str, ...]
+        if closed is not None:
+            self.block = "dynamics"
+            v = closed.node.value
+            if not isinstance(v, ast.Name):
+                raise self.err(
+                    closed,
+                    v,
+                    "expected the name of a closed-form model",
+                    "Available: " + ", ".join(CLOSED_FORMS) + ".",
+                )
+            if v.id not in CLOSED_FORMS:
+                sugg = did_you_mean(v.id, CLOSED_FORMS)
+                raise self.err(
+                    closed,
+                    v,
+                    f"unknown closed-form model '{v.id}'",
+                    (sugg + " " if sugg else "") + "Available: " + ", ".join(CLOSED_FORMS) + ".",
+                )
+            closed_form = v.id
+            states = CLOSED_FORMS[v.id].states
+            for s in states:
+                self.block = "dynamics"
+                self.declare(s, closed.loc(v), "state", closed, v)
+        else:
+            states = tuple(st.node.targets[0].id for st in dyn if st.kind == "deriv")
+
+        # ---- pre
+        self.block = "pre"
+        pre: list[Assign] = []
+        for st in get("pre"):
+            node = st.node
+            e = self.scalar(st, node.value, scope)
+            name = node.targets[0].id
+            pre.append(Assign(name, e, st.loc(node)))
+            scope[name] = ("pre", ())
+        base_scope = dict(scope)
+        if closed_form is not None:
+            cf = CLOSED_FORMS[closed_form]
+            have = [a.name for a in pre]
+            for p in cf.params:
+                if p not in have:
+                    c = closest(p, have)
+                    hint = f"Found '{c}': names are case-sensitive. " if c else ""
+                    raise self.err(
+                        closed,
+                        closed.node.value,
+                        f"{closed_form} needs the individual parameter '{p}' assigned in 'pre:'",
+                        hint + f"{closed_form} uses " + ", ".join(cf.params) + ".",
+                    )
+
+        # ---- dynamics
+        self.block = "dynamics"
+        dynamics: list[Assign | Derivative] = []
+        dyn_scope = dict(base_scope)
+        dyn_scope["t"] = ("time", ())
+        for s in states:
+            dyn_scope[s] = ("state", ())
+        dyn_vars: dict[str, tuple[str, tuple]] = {}
+        if closed_form is None:
+            for st in dyn:
+                node = st.node
+                name = node.targets[0].id
+                e = self.scalar(st, node.value, dyn_scope)
+                if st.kind == "deriv":
+                    dynamics.append(Derivative(name, e, st.loc(node)))
+                else:
+                    dynamics.append(Assign(name, e, st.loc(node)))
+                    dyn_scope[name] = dyn_vars[name] = ("var", ())
+
+        # ---- dosing / init
+        self.block = "dosing"
+        dosing: list[DosingAssign] = []
+        seen: dict[tuple[str, str], int] = {}
+        for st in get("dosing"):
+            dosing.append(self.dosing_stmt(st, states, base_scope, seen))
+        self.block = "init"
+        init: list[Assign] = []
+        seen_init: dict[str, int] = {}
+        for st in get("init"):
+            node = st.node
+            if (
+                st.kind != "plain"
+                or not isinstance(node, ast.Assign)
+                or not isinstance(node.targets[0], ast.Name)
+            ):
+                raise self.wrong_stmt(st, "Write initial conditions as 'Central = expression'.")
+            tgt = node.targets[0]
+            self.check_state(st, tgt, tgt.id, states)
+            if tgt.id in seen_init:
+                raise self.err(
+                    st,
+                    tgt,
+                    f"the initial value of '{tgt.id}' is assigned twice "
+                    f"(first on line {seen_init[tgt.id]})",
+                    "Keep one of them.",
+                )
+            seen_init[tgt.id] = st.line
+            init.append(Assign(tgt.id, self.scalar(st, node.value, base_scope), st.loc(node)))
+
+        # ---- derived
+        self.block = "derived"
+        der_scope = dict(base_scope)
+        der_scope["t"] = ("time", ())
+        for s in states:
+            der_scope[s] = ("state", ())
+        der_scope.update(dyn_vars)
+        derived: list[Assign | Observation] = []
+        for st in get("derived"):
+            node = st.node
+            name = node.targets[0].id
+            if st.kind == "tilde":
+                derived.append(self.observation(st, name, node.value, der_scope))
+            else:
+                derived.append(Assign(name, self.scalar(st, node.value, der_scope), st.loc(node)))
+                der_scope[name] = ("var", ())
+
+        ir = ModelIR(
+            params=tuple(params),
+            random=tuple(random),
+            covariates=tuple(covariates),
+            pre=tuple(pre),
+            dosing=tuple(dosing),
+            init=tuple(init),
+            dynamics=tuple(dynamics),
+            closed_form=closed_form,
+            derived=tuple(derived),
+            states=tuple(states),
+        )
+        return ParsedModel(ir, param_kinds(ir))
+
+    # ------------------------------------------------------------------ statement helpers
+    def domain(self, st: _Stmt, node: ast.AST):
+        names = domain_names()
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            hint = "Declare a domain, e.g. Real(init=0.5), Positive(init=1.0) or Fixed(2.0)."
+            if isinstance(node, ast.Constant | ast.UnaryOp):
+                v = ast.unparse(node)
+                hint = f"Write Real(init={v}) to estimate it or Fixed({v}) to hold it constant."
+            raise self.err(st, node, "a parameter needs a domain", hint)
+        dname = node.func.id
+        factory = domain_factory(dname)
+        if factory is None:
+            sugg = did_you_mean(dname, names)
+            raise self.err(
+                st,
+                node.func,
+                f"unknown parameter domain '{dname}'",
+                (sugg + " " if sugg else "") + "Domains: " + ", ".join(names) + ".",
+            )
+        args = [self.literal(st, a) for a in node.args]
+        kwargs = {k.arg: self.literal(st, k.value) for k in node.keywords}
+        sig_text = f"{dname}{inspect.signature(factory)}".split(" ->")[0]
+        try:
+            inspect.signature(factory).bind(*args, **kwargs)
+        except TypeError as e:
+            bad = [k for k in kwargs if k not in inspect.signature(factory).parameters]
+            hint = ""
+            if bad:
+                hint = did_you_mean(bad[0], inspect.signature(factory).parameters)
+                hint = (hint + " ") if hint else ""
+            raise self.err(
+                st,
+                node,
+                f"wrong arguments for {dname}: {e}",
+                hint + f"The signature is {sig_text}.",
+            ) from None
+        try:
+            return factory(*args, **kwargs)
+        except DomainError as e:
+            raise self.err(st, node, f"{dname}: {e}", f"The signature is {sig_text}.") from None
+
+    def random_effect(self, st: _Stmt, name: str, node: ast.AST, scope: dict) -> RandomDecl:
+        loc = st.loc(st.node)
+        nocov = (
+            "Write 'eta ~ MvNormal(omega)' with omega = PDiag(init=[...]) or "
+            "PSD(init=[[...]]) in 'param:', or 'eta ~ Normal(0, sd)'."
+        )
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            raise self.err(st, node, f"random effect '{name}' needs a distribution", nocov)
+        dist = node.func.id
+        if node.keywords:
+            raise self.err(
+                st,
+                node.keywords[0].value,
+                f"{dist} takes no keyword arguments here",
+                "Pass the arguments by position.",
+            )
+        if dist == "MvNormal":
+            if len(node.args) == 0:
+                raise self.err(st, node, f"random effect '{name}' has no covariance", nocov)
+            if len(node.args) != 1:
+                raise self.err(
+                    st,
+                    node,
+                    f"MvNormal takes 1 argument (the covariance matrix), got {len(node.args)}",
+                    "Random effects have mean 0: write MvNormal(omega).",
+                )
+            a = node.args[0]
+            mats = [p for p, (_, s) in scope.items() if len(s) == 2]
+            if not isinstance(a, ast.Name):
+                raise self.err(
+                    st,
+                    a,
+                    "the covariance of MvNormal must be the name of a PDiag or PSD parameter",
+                    nocov,
+                )
+            if a.id not in scope:
+                sugg = did_you_mean(a.id, mats)
+                raise self.err(
+                    st,
+                    a,
+                    f"random effect '{name}' has no covariance: '{a.id}' is "
+                    "not a declared parameter",
+                    sugg or nocov,
+                )
+            shape = scope[a.id][1]
+            if len(shape) != 2:
+                raise self.err(
+                    st,
+                    a,
+                    f"'{a.id}' is not a covariance matrix (it is {self.domains[a.id].describe()})",
+                    "Declare it as PDiag(init=[...]) or PSD(init=[[...]]).",
+                )
+            return RandomDecl(name, "MvNormal", shape[0], cov=a.id, loc=loc)
+        if dist == "Normal":
+            if len(node.args) < 2:
+                raise self.err(
+                    st,
+                    node,
+                    f"random effect '{name}' has no standard deviation",
+                    "Write Normal(0, sd), with sd an expression of parameters.",
+                )
+            if len(node.args) > 2:
+                raise self.err(
+                    st,
+                    node,
+                    f"Normal takes 2 arguments (0, sd), got {len(node.args)}",
+                    "Write Normal(0, sd).",
+                )
+            m = node.args[0]
+            if not (isinstance(m, ast.Constant) and m.value == 0 and not isinstance(m.value, bool)):
+                raise self.err(
+                    st,
+                    m,
+                    "the mean of a random effect must be 0",
+                    "Put the typical value in 'pre:', e.g. cl = tcl * exp(eta_cl).",
+                )
+            sd = self.scalar(st, node.args[1], scope)
+            return RandomDecl(name, "Normal", 1, sd=sd, loc=loc)
+        sugg = did_you_mean(dist, ("MvNormal", "Normal"))
+        raise self.err(
+            st,
+            node.func,
+            f"unknown random-effect distribution '{dist}'",
+            (sugg + " " if sugg else "") + "Use MvNormal(omega) or Normal(0, sd).",
+        )
+
+    def check_state(self, st: _Stmt, node, name: str, states) -> None:
+        if name in states:
+            return
+        if not states:
+            raise self.err(
+                st,
+                node,
+                f"'{name}' is not a state: this model has no dynamics",
+                "Add a 'dynamics:' block (ODEs or a closed-form model name).",
+            )
+        sugg = did_you_mean(name, states)
+        raise self.err(
+            st,
+            node,
+            f"'{name}' is not a state of the dynamics",
+            (sugg + " " if sugg else "") + "States: " + ", ".join(states) + ".",
+        )
+
+    def dosing_stmt(self, st, states, scope, seen) -> DosingAssign:
+        node = st.node
+        tgt = node.targets[0] if isinstance(node, ast.Assign) else None
+        if (
+            st.kind != "plain"
+            or not isinstance(tgt, ast.Subscript)
+            or not isinstance(tgt.value, ast.Name)
+        ):
+            raise self.wrong_stmt(
+                st,
+                "Write dose modifiers as 'lag[Depot] = expression' (lag, bioav, rate, duration).",
+            )
+        kind = tgt.value.id
+        if kind not in DOSING_KINDS:
+            sugg = did_you_mean(kind, DOSING_KINDS)
+            raise self.err(
+                st,
+                tgt.value,
+                f"unknown dosing parameter '{kind}'",
+                (sugg + " " if sugg else "") + "Use lag, bioav, rate or duration.",
+            )
+        sl = tgt.slice
+        if not isinstance(sl, ast.Name):
+            hint = "Write the state's name, e.g. lag[Depot]."
+            if (
+                isinstance(sl, ast.Constant)
+                and isinstance(sl.value, int)
+                and 1 <= sl.value <= len(states)
+            ):
+                hint = f"Write the state's name: CMT {sl.value} is {states[sl.value - 1]}."
+            raise self.err(st, sl, f"'{kind}[...]' needs a state name", hint)
+        self.check_state(st, sl, sl.id, states)
+        if (kind, sl.id) in seen:
+            raise self.err(
+                st,
+                tgt,
+                f"'{kind}[{sl.id}]' is assigned twice (first on line {seen[(kind, sl.id)]})",
+                "Keep one of them.",
+            )
+        seen[(kind, sl.id)] = st.line
+        return DosingAssign(kind, sl.id, self.scalar(st, node.value, scope), st.loc(node))
+
+    def observation(self, st, name, node, scope) -> Observation:
+        dists = ", ".join(d.signature for d in DISTRIBUTIONS.values())
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            raise self.err(
+                st,
+                node,
+                f"the observation '{name}' needs a distribution",
+                f"Write e.g. {name} ~ Normal(conc, sigma). Distributions: {dists}.",
+            )
+        dname = node.func.id
+        if dname not in DISTRIBUTIONS:
+            sugg = did_you_mean(dname, DISTRIBUTIONS)
+            raise self.err(
+                st,
+                node.func,
+                f"unknown observation distribution '{dname}'",
+                (sugg + " " if sugg else "") + f"Distributions: {dists}.",
+            )
+        spec = DISTRIBUTIONS[dname]
+        args: list = [None] * len(spec.argnames)
+        if len(node.args) > len(args):
+            raise self.err(
+                st,
+                node,
+                f"{dname} takes {len(args)} argument"
+                f"{'s' if len(args) != 1 else ''}, got {len(node.args)}",
+                f"The signature is {spec.signature}.",
+            )
+        for i, a in enumerate(node.args):
+            args[i] = self.scalar(st, a, scope)
+        for kw in node.keywords:
+            if kw.arg not in spec.argnames:
+                sugg = did_you_mean(kw.arg or "", spec.argnames)
+                raise self.err(
+                    st,
+                    kw.value,
+                    f"{dname} has no argument '{kw.arg}'",
+                    (sugg + " " if sugg else "") + f"The signature is {spec.signature}.",
+                )
+            i = spec.argnames.index(kw.arg)
+            if args[i] is not None:
+                raise self.err(
+                    st,
+                    kw.value,
+                    f"{dname} got '{kw.arg}' twice",
+                    f"The signature is {spec.signature}.",
+                )
+            args[i] = self.scalar(st, kw.value, scope)
+        if any(a is None for a in args):
+            n = len(node.args) + len(node.keywords)
+            raise self.err(
+                st,
+                node,
+                f"{dname} takes {len(args)} argument{'s' if len(args) != 1 else ''}, got {n}",
+                f"The signature is {spec.signature}.",
+            )
+        return Observation(name, dname, tuple(args), st.loc(st.node))
+
+
+# ----------------------------------------------------------------------------------------------
+# parameter kinds
+
+
+def param_kinds(ir: ModelIR) -> tuple[ParamSpec, ...]:
+    """ParamSpecs with their kinds, from how each parameter is used in the model."""
+    deps: dict[str, set[str]] = {}
+
+    def params_of(e) -> set[str]:
+        out: set[str] = set()
+        for n, kind in names_in(e):
+            if kind == "param":
+                out.add(n)
+            elif n in deps:
+                out |= deps[n]
+        return out
+
+    for a in ir.pre:
+        deps[a.name] = params_of(a.expr)
+    for s in ir.dynamics:
+        if isinstance(s, Assign):
+            deps[s.name] = params_of(s.expr)
+    for s in ir.derived:
+        if isinstance(s, Assign):
+            deps[s.name] = params_of(s.expr)
+
+    other: set[str] = set()
+    scale: set[str] = set()
+    variance: set[str] = set()
+    for r in ir.random:
+        variance |= {r.cov} if r.cov else params_of(r.sd)
+    for s in ir.dynamics:
+        if isinstance(s, Derivative):
+            other |= params_of(s.expr)
+    for s in (*ir.dosing, *ir.init):
+        other |= params_of(s.expr)
+    if ir.closed_form is not None:
+        for p in CLOSED_FORMS[ir.closed_form].params:
+            other |= deps.get(p, set())
+    for s in ir.derived:
+        if isinstance(s, Observation):
+            spec = DISTRIBUTIONS[s.dist]
+            for an, a in zip(spec.argnames, s.args):
+                (scale if an in spec.scale_args else other).update(params_of(a))
+    # a parameter that appears in an expression of pre/dynamics/derived (a call, for example)
+    # but reaches no sink is still a fixed effect
+    specs = []
+    for p in ir.params:
+        forced = getattr(p.domain, "kind", None)
+        if forced:
+            kind = forced
+        elif p.name in variance:
+            kind = "variance"
+        elif p.name in scale and p.name not in other:
+            kind = "residual"
+        else:
+            kind = "fixed effect"
+        specs.append(ParamSpec(p.name, p.domain, kind, p.loc.line))
+    return tuple(specs)
+
+
+def parse_model(text: str, origin: str | None = None) -> ParsedModel:
+    """Parse model text into the IR and parameter specifications (raises ModelError)."""
+    return _Parser(SourceText(text, origin)).run()

@@ -1,0 +1,202 @@
+"""Simulation from a model, and predictions without noise."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from ..errors import OptionError
+from ..likelihood._from_model import batched, binding_of, model_problem
+from ..solve._ode import OdeOptions
+from ..solve._subject import raise_failed_solves
+
+
+def inverse_transform(transform: str | None, h, lam):
+    """y from h(y) for the transforms of the observation models (see `transform_obs`)."""
+    if transform is None:
+        return h
+    if transform == "log":
+        return jnp.exp(h)
+    if transform == "logit":
+        return jax.nn.sigmoid(h)
+    if transform == "boxcox":
+        small = jnp.abs(lam) < 1e-10
+        ls = jnp.where(small, 1.0, lam)
+        return jnp.where(small, jnp.exp(h), jnp.power(jnp.maximum(ls * h + 1.0, 0.0), 1.0 / ls))
+    if transform == "yeojohnson":
+        s0 = jnp.abs(lam) < 1e-10
+        s2 = jnp.abs(lam - 2.0) < 1e-10
+        l0 = jnp.where(s0, 1.0, lam)
+        l2 = jnp.where(s2, 1.0, 2.0 - lam)
+        pos = jnp.where(s0, jnp.expm1(h), jnp.power(jnp.maximum(l0 * h + 1.0, 0.0), 1.0 / l0) - 1)
+        neg = jnp.where(
+            s2, -jnp.expm1(-h), 1.0 - jnp.power(jnp.maximum(1.0 - l2 * h, 0.0), 1.0 / l2)
+        )
+        return jnp.where(h >= 0, pos, neg)
+    raise ValueError(f"unknown transform {transform!r}")
+
+
+def _theta(model, params) -> dict[str, Any]:
+    """Constrained parameter values: the model's initial values updated by `params`."""
+    cm = model.compiled
+    values = {p.name: p.init for p in cm.params if p.size > 0}
+    if params is not None:
+        if hasattr(params, "estimates"):  # a Fit
+            params = params.estimates
+        if not isinstance(params, Mapping):
+            raise OptionError(
+                f"`params` must be None, a dict of parameter values by name or a Fit; got "
+                f"{type(params).__name__}"
+            )
+        names = {p.name for p in cm.params}
+        for k, v in params.items():
+            if k not in names:
+                raise OptionError(
+                    f"`params` names unknown parameter '{k}'; the model's parameters are "
+                    f"{', '.join(sorted(names))}"
+                )
+            if k in values:
+                values[k] = v
+    return cm.unpack(cm.pack(values))
+
+
+def _etas(model, theta, n: int, etas, key) -> jax.Array:
+    cm = model.compiled
+    q = cm.eta_size
+    if etas is not None:
+        e = np.asarray(etas, dtype=np.float64)
+        if e.shape != (n, q):
+            raise OptionError(
+                f"`etas` must have shape (subjects, random effects) = ({n}, {q}); got {e.shape}"
+            )
+        return jnp.asarray(e)
+    if q == 0:
+        return jnp.zeros((n, 0))
+    omega = cm.omega(theta)
+    chol = jnp.linalg.cholesky(omega + 1e-300 * jnp.eye(q))
+    return jax.random.normal(key, (n, q), dtype=jnp.float64) @ chol.T
+
+
+def _draw(dist, key, shape):
+    if dist.family == "normal":
+        h = dist.mean + dist.sd * jax.random.normal(key, shape, dtype=jnp.float64)
+        return inverse_transform(dist.transform, h, dist.lam)
+    if dist.family == "poisson":
+        return jax.random.poisson(key, dist.rate, shape).astype(jnp.float64)
+    if dist.family == "bernoulli":
+        return jax.random.bernoulli(key, dist.p, shape).astype(jnp.float64)
+    raise ValueError(f"unknown family {dist.family!r}")
+
+
+def simulate(
+    model,
+    population,
+    params: Any = None,
+    *,
+    seed: int,
+    etas: Any = None,
+    residual: bool = True,
+    ode_options: OdeOptions | None = None,
+):
+    """Simulated observations: a new `Population` whose DV values are drawn from the model.
+
+    **Arguments**
+
+    - `model`: a `Model`; `population`: the design (a `Population`, e.g. from `read_data` or
+      `deepnlme.make_population`; its DV values are ignored).
+    - `params`: parameter values by name (the rest from the model's initial values), or a Fit.
+    - `seed`: the seed of the random draws (random effects, then residual errors). The same
+      seed gives the same data; no global random state is read or advanced.
+    - `etas`: `[N, q]` random effects to use instead of drawing them.
+    - `residual`: False gives the noise-free individual predictions as DV.
+
+    The drawn random effects are in `result.attrs`-like form via `simulate_with_etas`.
+    """
+    pop, _ = simulate_with_etas(
+        model, population, params, seed=seed, etas=etas, residual=residual,
+        ode_options=ode_options,
+    )
+    return pop
+
+
+def simulate_with_etas(
+    model, population, params=None, *, seed: int, etas=None, residual=True, ode_options=None
+):
+    """Like `simulate`, and also returns the random effects used (``[N, q]`` array)."""
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise OptionError(f"`seed` must be an integer; got {seed!r}")
+    _, predictor = model_problem(model, population, ode_options=ode_options)
+    binding = binding_of(model, population, ode_options)
+    theta = _theta(model, params)
+    key_eta, key_eps = jax.random.split(jax.random.key(int(seed)))
+    n = len(binding.ids)
+    eta = _etas(model, theta, n, etas, key_eta)
+    pred = batched(predictor.predict)(theta, eta, binding.data)
+    raise_failed_solves(pred.ok, pred.fail_time, binding.ids, "the simulation")
+    out_idx = binding.data.obs_output
+    y = None
+    keys = jax.random.split(key_eps, len(pred.per_output))
+    for k, dist in enumerate(pred.per_output):
+        yk = _draw(dist, keys[k], out_idx.shape) if residual else dist.pred
+        y = yk if y is None else jnp.where(out_idx == k, yk, y)
+    y = np.where(np.asarray(binding.data.obs_mask), np.asarray(y), np.nan)
+    return population.with_dv(y), np.asarray(eta)
+
+
+def model_predict(
+    model,
+    population,
+    params: Any = None,
+    *,
+    etas: Any = None,
+    ode_options: OdeOptions | None = None,
+) -> pd.DataFrame:
+    """Noise-free predictions: one row per observation with PRED (η = 0) and IPRED.
+
+    **Arguments**
+
+    - `params`: parameter values by name (the rest from the model), or a Fit.
+    - `etas`: `[N, q]` individual random effects for IPRED (default 0, so IPRED = PRED).
+
+    Columns: ID, TIME, ENDPOINT, DV, PRED, IPRED, then every variable of the `derived:` block
+    at the individual parameters.
+    """
+    _, predictor = model_problem(model, population, ode_options=ode_options)
+    binding = binding_of(model, population, ode_options)
+    theta = _theta(model, params)
+    n = len(binding.ids)
+    eta = _etas(model, theta, n, etas if etas is not None else np.zeros((n, model.compiled.eta_size)),
+                None)
+    return prediction_frame(predictor, binding, population, theta, eta)
+
+
+def prediction_frame(predictor, binding, population, theta, eta) -> pd.DataFrame:
+    """The per-observation frame of `model_predict` for given theta and etas ``[N, q]``."""
+    zero = jnp.zeros_like(eta)
+    ipred = batched(predictor.predict)(theta, eta, binding.data)
+    raise_failed_solves(ipred.ok, ipred.fail_time, binding.ids)
+    ppred = batched(predictor.predict)(theta, zero, binding.data)
+    derived = batched(predictor.derived_values)(theta, eta, binding.data)
+    mask = np.asarray(binding.data.obs_mask)
+    n, t = mask.shape
+    ids = np.repeat(np.asarray(binding.ids, dtype=object), t).reshape(n, t)
+    outputs = population.endpoints
+    a = population.arrays()
+    frame = {
+        "ID": ids[mask],
+        "TIME": np.asarray(binding.data.obs_time)[mask],
+        "ENDPOINT": np.asarray(outputs, dtype=object)[a.obs_endpoint][mask],
+        "DV": np.asarray(binding.data.obs_dv)[mask],
+        "PRED": np.asarray(ppred.dist.pred)[mask],
+        "IPRED": np.asarray(ipred.dist.pred)[mask],
+    }
+    for name, val in derived.items():
+        v = np.asarray(val)
+        if v.shape == mask.shape and name not in frame:
+            frame[name] = v[mask]
+    return pd.DataFrame(frame)

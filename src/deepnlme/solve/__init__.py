@@ -1,0 +1,28 @@
+"""Subject-level predictions: closed-form PK models and general ODE models across dose events.
+
+Everything here works on ONE subject; callers ``jax.vmap`` over subjects.
+"""
+
+from __future__ import annotations
+
+from ._closed_form import CLOSED_FORMS as CLOSED_FORMS
+from ._closed_form import closed_form_amounts as closed_form_amounts
+from ._closed_form import closed_form_rhs as closed_form_rhs
+from ._doses import DoseEvents as DoseEvents
+from ._doses import ResolvedDoses as ResolvedDoses
+from ._doses import resolve_doses as resolve_doses
+from ._ode import OdeOptions as OdeOptions
+from ._ode import OdeSolution as OdeSolution
+from ._ode import ode_states as ode_states
+
+__all__ = [
+    "CLOSED_FORMS",
+    "DoseEvents",
+    "OdeOptions",
+    "OdeSolution",
+    "ResolvedDoses",
+    "closed_form_amounts",
+    "closed_form_rhs",
+    "ode_states",
+    "resolve_doses",
+]

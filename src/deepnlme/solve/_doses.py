@@ -1,0 +1,135 @@
+"""Dose events of one subject and their resolution into amounts, rates and times."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ..model.types import DosingParams
+
+
+class DoseEvents(NamedTuple):
+    """Dose and reset records of ONE subject, each an array of shape ``[D]``.
+
+    These are the per-subject slices of ``PopulationArrays.dose_*`` (see docs/internals.md):
+    ``time``; ``amt``; ``cmt`` (1-based compartment number, int); ``rate`` (0 bolus, >0
+    infusion rate, -1 rate from the model, -2 duration from the model); ``ss`` (0, 1 or 2);
+    ``ii`` (interdose interval of a steady-state dose); ``evid`` (1 dose, 3 reset, 4 reset then
+    dose); ``mask`` (False for padding rows, which must have ``amt`` 0).
+    """
+
+    time: jax.Array
+    amt: jax.Array
+    cmt: jax.Array
+    rate: jax.Array
+    ss: jax.Array
+    ii: jax.Array
+    evid: jax.Array
+    mask: jax.Array
+
+
+class ResolvedDoses(NamedTuple):
+    """Doses after applying the model's lag, bioavailability, rate and duration (``[D]`` each).
+
+    ``start`` is when the dose enters the system (record time + lag; record time for a
+    steady-state constant infusion); ``kill`` is the time of the first later reset (EVID 3/4 or
+    SS=1) after which this dose no longer contributes (``inf`` if none); ``amount`` is F*AMT;
+    ``rate`` the infusion rate (0 for a bolus); ``dur`` the infusion duration (0 for a bolus);
+    ``col`` the 0-based compartment index; ``bad`` marks a record that cannot be evaluated
+    (compartment out of range, SS without II on a bolus, a modelled rate or duration that is not
+    a positive number), which makes every prediction after it nan rather than wrong.
+    """
+
+    time: jax.Array
+    start: jax.Array
+    kill: jax.Array
+    col: jax.Array
+    amount: jax.Array
+    rate: jax.Array
+    dur: jax.Array
+    is_dose: jax.Array
+    is_reset: jax.Array
+    is_inf: jax.Array
+    is_ss: jax.Array
+    ss2: jax.Array
+    is_const: jax.Array
+    ii: jax.Array
+    bad: jax.Array
+
+
+def resolve_doses(doses: DoseEvents, dosing: DosingParams, n_states: int) -> ResolvedDoses:
+    """Resolve the dose records of one subject against the model's dose modifiers."""
+    mask = jnp.asarray(doses.mask, bool)
+    evid = jnp.asarray(doses.evid)
+    ss = jnp.asarray(doses.ss)
+    cmt = jnp.asarray(doses.cmt)
+    time = jnp.asarray(doses.time, float)
+    amt = jnp.asarray(doses.amt, float)
+    rate_in = jnp.asarray(doses.rate, float)
+    ii = jnp.asarray(doses.ii, float)
+
+    is_dose = mask & ((evid == 1) | (evid == 4))
+    col_ok = (cmt >= 1) & (cmt <= n_states)
+    col = jnp.clip(cmt - 1, 0, n_states - 1)
+    bioav = jnp.asarray(dosing.bioav, float)[col]
+    lag = jnp.asarray(dosing.lag, float)[col]
+    m_rate = jnp.asarray(dosing.rate, float)[col]
+    m_dur = jnp.asarray(dosing.duration, float)[col]
+
+    amount = jnp.where(is_dose, bioav * amt, 0.0)
+    is_inf = is_dose & (rate_in != 0)
+    is_ss = is_dose & (ss >= 1)
+    is_const = is_ss & is_inf & (ii <= 0)  # steady state of a constant infusion
+    use_mrate = is_inf & (rate_in == -1)
+    use_mdur = is_inf & (rate_in == -2)
+    mrate_ok = jnp.isfinite(m_rate) & (m_rate > 0)
+    mdur_ok = jnp.isfinite(m_dur) & (m_dur > 0)
+    # double-where: the unused branches see harmless values, so no nan reaches a gradient
+    safe_mrate = jnp.where(use_mrate & mrate_ok, m_rate, 1.0)
+    safe_mdur = jnp.where(use_mdur & mdur_ok, m_dur, 1.0)
+    rate = jnp.where(
+        rate_in > 0,
+        rate_in,
+        jnp.where(use_mrate, safe_mrate, jnp.where(use_mdur, amount / safe_mdur, 0.0)),
+    )
+    rate = jnp.where(is_inf, rate, 0.0)
+    # a steady-state constant infusion delivers F * RATE per unit time (AMT is 0 there)
+    rate = jnp.where(is_const, jnp.where(use_mdur, 0.0, bioav * rate), rate)
+    safe_rate = jnp.where(is_inf & (rate > 0), rate, 1.0)
+    dur = jnp.where(is_inf & ~is_const, amount / safe_rate, 0.0)
+    start = jnp.where(is_const, time, time + lag)
+
+    is_reset = mask & ((evid == 3) | (evid == 4) | (is_ss & (ss == 1)))
+    idx = jnp.arange(time.shape[0])
+    later = idx[None, :] > idx[:, None]
+    kill = jnp.min(jnp.where(later & is_reset[None, :], time[None, :], jnp.inf), axis=1)
+
+    bad = is_dose & (
+        ~col_ok
+        | (use_mrate & ~mrate_ok)
+        | (use_mdur & ~mdur_ok)
+        | (use_mdur & is_const)
+        | (is_ss & ~is_inf & (ii <= 0))
+        | (is_inf & (rate <= 0) & (amount > 0))
+        | (is_ss & ~is_const & is_inf & (dur > ii))
+        | (is_ss & (lag >= jnp.where(ii > 0, ii, jnp.inf)))
+    )
+    return ResolvedDoses(
+        time=time,
+        start=start,
+        kill=kill,
+        col=col,
+        amount=amount,
+        rate=rate,
+        dur=dur,
+        is_dose=is_dose,
+        is_reset=is_reset,
+        is_inf=is_inf,
+        is_ss=is_ss,
+        ss2=is_ss & (ss == 2),
+        is_const=is_const,
+        ii=ii,
+        bad=bad,
+    )

@@ -1,0 +1,282 @@
+"""Subject predictions of a parsed model on a population: the model bound to the data.
+
+`bind_population(model, population)` checks that the model and the data fit together
+(covariate columns, observed outputs against endpoints) and returns the per-subject arrays the
+model needs; `SubjectPredictor` turns (theta, eta, subject) into the observation distribution
+of every observation, choosing the closed-form path when the model has one and its parameters
+are constant in time, and the ODE path otherwise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import DataError, ModelError, SolveError
+from ..model._distributions import ObsDist
+from ._closed_form import closed_form_amounts
+from ._doses import DoseEvents
+from ._ode import OdeOptions, ode_states
+
+
+class SubjectData(NamedTuple):
+    """One subject's arrays in the layout the model needs (covariates in model order).
+
+    A batch of subjects has the same fields with a leading axis N.
+    """
+
+    obs_time: jax.Array
+    obs_dv: jax.Array
+    obs_mask: jax.Array
+    obs_output: jax.Array  # index into model.outputs
+    obs_cens: jax.Array
+    obs_cov: jax.Array  # [T, K] in model covariate order
+    doses: DoseEvents
+    cov_time: jax.Array
+    cov_value: jax.Array  # [C, K]
+    cov_mask: jax.Array
+
+
+@dataclasses.dataclass(frozen=True)
+class Binding:
+    """A model bound to a population: the subject arrays and what was decided on the way."""
+
+    data: SubjectData
+    ids: tuple
+    covariate_index: tuple[int, ...]
+    time_varying: bool
+    output_of_endpoint: tuple[int, ...]
+    n_obs: int
+
+
+def _match_covariates(model_covs, pop) -> tuple[int, ...]:
+    names = list(pop.covariate_names)
+    upper = {n.upper(): i for i, n in enumerate(names)}
+    out = []
+    for c in model_covs:
+        if c in names:
+            out.append(names.index(c))
+        elif c.upper() in upper:
+            out.append(upper[c.upper()])
+        else:
+            close = difflib.get_close_matches(c, names, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise DataError(
+                f"the model declares covariate '{c}' but the data has no such column "
+                f"(covariate columns: {', '.join(names) or 'none'}).{hint} Add the column to the "
+                "data, or rename the covariate in the model's `covariates:` line."
+            )
+    return tuple(out)
+
+
+def _match_outputs(outputs: tuple[str, ...], endpoints: tuple[str, ...]) -> tuple[int, ...]:
+    if not outputs:
+        raise ModelError(
+            "the model has no observation statement (`NAME ~ Distribution(...)` in `derived:`), "
+            "so it cannot be fitted to data. Add one, for example `DV ~ Normal(conc, sigma)`."
+        )
+    if len(endpoints) == 1 and len(outputs) == 1:
+        return (0,)
+    if len(outputs) == 1:
+        raise DataError(
+            f"the data has {len(endpoints)} endpoints ({', '.join(endpoints)}) but the model "
+            f"observes only '{outputs[0]}'. Give the model one observation statement per "
+            "endpoint, named like the endpoint labels (read_data(..., endpoints={code: name}))."
+        )
+    if endpoints == ("DV",):
+        raise DataError(
+            f"the model observes {len(outputs)} outputs ({', '.join(outputs)}) but the data has "
+            "no endpoint column. Add a DVID column and read it with read_data(..., "
+            "endpoint='DVID', endpoints={1: '" + outputs[0] + "', ...})."
+        )
+    index = []
+    for e in endpoints:
+        if e in outputs:
+            index.append(outputs.index(e))
+        elif e.isdigit() and 1 <= int(e) <= len(outputs):
+            index.append(int(e) - 1)  # numeric codes in declaration order, 1-based
+        else:
+            raise DataError(
+                f"the data's endpoint '{e}' matches no observed output of the model "
+                f"({', '.join(outputs)}). Name endpoints like the outputs with "
+                "read_data(..., endpoints={code: name}), or use codes 1..K in declaration order."
+            )
+    return tuple(index)
+
+
+def bind_population(model, population) -> Binding:
+    """Check that `model` fits `population` and build the model-ordered subject arrays."""
+    cm = model.compiled
+    a = population.arrays()
+    cidx = _match_covariates(cm.covariates, population)
+    out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints))
+    sel = np.asarray(cidx, dtype=int)
+    tv = bool(any(population.time_varying[i] for i in cidx))
+    f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
+    i32 = lambda x: jnp.asarray(x, dtype=jnp.int32)  # noqa: E731
+    data = SubjectData(
+        obs_time=f64(a.obs_time),
+        obs_dv=f64(a.obs_dv),
+        obs_mask=jnp.asarray(a.obs_mask, bool),
+        obs_output=i32(np.asarray(out_of_ep, dtype=np.int32)[a.obs_endpoint]),
+        obs_cens=i32(a.obs_cens),
+        obs_cov=f64(a.obs_cov[:, :, sel]),
+        doses=DoseEvents(
+            time=f64(a.dose_time),
+            amt=f64(a.dose_amt),
+            cmt=i32(a.dose_cmt),
+            rate=f64(a.dose_rate),
+            ss=i32(a.dose_ss),
+            ii=f64(a.dose_ii),
+            evid=i32(a.dose_evid),
+            mask=jnp.asarray(a.dose_mask, bool),
+        ),
+        cov_time=f64(a.cov_time),
+        cov_value=f64(a.cov_value[:, :, sel]),
+        cov_mask=jnp.asarray(a.cov_mask, bool),
+    )
+    return Binding(
+        data=data,
+        ids=tuple(population.ids),
+        covariate_index=cidx,
+        time_varying=tv,
+        output_of_endpoint=out_of_ep,
+        n_obs=int(np.asarray(a.obs_mask).sum()),
+    )
+
+
+class Prediction(NamedTuple):
+    """One subject's predictions: the observation distribution of each observation ``[T]``
+    (selected by its output), every output's distribution, the states, and the solve status."""
+
+    dist: ObsDist
+    per_output: tuple[ObsDist, ...]
+    states: jax.Array
+    ok: jax.Array
+    fail_time: jax.Array
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SubjectPredictor:
+    """Predictions of one subject for a compiled model (pure; vmap over subjects).
+
+    **Arguments**
+
+    - `model`: a parsed `Model`.
+    - `time_varying`: True when a covariate the model uses changes within a subject; then
+      individual parameters are evaluated at every record and the ODE path is used.
+    - `ode_options`: `OdeOptions` for ODE models (closed-form models without time-varying
+      covariates never integrate).
+    """
+
+    model: Any
+    time_varying: bool = False
+    ode_options: OdeOptions = OdeOptions()
+
+    @property
+    def use_closed_form(self) -> bool:
+        """True when predictions use the closed-form superposition path."""
+        return self.model.compiled.closed_form is not None and not self.time_varying
+
+    def states(self, theta, eta, sd: SubjectData):
+        """Compartment amounts ``[T, S]`` at the observation times, ok flag and failure time."""
+        cm = self.model.compiled
+        n_t = sd.obs_time.shape[0]
+        if not cm.has_dynamics:
+            return jnp.zeros((n_t, 0)), jnp.asarray(True), jnp.asarray(jnp.nan)
+        cov0 = sd.cov_value[0]
+        ind0 = cm.pre(theta, eta, cov0)
+        dosing = cm.dosing(theta, eta, cov0, ind0)
+        if self.use_closed_form:
+            x = closed_form_amounts(
+                cm.closed_form, cm.closed_form_params(ind0), dosing, sd.doses, sd.obs_time
+            )
+            ok = jnp.all(jnp.isfinite(jnp.where(sd.obs_mask[:, None], x, 0.0)))
+            return x, ok, jnp.asarray(jnp.nan)
+        x0 = cm.init(theta, eta, cov0, ind0)
+
+        def seg_fn(cov):
+            return cov, cm.pre(theta, eta, cov)
+
+        def rhs(t, x, args):
+            cov, ind = args
+            return cm.rhs(t, x, theta, eta, cov, ind)
+
+        sol = ode_states(
+            rhs, x0, seg_fn, sd.cov_time, sd.cov_value, sd.cov_mask, sd.doses, dosing,
+            sd.obs_time, options=self.ode_options,
+        )
+        return sol.states, sol.ok, sol.fail_time
+
+    def _individual(self, theta, eta, sd: SubjectData):
+        cm = self.model.compiled
+        if self.time_varying:
+            return jax.vmap(lambda c: cm.pre(theta, eta, c))(sd.obs_cov), True
+        return cm.pre(theta, eta, sd.cov_value[0]), False
+
+    def predict(self, theta, eta, sd: SubjectData) -> Prediction:
+        """Observation distributions of one subject at its observation times."""
+        cm = self.model.compiled
+        x, ok, fail_time = self.states(theta, eta, sd)
+        ind, per_obs = self._individual(theta, eta, sd)
+        ind_axis = 0 if per_obs else None
+
+        def one(t, xt, cov, ind_t):
+            return cm.derived(t, xt, theta, eta, cov, ind_t)
+
+        dists = jax.vmap(one, in_axes=(0, 0, 0, ind_axis))(sd.obs_time, x, sd.obs_cov, ind)
+        per_output = tuple(dists[name] for name in cm.outputs)
+        return Prediction(
+            dist=_select(per_output, sd.obs_output), per_output=per_output, states=x, ok=ok,
+            fail_time=fail_time,
+        )
+
+    def derived_values(self, theta, eta, sd: SubjectData) -> dict[str, jax.Array]:
+        """Every variable of the `derived:` block at the observation times (``[T]`` each)."""
+        cm = self.model.compiled
+        x, _, _ = self.states(theta, eta, sd)
+        ind, per_obs = self._individual(theta, eta, sd)
+
+        def one(t, xt, cov, ind_t):
+            return cm.derived_vars(t, xt, theta, eta, cov, ind_t)
+
+        return jax.vmap(one, in_axes=(0, 0, 0, 0 if per_obs else None))(
+            sd.obs_time, x, sd.obs_cov, ind
+        )
+
+
+def _select(per_output: tuple[ObsDist, ...], idx: jax.Array) -> ObsDist:
+    """The distribution of each observation from its output's (fields by `where`)."""
+    first = per_output[0]
+    if len(per_output) == 1:
+        return first
+    fields = {}
+    for f in ("mean", "sd", "lam", "rate", "p", "pred"):
+        val = getattr(first, f)
+        for k, d in enumerate(per_output[1:], start=1):
+            val = jnp.where(idx == k, getattr(d, f), val)
+        fields[f] = val
+    # family/transform differ per output: callers that need them use `per_output`
+    return ObsDist(first.family, first.transform, **fields)
+
+
+def raise_failed_solves(ok, fail_time, ids, what: str = "the prediction") -> None:
+    """Raise `SolveError` naming the first subject (and time) whose solve failed."""
+    ok = np.asarray(ok)
+    if ok.all():
+        return
+    bad = np.flatnonzero(~ok)
+    i = int(bad[0])
+    t = float(np.asarray(fail_time)[i])
+    when = f" at time {t:g}" if np.isfinite(t) else ""
+    more = f" ({len(bad) - 1} more subjects failed too)" if len(bad) > 1 else ""
+    raise SolveError(
+        f"{what} failed for subject {ids[i]}{when}: the ODE solve did not finish or gave "
+        f"non-finite amounts{more}. Check the parameter values and the dosing of that subject; "
+        "for a stiff model use OdeOptions(solver='kvaerno5'), or raise OdeOptions.max_steps."
+    )

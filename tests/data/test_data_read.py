@@ -1,0 +1,405 @@
+"""Reading NONMEM-layout data: bundled data sets, events, covariates, endpoints, round trips."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import deepnlme  # noqa: F401  (float64)
+from deepnlme import datasets
+from deepnlme.data import Population, PopulationArrays, make_population, read_data
+from deepnlme.errors import OptionError
+
+
+@pytest.fixture(scope="module")
+def theoph():
+    return datasets.load("theophylline")
+
+
+@pytest.fixture(scope="module")
+def pheno():
+    return datasets.load("phenobarbital")
+
+
+def frame(rows, columns="ID TIME DV AMT EVID MDV CMT RATE II ADDL SS"):
+    return pd.DataFrame(rows, columns=columns.split())
+
+
+# ------------------------------------------------------------------ bundled data sets
+def test_names():
+    assert datasets.names() == ("theophylline", "phenobarbital", "indomethacin")
+    with pytest.raises(OptionError, match="No bundled data set named 'theo'.*theophylline"):
+        datasets.load("theo")
+
+
+def test_theophylline_counts(theoph):
+    assert len(theoph) == 12 and theoph.ids == tuple(range(1, 13))
+    assert theoph.n_observations == 132 and theoph.n_doses == 12
+    assert "WT" in theoph.covariate_names
+    a = theoph.arrays()
+    assert a.obs_mask.sum() == 132 and a.dose_mask.sum() == 12
+    assert np.all(a.dose_cmt[a.dose_mask] == 1) and np.all(a.dose_rate == 0)
+    assert theoph[1].observations["CMT"].eq(2).all()
+    # the three non-zero concentrations at time 0 are kept
+    at0 = a.obs_mask & (a.obs_time == 0) & (a.obs_dv != 0)
+    assert sorted(np.asarray(theoph.ids)[np.nonzero(at0)[0]]) == [1, 7, 10]
+    np.testing.assert_allclose(a.obs_dv[0, 0], 0.74)
+    assert a.dose_amt[0, 0] == pytest.approx(319.992)
+    assert theoph.time_varying == (False, False)
+    np.testing.assert_allclose(theoph.covariates_frame().loc[1, "WT"], 79.6)
+
+
+def test_phenobarbital_counts(pheno):
+    assert len(pheno) == 59 and pheno.n_observations == 155 and pheno.n_doses == 589
+    assert {"WT", "APGR"} <= set(pheno.covariate_names)
+    a = pheno.arrays()
+    assert a.dose_mask.sum() == 589 and np.all(a.dose_rate == 0) and np.all(a.dose_cmt == 1)
+    # subject 1: 25 at 0 then 3.5 every ~12 h; observations at 2 and 112.5
+    np.testing.assert_allclose(a.dose_amt[0, :3], [25, 3.5, 3.5])
+    np.testing.assert_allclose(a.obs_time[0, :2], [2.0, 112.5])
+    assert list(a.obs_row[0, :2]) == [2, 12]  # row numbers as in the file
+
+
+def test_indomethacin_counts():
+    pop = datasets.load("indomethacin")
+    assert (len(pop), pop.n_observations, pop.n_doses) == (6, 66, 6)
+    assert pop.covariate_names == () and pop.arrays().obs_cov.shape == (6, 11, 0)
+
+
+def test_load_passes_options():
+    pop = datasets.load("theophylline", covariates=["WT"])
+    assert pop.covariate_names == ("WT",) and pop.ignored_columns == ("DOSE",)
+
+
+# ------------------------------------------------------------------ population protocol
+def test_protocol_and_summary(theoph):
+    assert [s.id for s in theoph] == list(theoph.ids)
+    assert 3 in theoph and 99 not in theoph
+    s = theoph[3]
+    assert s.n_observations == 11 and s.n_doses == 1
+    assert list(s.doses.columns[:9]) == [
+        "TIME",
+        "AMT",
+        "CMT",
+        "RATE",
+        "SS",
+        "II",
+        "EVID",
+        "ROW",
+        "ADDITIONAL",
+    ]
+    with pytest.raises(KeyError, match="No subject with ID 99"):
+        theoph[99]
+    text = theoph.summary()
+    for part in (
+        "12 subjects",
+        "132 observations",
+        "12 doses",
+        "time span: 0 to 24.65",
+        "WT: 70.5 [54.6, 86.4], constant within subjects",
+    ):
+        assert part in text
+    assert repr(theoph).startswith("Population(12 subjects, 132 observations, 12 doses")
+
+
+def test_arrays_contract(pheno):
+    a = pheno.arrays()
+    assert isinstance(a, PopulationArrays)
+    assert a is pheno.arrays()  # cached
+    n = len(pheno)
+    t, d, c = a.obs_time.shape[1], a.dose_time.shape[1], a.cov_time.shape[1]
+    k = len(pheno.covariate_names)
+    shapes = {
+        "obs_time": (n, t),
+        "obs_cov": (n, t, k),
+        "dose_time": (n, d),
+        "dose_cov": (n, d, k),
+        "cov_value": (n, c, k),
+    }
+    for name, shape in shapes.items():
+        assert getattr(a, name).shape == shape
+    for name in ("obs_endpoint", "obs_cens", "obs_row", "dose_cmt", "dose_ss", "dose_evid"):
+        assert getattr(a, name).dtype == np.int32
+    assert a.obs_time.dtype == np.float64 and a.obs_mask.dtype == bool
+    assert all(not x.flags.writeable for x in a)
+    # sorted within subject, padding repeats the last time and the last covariate
+    assert np.all(np.diff(a.obs_time, axis=1) >= 0) and np.all(np.diff(a.dose_time, axis=1) >= 0)
+    i = int(np.argmin(a.obs_mask.sum(1)))
+    m = int(a.obs_mask[i].sum())
+    assert np.all(a.obs_time[i, m:] == a.obs_time[i, m - 1])
+    assert np.all(a.obs_dv[i, m:] == 0) and np.all(a.obs_row[i, m:] == 0)
+    assert np.all(a.dose_amt[~a.dose_mask] == 0)
+    assert np.all(a.cov_mask[:, 0])
+
+
+def test_dataframe_not_mutated(tmp_path):
+    df = pd.read_csv(datasets.path("theophylline"))
+    df.index = df.index * 3 + 7
+    before = copy.deepcopy(df)
+    pop = read_data(df, dv="DV")
+    pd.testing.assert_frame_equal(df, before)
+    assert list(df.columns) == list(before.columns) and df.index.equals(before.index)
+    assert pop.arrays().obs_row[0, 0] == 2  # position, not index label
+
+
+@pytest.mark.parametrize("name", ["theophylline", "phenobarbital", "indomethacin"])
+def test_round_trip(tmp_path, name):
+    pop = datasets.load(name)
+    df = pop.to_dataframe()
+    back = read_data(df)
+    assert back == pop
+    p = tmp_path / "out.csv"
+    df.to_csv(p, index=False)
+    again = read_data(p)
+    assert again == pop
+    for field in PopulationArrays._fields:
+        np.testing.assert_array_equal(getattr(again.arrays(), field), getattr(pop.arrays(), field))
+
+
+def test_case_insensitive_and_remapped_columns():
+    df = frame(
+        [[1, 0, np.nan, 10, 1, 1, 1, 0, 0, 0, 0], [1, 1, 2.0, 0, 0, 0, 1, 0, 0, 0, 0]],
+        "subj time conc amt evid mdv cmt rate ii addl ss",
+    )
+    pop = read_data(df, id="SUBJ", dv="conc")
+    assert pop.ids == (1,) and pop.arrays().obs_dv[0, 0] == 2.0
+
+
+def test_string_ids_and_minimal_columns():
+    df = pd.DataFrame({"ID": ["a", "a", "b"], "TIME": [0, 1, 2], "DV": [1.0, 2.0, 3.0]})
+    pop = read_data(df)
+    assert pop.ids == ("a", "b") and pop.n_doses == 0
+    assert pop.arrays().dose_mask.shape == (2, 1) and not pop.arrays().dose_mask.any()
+
+
+# ------------------------------------------------------------------ events
+def test_infusions_steady_state_and_model_rates():
+    df = frame(
+        [
+            [1, 0, np.nan, 100, 1, 1, 2, 50, 0, 0, 0],  # infusion over 2 h into CMT 2
+            [1, 0, np.nan, 100, 1, 1, 1, -1, 0, 0, 0],  # rate from the model
+            [1, 1, 3.0, 0, 0, 0, 2, 0, 0, 0, 0],
+            [1, 12, np.nan, 100, 1, 1, 1, -2, 12, 0, 1],  # SS=1, duration from the model
+            [1, 13, 4.0, 0, 0, 0, 2, 0, 0, 0, 0],
+            [1, 24, np.nan, 20, 1, 1, 1, 0, 12, 0, 2],  # SS=2
+            [1, 25, 1.0, 0, 0, 0, 2, 0, 0, 0, 0],
+            [1, 30, np.nan, 0, 1, 1, 1, 5, 0, 0, 1],  # steady-state constant infusion
+        ]
+    )
+    a = read_data(df).arrays()
+    np.testing.assert_array_equal(a.dose_time[0], [0, 0, 12, 24, 30])
+    np.testing.assert_array_equal(a.dose_rate[0], [50, -1, -2, 0, 5])
+    np.testing.assert_array_equal(a.dose_cmt[0], [2, 1, 1, 1, 1])
+    np.testing.assert_array_equal(a.dose_ss[0], [0, 0, 1, 2, 1])
+    np.testing.assert_array_equal(a.dose_ii[0], [0, 0, 12, 12, 0])
+    np.testing.assert_array_equal(a.dose_amt[0], [100, 100, 100, 20, 0])
+
+
+def test_addl_expansion_ss_then_additional_and_reset_cancels():
+    df = frame(
+        [
+            [1, 0, np.nan, 10, 1, 1, 1, 0, 12, 3, 1],  # SS dose then 3 additional at 12, 24, 36
+            [1, 24, 1.5, 0, 0, 0, 1, 0, 0, 0, 0],  # trough at 24: before the implied dose
+            [1, 30, np.nan, 0, 3, 1, 1, 0, 0, 0, 0],  # reset: the dose at 36 is cancelled
+            [1, 31, 0.5, 0, 0, 0, 1, 0, 0, 0, 0],
+        ]
+    )
+    pop = read_data(df)
+    a = pop.arrays()
+    np.testing.assert_array_equal(a.dose_time[0], [0, 12, 24, 30])
+    np.testing.assert_array_equal(a.dose_ss[0], [1, 0, 0, 0])
+    np.testing.assert_array_equal(a.dose_ii[0], [12, 0, 0, 0])
+    np.testing.assert_array_equal(a.dose_evid[0], [1, 1, 1, 3])
+    np.testing.assert_array_equal(a.dose_amt[0], [10, 10, 10, 0])
+    assert a.obs_seq[0, 0] < a.dose_seq[0, 2]  # observation at 24 comes before the implied dose
+    assert list(pop[1].doses["ADDITIONAL"]) == [False, True, True, False]
+    assert list(pop[1].doses["ROW"]) == [1, 1, 1, 3]
+    assert pop.n_doses == 3
+
+
+def test_evid_2_and_mdv_1_records_are_covariate_records_only():
+    df = frame(
+        [
+            [1, 0, np.nan, 5, 1, 1, 1, 0, 0, 0, 0, 60],
+            [1, 1, 9.9, 0, 0, 1, 1, 0, 0, 0, 0, 61],  # MDV=1: not an observation
+            [1, 2, np.nan, 0, 2, 1, 1, 0, 0, 0, 0, 62],
+            [1, 3, 1.0, 0, 0, 0, 1, 0, 0, 0, 0, 63],
+        ],
+        "ID TIME DV AMT EVID MDV CMT RATE II ADDL SS WT",
+    )
+    pop = read_data(df)
+    assert pop.n_observations == 1 and pop.time_varying == (True,)
+    assert list(pop[1].covariates["WT"]) == [60, 61, 62, 63]
+
+
+def test_missing_dv_without_mdv_column_is_not_an_observation():
+    df = pd.DataFrame(
+        {"ID": [1, 1, 1], "TIME": [0, 1, 2], "DV": [np.nan, 2.0, np.nan], "AMT": [10, 0, 0]}
+    )
+    pop = read_data(df)
+    assert pop.n_observations == 1 and pop.n_doses == 1
+
+
+# ------------------------------------------------------------------ covariates
+def tv_frame():
+    return pd.DataFrame(
+        {
+            "ID": [1] * 4,
+            "TIME": [0.0, 1.0, 2.0, 4.0],
+            "DV": [np.nan, 1.0, 2.0, 3.0],
+            "AMT": [10, 0, 0, 0],
+            "WT": [70.0, 70.0, 72.0, 75.0],
+        }
+    )
+
+
+def test_covariate_rules():
+    nm = read_data(tv_frame()).arrays()
+    # NONMEM: 72 applies on (1, 2], 75 on (2, 4]
+    np.testing.assert_array_equal(nm.cov_time[0], [0, 1, 2])
+    np.testing.assert_array_equal(nm.cov_value[0, :, 0], [70, 72, 75])
+    lo = read_data(tv_frame(), covariate_rule="locf").arrays()
+    np.testing.assert_array_equal(lo.cov_time[0], [0, 2, 4])
+    np.testing.assert_array_equal(lo.cov_value[0, :, 0], [70, 72, 75])
+    for a in (nm, lo):  # the value on the record itself, under both rules
+        np.testing.assert_array_equal(a.obs_cov[0, :, 0], [70, 72, 75])
+        np.testing.assert_array_equal(a.dose_cov[0, :, 0], [70])
+
+
+@pytest.mark.parametrize(
+    ("fill", "expected"),
+    [("locf", [70, 70, 70, 75]), ("nocb", [70, 75, 75, 75]), ("baseline", [70, 70, 70, 75])],
+)
+def test_fill_rules(fill, expected):
+    df = tv_frame()
+    df.loc[[1, 2], "WT"] = np.nan
+    pop = read_data(df, fill=fill)
+    np.testing.assert_array_equal(pop[1].covariates["WT"], expected)
+    assert df["WT"].isna().sum() == 2  # the user's frame is unchanged
+
+
+def test_fill_leading_missing_and_baseline():
+    df = tv_frame()
+    df.loc[[0], "WT"] = np.nan
+    assert list(read_data(df, fill="locf")[1].covariates["WT"]) == [70, 70, 72, 75]
+    assert list(read_data(df, fill="baseline")[1].covariates["WT"]) == [70, 70, 72, 75]
+
+
+def test_addl_implied_dose_covariates_follow_the_rule():
+    df = pd.DataFrame(
+        {
+            "ID": [1, 1, 1],
+            "TIME": [0.0, 10.0, 30.0],
+            "DV": [np.nan, 1.0, 2.0],
+            "AMT": [5, 0, 0],
+            "II": [12, 0, 0],
+            "ADDL": [1, 0, 0],
+            "WT": [60.0, 65.0, 80.0],
+        }
+    )
+    nm = read_data(df).arrays()
+    lo = read_data(df, covariate_rule="locf").arrays()
+    assert nm.dose_cov[0, 1, 0] == 80.0  # the interval (10, 30] carries the value at 30
+    assert lo.dose_cov[0, 1, 0] == 65.0  # the value from 10 onwards
+
+
+# ------------------------------------------------------------------ endpoints and censoring
+def test_numeric_endpoints_with_and_without_mapping():
+    df = pd.DataFrame(
+        {
+            "ID": [1, 1, 1, 1],
+            "TIME": [0, 1, 1, 2],
+            "DV": [np.nan, 1.0, 50.0, 2.0],
+            "AMT": [10, 0, 0, 0],
+            "DVID": [0, 1, 2, 1],
+        }
+    )
+    pop = read_data(df)
+    assert pop.endpoints == ("1", "2")
+    np.testing.assert_array_equal(pop.arrays().obs_endpoint[0], [0, 1, 0])
+    named = read_data(df, endpoints={2: "EFF", 1: "CP"})
+    assert named.endpoints == ("EFF", "CP")
+    np.testing.assert_array_equal(named.arrays().obs_endpoint[0], [1, 0, 1])
+    assert list(named[1].observations["ENDPOINT"]) == ["CP", "EFF", "CP"]
+    assert read_data(named.to_dataframe()) == named
+    assert read_data(df, endpoint=False).endpoints == ("DV",)
+
+
+def test_string_and_cmt_endpoints():
+    df = pd.DataFrame(
+        {
+            "ID": [1, 1, 1],
+            "TIME": [0, 1, 1],
+            "DV": [np.nan, 1.0, 50.0],
+            "AMT": [10, 0, 0],
+            "CMT": [1, 2, 3],
+            "DVID": ["", "CP", "EFF"],
+        }
+    )
+    assert read_data(df).endpoints == ("CP", "EFF")
+    pop = read_data(df, endpoint="CMT", endpoints={2: "CP", 3: "EFF"})
+    assert pop.endpoints == ("CP", "EFF")
+    assert read_data(pop.to_dataframe()) == pop
+    assert pop.covariate_names == ()
+
+
+def test_censoring_with_lloq():
+    df = pd.DataFrame(
+        {
+            "ID": [1, 1, 1, 1],
+            "TIME": [0, 1, 2, 3],
+            "DV": [np.nan, 4.0, np.nan, 0.2],
+            "AMT": [10, 0, 0, 0],
+            "MDV": [1, 0, 0, 0],
+            "BLQ": [0, 0, 1, 1],
+            "LLOQ": [0.5, 0.5, 0.5, 0.5],
+        }
+    )
+    pop = read_data(df)
+    a = pop.arrays()
+    np.testing.assert_array_equal(a.obs_cens[0], [0, 1, 1])
+    np.testing.assert_array_equal(a.obs_dv[0], [4.0, 0.5, 0.2])  # DV present: DV is the limit
+    assert pop.covariate_names == ()
+    assert "censored observations: 2" in pop.summary()
+    assert read_data(pop.to_dataframe()) == pop
+
+
+# ------------------------------------------------------------------ builder and with_dv
+def test_make_population_and_with_dv():
+    pop = make_population(
+        3,
+        doses=[dict(time=0, amt=[100, 200, 300], ii=24, addl=2), dict(time=72, amt=50, rate=25)],
+        obs_times=[1, 24, 80],
+        covariates={"WT": [60, 70, 80], "SEX": 1},
+        endpoints=["CP", "EFF"],
+    )
+    assert pop.ids == (1, 2, 3) and pop.endpoints == ("CP", "EFF")
+    assert pop.covariate_names == ("WT", "SEX") and pop.has_missing_dv
+    a = pop.arrays()
+    np.testing.assert_array_equal(a.dose_time[1], [0, 24, 48, 72])
+    np.testing.assert_array_equal(a.dose_amt[1], [200, 200, 200, 50])
+    np.testing.assert_array_equal(a.obs_time[0], [1, 1, 24, 24, 80, 80])
+    np.testing.assert_array_equal(a.obs_endpoint[0], [0, 1, 0, 1, 0, 1])
+    assert a.obs_seq[0, 2] < a.dose_seq[0, 1]  # the sample at 24 is a trough: before the ADDL dose
+    filled = pop.with_dv(np.arange(18.0))
+    assert not filled.has_missing_dv and pop.has_missing_dv
+    np.testing.assert_array_equal(filled.arrays().obs_dv[1], np.arange(6.0, 12.0))
+    again = filled.with_dv(filled.arrays().obs_dv * 2)
+    np.testing.assert_array_equal(again.arrays().obs_dv[2], np.arange(12.0, 18.0) * 2)
+    assert read_data(filled.to_dataframe()) == filled
+    with pytest.raises(OptionError, match="with_dv expects 18 values"):
+        pop.with_dv(np.zeros(5))
+    with pytest.raises(OptionError, match="has 2 values but there are 3 subjects"):
+        make_population(3, doses=dict(time=0, amt=[1, 2]), obs_times=[1])
+    with pytest.raises(OptionError, match="unknown keys"):
+        make_population(2, doses=dict(time=0, amount=1), obs_times=[1])
+
+
+def test_subset_for_resampling(theoph):
+    sub = theoph.subset([3, 3, 1])
+    assert isinstance(sub, Population) and sub.ids == (3, 3, 1)
+    np.testing.assert_array_equal(sub.arrays().obs_dv[0], theoph.arrays().obs_dv[2])
+    np.testing.assert_array_equal(sub.arrays().obs_dv[2], theoph.arrays().obs_dv[0])

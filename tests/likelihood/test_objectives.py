@@ -1,0 +1,169 @@
+"""Objectives: exactness on a linear-Gaussian model, and exact gradients (vs finite differences)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import toy_models as tm
+
+import deepnlme  # noqa: F401
+from deepnlme.errors import OptionError
+from deepnlme.likelihood import (
+    FO,
+    FOCE,
+    FOCEI,
+    LOG2PI,
+    InnerOptions,
+    JointMAP,
+    LaplaceI,
+    NaivePooled,
+    make_evaluator,
+    newton_lm,
+    probe,
+)
+
+_EVALUATORS: dict = {}
+
+
+def _evaluator(prob, method):
+    """One compiled evaluator per (problem, method) for the whole module."""
+    u = prob.init_u()
+    key = (id(prob), method)
+    if key not in _EVALUATORS:
+        _EVALUATORS[key] = (
+            prob,
+            jax.jit(make_evaluator(prob, method, tuple(range(u.size)), probe(prob))),
+        )
+    return _EVALUATORS[key][1], u
+
+
+def _fd_check(prob, method, u=None, eta=None, rel=1e-6):
+    ev, u0 = _evaluator(prob, method)
+    u = u0 if u is None else u
+    n, q = prob.n_subjects, prob.n_eta
+    eta = jnp.zeros((n, q)) if eta is None else eta
+    out = ev(jnp.asarray(u), jnp.asarray(u0), eta, prob.subjects)
+    grad = np.asarray(out.grad_i.sum(axis=0))
+    warm = eta if isinstance(method, JointMAP) else out.eta
+
+    def f(z):
+        return float(ev(jnp.asarray(z), jnp.asarray(u0), warm, prob.subjects).m2ll_i.sum())
+
+    fd = np.zeros_like(grad)
+    for k in range(u.size):
+        h = 1e-5 * max(1.0, abs(u[k]))
+        up, um = u.copy(), u.copy()
+        up[k] += h
+        um[k] -= h
+        fd[k] = (f(up) - f(um)) / (2 * h)
+    err = np.max(np.abs(grad - fd)) / np.max(np.abs(fd))
+    assert err < rel, (method, grad, fd)
+    assert bool(np.all(out.inner_ok))
+    return ev, u0, out
+
+
+@pytest.fixture(scope="module")
+def linear():
+    return tm.linear_problem()
+
+
+@pytest.mark.parametrize("method", [FO(), FOCE(), FOCEI(), LaplaceI()], ids=lambda m: m.name)
+def test_linear_model_all_methods_exact(linear, method):
+    prob, data = linear
+    ev, u0, _ = _fd_check(prob, method)
+    # away from the initial values too
+    u = u0 + np.array([0.3, -0.2, 0.4, -0.5, 0.2])
+    out = ev(jnp.asarray(u), jnp.asarray(u0), jnp.zeros((6, 2)), prob.subjects)
+    m2ll = float(out.m2ll_i.sum()) + 27 * LOG2PI
+    exact = tm.linear_exact_m2ll(prob.unpack(jnp.asarray(u)), data)
+    assert abs(m2ll - exact) < 1e-8 * max(1.0, abs(exact))
+
+
+def test_linear_model_ebes_and_conditional_variance(linear):
+    """In the linear model the EBE is the posterior mean, its variance the posterior variance."""
+    prob, (times, y, mask) = linear
+    ev, u0 = _evaluator(prob, FOCEI())
+    out = ev(jnp.asarray(u0), jnp.asarray(u0), jnp.zeros((6, 2)), prob.subjects)
+    th = prob.unpack(jnp.asarray(u0))
+    om = np.diag(np.asarray(th["om"]))
+    m = mask[0]
+    z = np.stack([np.ones(m.sum()), times[0][m]], axis=1)
+    prec = np.linalg.inv(om) + z.T @ z / float(th["s2"])
+    r = y[0][m] - (float(th["b0"]) + float(th["b1"]) * times[0][m])
+    np.testing.assert_allclose(
+        out.eta[0], np.linalg.solve(prec, z.T @ r / float(th["s2"])), rtol=1e-10
+    )
+    np.testing.assert_allclose(out.eta_cov[0], np.linalg.inv(prec), rtol=1e-10)
+
+
+@pytest.mark.parametrize("method", [JointMAP(), NaivePooled()], ids=lambda m: m.name)
+def test_linear_model_gradient_joint_and_pooled(linear, method):
+    prob, _ = linear
+    eta = 0.1 * jnp.ones((6, 2))
+    _fd_check(prob, method, eta=eta)
+
+
+@pytest.fixture(scope="module")
+def oral():
+    return tm.small_oral()
+
+
+@pytest.mark.parametrize("method", [FO(), FOCE(), FOCEI(), LaplaceI()], ids=lambda m: m.name)
+def test_oral_combined_error_gradients(oral, method):
+    _fd_check(oral, method)
+
+
+def test_oral_focei_differs_from_foce_with_proportional_error(oral):
+    outs = []
+    for m in (FOCE(), FOCEI()):
+        ev, u0 = _evaluator(oral, m)
+        outs.append(
+            float(
+                ev(jnp.asarray(u0), jnp.asarray(u0), jnp.zeros((8, 3)), oral.subjects).m2ll_i.sum()
+            )
+        )
+    assert abs(outs[0] - outs[1]) > 1e-3
+
+
+def test_oral_with_blq_records_m3_gradient():
+    prob = tm.small_oral(blq=True)
+    assert probe(prob).n_cens > 0
+    _fd_check(prob, FOCEI())
+
+
+@pytest.mark.parametrize("method", [LaplaceI(), JointMAP()], ids=lambda m: m.name)
+def test_poisson_model_gradients(method):
+    prob = tm.poisson_problem()
+    _fd_check(prob, method, eta=0.05 * jnp.ones((6, 2)))
+
+
+def test_fo_refuses_non_gaussian_observations():
+    prob = tm.poisson_problem()
+    with pytest.raises(OptionError, match="FO\\(\\) needs Gaussian observations"):
+        make_evaluator(prob, FO(), (0, 1, 2, 3), probe(prob))
+
+
+def test_inner_solver_robust_to_bad_start_and_indefinite_hessian():
+    # Rosenbrock-like: indefinite Hessian away from the minimum at (1, 1)
+    def f(e):
+        return 100.0 * (e[1] - e[0] ** 2) ** 2 + (1.0 - e[0]) ** 2
+
+    res = newton_lm(f, jnp.array([-1.2, 1.0]), InnerOptions(max_iter=200))
+    assert bool(res.converged)
+    np.testing.assert_allclose(res.eta, [1.0, 1.0], atol=1e-7)
+    # a start where the objective is not finite falls back to eta = 0
+    res = newton_lm(
+        lambda e: jnp.sum((e - 0.5) ** 2) - jnp.log(1.0 - e[0]), jnp.array([2.0]), InnerOptions()
+    )
+    assert bool(res.converged) and np.isfinite(float(res.value))
+
+
+def test_inner_options_validated():
+    with pytest.raises(OptionError, match="`max_iter` must be an integer in \\[1, 10000\\]; got 0"):
+        InnerOptions(max_iter=0)
+    with pytest.raises(OptionError, match="`tol`"):
+        FOCEI(inner=InnerOptions(tol=-1.0))
+    with pytest.raises(OptionError, match="option `inner` must be an InnerOptions"):
+        FOCE(inner=5)

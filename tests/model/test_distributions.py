@@ -1,0 +1,132 @@
+"""Observation distributions against scipy (oracle table) and TBS Jacobians against finite
+differences."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.special as sps
+import scipy.stats as st
+
+import deepnlme  # noqa: F401  (float64)
+from deepnlme.model import DISTRIBUTIONS, obs_cdf, obs_logcdf, obs_logpdf, transform_obs
+
+Y = np.array([0.3, 1.0, 2.5, 7.0])
+
+
+def _bc(y, lam):
+    return st.boxcox(y, lam)
+
+
+def _yj(y, lam):
+    return st.yeojohnson(y, lam)
+
+
+# name, args, y, scipy log-density
+ORACLE = [
+    ("Normal", (2.0, 0.5), Y, lambda y: st.norm.logpdf(y, 2.0, 0.5)),
+    ("Additive", (2.0, 0.5), Y, lambda y: st.norm.logpdf(y, 2.0, 0.5)),
+    ("Proportional", (2.0, 0.1), Y, lambda y: st.norm.logpdf(y, 2.0, 0.2)),
+    ("Proportional", (-2.0, 0.1), -Y, lambda y: st.norm.logpdf(y, -2.0, 0.2)),
+    ("Combined", (2.0, 0.3, 0.1), Y, lambda y: st.norm.logpdf(y, 2.0, np.sqrt(0.3**2 + 0.2**2))),
+    ("LogNormal", (2.0, 0.4), Y, lambda y: st.lognorm.logpdf(y, 0.4, scale=2.0)),
+    (
+        "BoxCox",
+        (2.0, 0.4, 0.5),
+        Y,
+        lambda y: st.norm.logpdf(_bc(y, 0.5), _bc(2.0, 0.5), 0.4) + (0.5 - 1) * np.log(y),
+    ),
+    ("BoxCox", (2.0, 0.4, 0.0), Y, lambda y: st.lognorm.logpdf(y, 0.4, scale=2.0)),
+    (
+        "YeoJohnson",
+        (1.0, 0.4, 0.7),
+        np.array([-1.5, -0.2, 0.0, 0.4, 3.0]),
+        lambda y: (
+            st.norm.logpdf(_yj(y, 0.7), _yj(1.0, 0.7), 0.4)
+            + np.where(y >= 0, (0.7 - 1) * np.log1p(np.abs(y)), (1 - 0.7) * np.log1p(np.abs(y)))
+        ),
+    ),
+    (
+        "YeoJohnson",
+        (-1.0, 0.4, 2.0),
+        np.array([-1.5, -0.2, 0.4]),
+        lambda y: (
+            st.norm.logpdf(_yj(y, 2.0), _yj(-1.0, 2.0), 0.4)
+            + np.where(y >= 0, (2.0 - 1) * np.log1p(np.abs(y)), (1 - 2.0) * np.log1p(np.abs(y)))
+        ),
+    ),
+    (
+        "LogitNormal",
+        (0.3, 0.5),
+        np.array([0.05, 0.3, 0.9]),
+        lambda y: st.norm.logpdf(sps.logit(y), sps.logit(0.3), 0.5) - np.log(y * (1 - y)),
+    ),
+    ("Poisson", (3.5,), np.array([0.0, 1.0, 4.0, 12.0]), lambda y: st.poisson.logpmf(y, 3.5)),
+    ("Bernoulli", (0.3,), np.array([0.0, 1.0]), lambda y: st.bernoulli.logpmf(y, 0.3)),
+]
+
+
+@pytest.mark.parametrize("name, args, y, oracle", ORACLE, ids=[f"{o[0]}{o[1]}" for o in ORACLE])
+def test_logpdf_oracle(name, args, y, oracle):
+    dist = DISTRIBUTIONS[name].build(*[jnp.asarray(a, dtype=float) for a in args])
+    got = jax.vmap(lambda yy: obs_logpdf(dist, yy))(jnp.asarray(y))
+    np.testing.assert_allclose(got, oracle(y), rtol=1e-10, atol=1e-12)
+
+
+def test_pred_is_natural_scale():
+    for name, args, *_ in ORACLE:
+        d = DISTRIBUTIONS[name].build(*[jnp.asarray(a, dtype=float) for a in args])
+        assert float(d.pred) == pytest.approx(args[0])
+
+
+@pytest.mark.parametrize(
+    "transform, lam, ys",
+    [
+        ("log", 1.0, [0.2, 1.0, 5.0]),
+        ("boxcox", 0.5, [0.2, 1.0, 5.0]),
+        ("boxcox", 0.0, [0.2, 1.0, 5.0]),
+        ("boxcox", -1.3, [0.2, 1.0, 5.0]),
+        ("yeojohnson", 0.7, [-2.0, -0.3, 0.3, 2.0]),
+        ("yeojohnson", 0.0, [-2.0, -0.3, 0.3, 2.0]),
+        ("yeojohnson", 2.0, [-2.0, -0.3, 0.3, 2.0]),
+        ("logit", 1.0, [0.05, 0.5, 0.9]),
+        (None, 1.0, [-1.0, 2.0]),
+    ],
+)
+def test_jacobian_matches_finite_differences(transform, lam, ys):
+    for y in ys:
+        h = 1e-6 * max(1.0, abs(y))
+        hp = float(transform_obs(transform, y + h, lam)[0])
+        hm = float(transform_obs(transform, y - h, lam)[0])
+        fd = np.log(abs((hp - hm) / (2 * h)))
+        assert float(transform_obs(transform, y, lam)[1]) == pytest.approx(fd, abs=1e-7)
+        # and autodiff of h agrees too
+        ad = jax.grad(lambda yy: transform_obs(transform, yy, lam)[0])(float(y))
+        assert np.log(abs(float(ad))) == pytest.approx(fd, abs=1e-7)
+
+
+def test_lambda_gradients_finite_at_special_values():
+    for tr, lam in (("boxcox", 0.0), ("yeojohnson", 0.0), ("yeojohnson", 2.0)):
+        for y in (-0.5, 0.5) if tr == "yeojohnson" else (0.5, 2.0):
+            g = jax.grad(lambda la, yy=y, tr=tr: transform_obs(tr, yy, la)[0])(lam)
+            assert np.isfinite(float(g))
+
+
+def test_cdf():
+    d = DISTRIBUTIONS["Normal"].build(jnp.asarray(2.0), jnp.asarray(0.5))
+    assert float(obs_cdf(d, 1.5)) == pytest.approx(st.norm.cdf(1.5, 2.0, 0.5))
+    assert float(obs_logcdf(d, -20.0)) == pytest.approx(st.norm.logcdf(-20.0, 2.0, 0.5))
+    d = DISTRIBUTIONS["LogNormal"].build(jnp.asarray(2.0), jnp.asarray(0.4))
+    assert float(obs_cdf(d, 1.5)) == pytest.approx(st.lognorm.cdf(1.5, 0.4, scale=2.0))
+    with pytest.raises(ValueError, match="normal families only"):
+        obs_cdf(DISTRIBUTIONS["Poisson"].build(jnp.asarray(2.0)), 1.0)
+
+
+def test_logpdf_gradient_finite():
+    def f(mu):
+        d = DISTRIBUTIONS["Combined"].build(mu, jnp.asarray(0.1), jnp.asarray(0.2))
+        return obs_logpdf(d, 1.3)
+
+    g = jax.grad(f)(1.0)
+    h = 1e-6
+    assert float(g) == pytest.approx((float(f(1.0 + h)) - float(f(1.0 - h))) / (2 * h), rel=1e-6)

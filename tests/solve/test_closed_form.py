@@ -1,0 +1,207 @@
+"""Closed-form PK models: hand-derived formulas, matrix exponential, derivatives, jit, vmap."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+
+from deepnlme.solve import CLOSED_FORMS, closed_form_amounts, closed_form_rhs
+
+from ._cases import PARAMS, doses, dosing
+
+T = jnp.array([0.0, 0.25, 1.0, 2.0, 3.5, 6.0, 12.0, 24.0])
+TN = np.asarray(T)
+
+
+def amounts(kind, p, dose, dp=None, t=T):
+    n = len(CLOSED_FORMS[kind][0])
+    return np.asarray(closed_form_amounts(kind, p, dp or dosing(n), dose, t))
+
+
+def test_table_lists_states_and_parameters():
+    assert CLOSED_FORMS["TwoCompartmentOral"] == (
+        ("Depot", "Central", "Peripheral"),
+        ("ka", "cl", "v1", "q", "v2"),
+    )
+    assert set(CLOSED_FORMS) == set(PARAMS)
+
+
+def test_missing_parameter_is_named():
+    with pytest.raises(ValueError, match=r"missing \['q'\]"):
+        closed_form_amounts(
+            "TwoCompartment", {"cl": 1.0, "v1": 1.0, "v2": 1.0}, dosing(2), doses([0.0], [1.0], [1]), T
+        )
+    with pytest.raises(ValueError, match="unknown closed-form model 'Four'"):
+        closed_form_rhs("Four", {})
+
+
+def test_one_compartment_bolus_and_bateman():
+    k = 0.2
+    a = amounts("OneCompartment", PARAMS["OneCompartment"], doses([0.0], [100.0], [1]))
+    expect = np.where(TN > 0, 100 * np.exp(-k * TN), 0.0)  # observation at t=0 precedes the dose
+    np.testing.assert_allclose(a[:, 0], expect, rtol=1e-12, atol=1e-12)
+    ka = 1.5
+    a = amounts("OneCompartmentOral", PARAMS["OneCompartmentOral"], doses([0.0], [100.0], [1]))
+    bateman = 100 * ka / (ka - k) * (np.exp(-k * TN) - np.exp(-ka * TN))
+    np.testing.assert_allclose(a[:, 1], bateman, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(a[1:, 0], 100 * np.exp(-ka * TN[1:]), rtol=1e-12)
+
+
+@pytest.mark.parametrize("ka", [0.2, 0.2 * (1 + 1e-9), 0.2 * (1 + 1e-3), 0.2 * (1 + 3e-2)])
+def test_one_compartment_oral_at_and_near_ka_equal_k(ka):
+    p = {"ka": ka, "cl": 2.0, "v": 10.0}
+    a = amounts("OneCompartmentOral", p, doses([0.0], [100.0], [1]))
+    k = 0.2
+    if ka == k:
+        expect = 100 * k * TN * np.exp(-k * TN)
+    else:  # the Bateman function in high precision (mpmath-free: expm1 form)
+        expect = 100 * ka * np.exp(-k * TN) * -np.expm1(-(ka - k) * TN) / (ka - k)
+    np.testing.assert_allclose(a[:, 1], expect, rtol=1e-10, atol=1e-12)
+
+
+def test_one_compartment_infusion_during_and_after():
+    k, r, dur = 0.2, 25.0, 4.0
+    a = amounts("OneCompartment", PARAMS["OneCompartment"], doses([0.0], [100.0], [1], rate=[r]))
+    during = r / k * (1 - np.exp(-k * TN))
+    after = r / k * (1 - np.exp(-k * dur)) * np.exp(-k * (TN - dur))
+    np.testing.assert_allclose(a[:, 0], np.where(TN <= dur, during, after), rtol=1e-12, atol=1e-12)
+    # modelled duration (RATE=-2) and modelled rate (RATE=-1) give the same
+    a2 = amounts(
+        "OneCompartment", PARAMS["OneCompartment"], doses([0.0], [100.0], [1], rate=[-2]),
+        dosing(1, duration=[dur]),
+    )
+    a1 = amounts(
+        "OneCompartment", PARAMS["OneCompartment"], doses([0.0], [100.0], [1], rate=[-1]),
+        dosing(1, rate=[r]),
+    )
+    np.testing.assert_allclose(a2, a, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(a1, a, rtol=1e-13, atol=1e-13)
+
+
+def test_steady_state_bolus_infusion_and_constant_infusion():
+    k, tau, d = 0.2, 12.0, 100.0
+    p = PARAMS["OneCompartment"]
+    t = jnp.array([0.0, 1.0, 5.0, 11.9, 12.0, 13.0, 30.0])
+    tn = np.asarray(t)
+    a = amounts("OneCompartment", p, doses([0.0], [d], [1], ss=[1], ii=[tau]), t=t)
+    expect = d * np.exp(-k * tn) / (1 - np.exp(-k * tau))
+    expect[0] = d * np.exp(-k * tau) / (1 - np.exp(-k * tau)) * 0  # t=0 sees before the SS record
+    np.testing.assert_allclose(a[:, 0], expect, rtol=1e-12, atol=1e-12)
+    # SS infusion, duration 2: during and after within the interval
+    r, dur = 50.0, 2.0
+    a = amounts("OneCompartment", p, doses([0.0], [d], [1], rate=[r], ss=[1], ii=[tau]), t=t)
+    pre = r / k * (1 - np.exp(-k * dur)) * np.exp(-k * (tau - dur)) / (1 - np.exp(-k * tau))
+    during = pre * np.exp(-k * tn) + r / k * (1 - np.exp(-k * tn))
+    end = pre * np.exp(-k * dur) + r / k * (1 - np.exp(-k * dur))
+    after = end * np.exp(-k * (tn - dur))
+    np.testing.assert_allclose(
+        a[1:, 0], np.where(tn <= dur, during, after)[1:], rtol=1e-11, atol=1e-12
+    )
+    # constant infusion at steady state: R / k forever (amount units)
+    a = amounts("OneCompartment", p, doses([0.0], [0.0], [1], rate=[r], ss=[1], ii=[0.0]), t=t)
+    np.testing.assert_allclose(a[1:, 0], r / k, rtol=1e-13)
+
+
+def test_two_compartment_biexponential():
+    p = PARAMS["TwoCompartment"]
+    k10, k12, k21 = 0.2, 0.3, 0.12
+    s = k10 + k12 + k21
+    alpha = (s + np.sqrt(s * s - 4 * k10 * k21)) / 2
+    beta = (s - np.sqrt(s * s - 4 * k10 * k21)) / 2
+    a = amounts("TwoCompartment", p, doses([0.0], [100.0], [1]))
+    c = 100 / 10 * (
+        (alpha - k21) / (alpha - beta) * np.exp(-alpha * TN)
+        + (k21 - beta) / (alpha - beta) * np.exp(-beta * TN)
+    )
+    np.testing.assert_allclose(a[1:, 0] / 10, c[1:], rtol=1e-12)
+
+
+def test_lag_bioavailability_and_resets():
+    k, ka = 0.2, 1.5
+    p = PARAMS["OneCompartmentOral"]
+    dp = dosing(2, lag=[0.5, 0.0], bioav=[0.6, 1.0])
+    a = amounts("OneCompartmentOral", p, doses([0.0], [100.0], [1]), dp)
+    tl = np.maximum(TN - 0.5, 0)
+    bateman = 60 * ka / (ka - k) * (np.exp(-k * tl) - np.exp(-ka * tl))
+    np.testing.assert_allclose(a[:, 1], bateman, rtol=1e-10, atol=1e-12)
+    # EVID 3 at t=3 then a dose at 6; EVID 4 at 12 (reset then dose)
+    dose = doses([0.0, 3.0, 6.0, 12.0], [100.0, 0.0, 100.0, 100.0], [2, 1, 2, 2], evid=[1, 3, 1, 4])
+    a = amounts("OneCompartment", PARAMS["OneCompartment"], dose)
+    expect = np.where(
+        TN <= 0, 0,
+        np.where(TN <= 3, 100 * np.exp(-k * TN),
+                 np.where(TN <= 6, 0, np.where(TN <= 12, 100 * np.exp(-k * (TN - 6)),
+                                               100 * np.exp(-k * (TN - 12))))),
+    )
+    # compartment 2 does not exist in a 1-compartment model: nan after the record, not a guess
+    assert np.all(np.isnan(a[TN > 0, 0]))
+    dose = doses([0.0, 3.0, 6.0, 12.0], [100.0, 0.0, 100.0, 100.0], [1, 1, 1, 1], evid=[1, 3, 1, 4])
+    a = amounts("OneCompartment", PARAMS["OneCompartment"], dose)
+    np.testing.assert_allclose(a[:, 0], expect, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", sorted(CLOSED_FORMS))
+def test_against_matrix_exponential(kind):
+    p = PARAMS[kind]
+    n = len(CLOSED_FORMS[kind][0])
+    kmat = np.asarray(jax.jacfwd(closed_form_rhs(kind, p), argnums=1)(0.0, jnp.zeros(n)))
+    dose = doses([0.0, 5.0], [100.0, 40.0], [1, n], rate=[0.0, 20.0])
+    a = amounts(kind, p, dose)
+    b = np.zeros(n)
+    b[n - 1] = 20.0
+    for i, t in enumerate(TN):
+        x = np.zeros(n)
+        if t > 0:
+            e = np.zeros(n)
+            e[0] = 100.0
+            x += scipy.linalg.expm(kmat * t) @ e
+        if t > 5:
+            u = min(t - 5, 2.0)  # infusion of 40 at 20/h lasts 2 h
+            aug = np.zeros((n + 1, n + 1))
+            aug[:n, :n] = kmat
+            aug[:n, n] = b
+            x += scipy.linalg.expm(kmat * (t - 5 - u)) @ scipy.linalg.expm(aug * u)[:n, n]
+        np.testing.assert_allclose(a[i], x, rtol=1e-10, atol=1e-10 * np.max(np.abs(x) + 1))
+
+
+def test_derivatives_match_finite_differences_and_are_finite_at_ka_equal_k():
+    dose = doses([0.0, 12.0], [100.0, 100.0], [1, 1], ss=[1, 0], ii=[12.0, 0.0])
+    dp = dosing(2, lag=[0.3, 0.0])
+
+    def pred(theta):
+        p = {"ka": theta[0], "cl": theta[1], "v": theta[2]}
+        return closed_form_amounts("OneCompartmentOral", p, dp, dose, T)[:, 1]
+
+    jac_fn = jax.jit(jax.jacfwd(pred))
+    rev_fn = jax.jit(jax.jacrev(pred))
+    obj = lambda th: jnp.sum(jac_fn(th) ** 2)  # noqa: E731
+    grad_fn = jax.jit(jax.grad(obj))
+    h = 1e-6
+    steps = jnp.concatenate([jnp.eye(3) * h, -jnp.eye(3) * h])
+    for theta in (jnp.array([1.5, 2.0, 10.0]), jnp.array([0.2, 2.0, 10.0])):
+        jac = np.asarray(jac_fn(theta))
+        vals = np.asarray(jax.vmap(pred)(theta + steps))
+        fd = ((vals[:3] - vals[3:]) / (2 * h)).T
+        np.testing.assert_allclose(jac, fd, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(np.asarray(rev_fn(theta)), jac, rtol=1e-10, atol=1e-12)
+        # reverse over forward (FOCE): gradient of a function of the Jacobian
+        g = np.asarray(grad_fn(theta))
+        objs = np.asarray(jax.vmap(obj)(theta + steps))
+        fd2 = (objs[:3] - objs[3:]) / (2 * h)
+        assert np.all(np.isfinite(g))
+        np.testing.assert_allclose(g, fd2, rtol=1e-5)
+
+
+def test_jit_matches_eager_and_vmap_matches_loop():
+    kind = "TwoCompartmentOral"
+    base = PARAMS[kind]
+    dose = doses([0.0, 12.0, 24.0], [100.0, 100.0, 50.0], [1, 1, 2], rate=[0, 0, 25.0])
+    dp = dosing(3, lag=[0.25, 0, 0], bioav=[0.7, 1, 1])
+    fn = lambda cl: closed_form_amounts(kind, {**base, "cl": cl}, dp, dose, T)  # noqa: E731
+    cls = jnp.array([1.0, 2.0, 3.5])
+    eager = np.stack([np.asarray(fn(c)) for c in cls])
+    np.testing.assert_allclose(np.asarray(jax.jit(fn)(cls[1])), eager[1], rtol=1e-14, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(jax.vmap(fn)(cls)), eager, rtol=1e-13, atol=1e-13)

@@ -1,0 +1,150 @@
+"""ODE path against the closed forms, failures, derivatives, jit and vmap."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from deepnlme.errors import OptionError
+from deepnlme.solve import CLOSED_FORMS, OdeOptions, closed_form_amounts, closed_form_rhs, ode_states
+
+from ._cases import PARAMS, doses, dosing
+
+T = jnp.array([0.0, 0.5, 1.0, 2.0, 4.0, 6.0, 11.0, 12.0, 13.0, 18.0, 24.0, 30.0])
+KINDS = ("OneCompartmentOral", "TwoCompartment", "ThreeCompartmentOral")
+NOCOV = (jnp.zeros(1), jnp.zeros((1, 1)), jnp.ones(1, bool))
+
+
+def _ode(kind, p, dp, dose, t, options=OdeOptions()):
+    n = len(CLOSED_FORMS[kind][0])
+    return ode_states(
+        lambda t, x, args: closed_form_rhs(kind, args)(t, x),
+        jnp.zeros(n), lambda cov: p, *NOCOV, dose, dp, t, options=options,
+    )
+
+
+@pytest.fixture(scope="module")
+def solvers():
+    """One compiled ODE solve and one closed form per kind (scenarios reuse them)."""
+    return {
+        k: (
+            jax.jit(lambda p, dp, d, k=k: _ode(k, p, dp, d, T)),
+            jax.jit(lambda p, dp, d, k=k: closed_form_amounts(k, p, dp, d, T)),
+        )
+        for k in KINDS
+    }
+
+
+def _scenarios(n, depot):
+    dcmt = 1
+    ccmt = 2 if depot else 1
+    z = [0.0] * n
+    return {
+        "bolus": (doses([0.0], [100.0], [dcmt]), dosing(n)),
+        "infusion_rate": (doses([1.0], [100.0], [ccmt], rate=[40.0]), dosing(n)),
+        "infusion_duration": (
+            doses([1.0], [100.0], [ccmt], rate=[-2]), dosing(n, duration=[3.0] * n)
+        ),
+        "multiple": (doses([0.0, 6.0, 12.0], [100.0, 50.0, 80.0], [dcmt, ccmt, dcmt]), dosing(n)),
+        "ss_bolus": (doses([0.0, 12.0], [100.0, 100.0], [dcmt, dcmt], ss=[1, 0], ii=[12.0, 0.0]),
+                     dosing(n)),
+        "ss_infusion": (doses([0.0], [100.0], [ccmt], rate=[25.0], ss=[1], ii=[12.0]), dosing(n)),
+        "ss_constant": (doses([0.0], [0.0], [ccmt], rate=[10.0], ss=[1], ii=[0.0]), dosing(n)),
+        "ss2_added": (doses([0.0, 4.0], [100.0, 60.0], [dcmt, dcmt], ss=[0, 2], ii=[0.0, 8.0]),
+                      dosing(n)),
+        "lag_bioav": (
+            doses([0.0, 12.0], [100.0, 100.0], [dcmt, dcmt]),
+            dosing(n, lag=[0.7] + z[1:], bioav=[0.6] + [1.0] * (n - 1)),
+        ),
+        "ss_lag": (doses([0.0], [100.0], [dcmt], ss=[1], ii=[12.0]), dosing(n, lag=[1.5] + z[1:])),
+        "resets": (
+            doses([0.0, 3.0, 6.0, 12.0], [100.0, 0.0, 100.0, 70.0], [dcmt] * 4, evid=[1, 3, 1, 4]),
+            dosing(n),
+        ),
+    }
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ode_matches_closed_form(solvers, kind):
+    ode, cf = solvers[kind]
+    n = len(CLOSED_FORMS[kind][0])
+    p = PARAMS[kind]
+    for name, (dose, dp) in _scenarios(n, kind.endswith("Oral")).items():
+        sol = ode(p, dp, dose)
+        ref = np.asarray(cf(p, dp, dose))
+        assert bool(sol.ok), name
+        np.testing.assert_allclose(
+            np.asarray(sol.states), ref, rtol=1e-6, atol=1e-9 * np.max(np.abs(ref)), err_msg=name
+        )
+
+
+def test_time_varying_covariate_changes_clearance():
+    # 1-compartment bolus; CL is 1 until t=5, then 3 (change point from the data layer)
+    rhs = lambda t, x, cl: -cl / 10.0 * x  # noqa: E731
+    cov_time = jnp.array([0.0, 5.0, 5.0])
+    cov_value = jnp.array([[1.0], [3.0], [3.0]])
+    cov_mask = jnp.array([True, True, False])
+    t = jnp.array([0.0, 2.0, 5.0, 8.0])
+    sol = ode_states(rhs, jnp.zeros(1), lambda c: c[0], cov_time, cov_value, cov_mask,
+                     doses([0.0], [100.0], [1]), dosing(1), t)
+    tn = np.asarray(t)
+    expect = np.where(tn <= 5, 100 * np.exp(-0.1 * tn), 100 * np.exp(-0.5) * np.exp(-0.3 * (tn - 5)))
+    expect[0] = 0.0
+    np.testing.assert_allclose(np.asarray(sol.states[:, 0]), expect, rtol=1e-7, atol=1e-9)
+
+
+def test_max_steps_failure_is_reported_not_silent():
+    kind = "OneCompartmentOral"
+    sol = _ode(kind, PARAMS[kind], dosing(2), doses([0.0, 12.0], [100.0, 100.0], [1, 1]), T,
+               options=OdeOptions(max_steps=3))
+    assert not bool(sol.ok)
+    assert float(sol.fail_time) == 0.0
+    assert np.all(np.isnan(np.asarray(sol.states)[1:]))
+
+
+def test_bad_options_are_named():
+    with pytest.raises(OptionError, match="solver must be one of"):
+        OdeOptions(solver="euler")
+    with pytest.raises(OptionError, match=r"max_steps must be a positive integer; got 0"):
+        OdeOptions(max_steps=0)
+
+
+def test_derivatives_forward_and_reverse_over_forward():
+    kind = "OneCompartmentOral"
+    dose = doses([0.0, 12.0], [100.0, 100.0], [1, 1])
+    t = jnp.array([1.0, 4.0, 13.0, 20.0])
+
+    def pred(theta, options=OdeOptions()):
+        p = {"ka": theta[0], "cl": theta[1], "v": 10.0}
+        return _ode(kind, p, dosing(2), dose, t, options).states[:, 1]
+
+    def cf(theta):
+        p = {"ka": theta[0], "cl": theta[1], "v": 10.0}
+        return closed_form_amounts(kind, p, dosing(2), dose, t)[:, 1]
+
+    theta = jnp.array([1.5, 2.0])
+    jac = np.asarray(jax.jit(jax.jacfwd(pred))(theta))
+    np.testing.assert_allclose(jac, np.asarray(jax.jacfwd(cf)(theta)), rtol=1e-5)
+    fwd = jax.jit(jax.jacfwd(lambda th: pred(th, OdeOptions(adjoint="forward"))))(theta)
+    np.testing.assert_allclose(np.asarray(fwd), jac, rtol=1e-8)
+    rev = jax.jit(jax.jacrev(lambda th: pred(th, OdeOptions(adjoint="recursive"))))(theta)
+    np.testing.assert_allclose(np.asarray(rev), jac, rtol=1e-5)
+    g = jax.jit(jax.grad(lambda th: jnp.sum(jax.jacfwd(pred)(th) ** 2)))(theta)
+    g_cf = jax.grad(lambda th: jnp.sum(jax.jacfwd(cf)(th) ** 2))(theta)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(g_cf), rtol=1e-5)
+
+
+def test_jit_matches_eager_and_vmap_matches_loop(solvers):
+    kind = "OneCompartmentOral"
+    ode, _ = solvers[kind]
+    dose = doses([0.0, 12.0], [100.0, 100.0], [1, 1])
+    dp = dosing(2)
+    cls = jnp.array([1.0, 2.0, 4.0])
+    loop = np.stack([np.asarray(ode({**PARAMS[kind], "cl": c}, dp, dose).states) for c in cls])
+    batched = jax.jit(jax.vmap(lambda c: ode({**PARAMS[kind], "cl": c}, dp, dose).states))(cls)
+    np.testing.assert_allclose(np.asarray(batched), loop, rtol=1e-10, atol=1e-12)
+    eager = _ode(kind, {**PARAMS[kind], "cl": cls[1]}, dp, dose, T,
+                 options=OdeOptions(steady_state=False))
+    np.testing.assert_allclose(np.asarray(eager.states), loop[1], rtol=1e-10, atol=1e-12)
