@@ -26,8 +26,10 @@ def _shifted_init(model):
         v = np.asarray(p.init, dtype=float)
         if p.kind == "variance":
             init[p.name] = v * 2.0
-        elif p.kind == "fixed effect" and p.domain.__class__.__name__ == "Real" and (
-            getattr(p.domain, "lower", None) is None
+        elif (
+            p.kind == "fixed effect"
+            and p.domain.__class__.__name__ == "Real"
+            and (getattr(p.domain, "lower", None) is None)
         ):
             init[p.name] = v + 0.3
         else:

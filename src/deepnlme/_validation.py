@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -46,90 +45,89 @@ def reference_dir() -> Path:
 
 @dataclasses.dataclass(frozen=True)
 class Quantity:
-    """One compared quantity: our value (and SE) from a fit, and the reference row it matches.
+    """One compared quantity: a model parameter (or one element of it) and its reference row.
 
-    `ours(fit) -> (value, se or nan)`; `ref` = (component, name) in fits_params.csv; `kind` is
-    "fixed" (compared in units of the reference SE, SE compared too) or "variance" (relative).
+    `ref` = (component, name) in fits_params.csv; `kind` is "fixed" (compared in units of the
+    reference SE; the SE is compared too) or "variance" (relative). With `log`, the reference
+    value is the log of our parameter (nlme's lTCl against NONMEM's THETA = CL per kg).
     """
 
     label: str
     kind: str
     ref: tuple[str, str]
-    ours: Callable
+    name: str
+    idx: tuple = ()
+    log: bool = False
 
-
-def _est(name: str, idx: tuple = ()):
-    def get(fit):
-        v = np.asarray(fit.estimates[name])
-        value = float(v[idx]) if idx else float(v)
+    def ours(self, fit) -> tuple[float, float]:
+        """Our value on the reference's scale, and its SE (delta method for `log`)."""
+        v = np.asarray(fit.estimates[self.name])
+        value = float(v[self.idx]) if self.idx else float(v)
         t = fit.table()
-        pname = name if not idx else f"{name}[{','.join(str(i + 1) for i in idx)}]"
+        pname = self.name
+        if self.idx:
+            pname = f"{self.name}[{','.join(str(i + 1) for i in self.idx)}]"
         row = t[t["parameter"] == pname]
         se = float(row["se"].iloc[0]) if len(row) else math.nan
+        if self.log:
+            return math.log(value), se / value
         return value, se
 
-    return get
+    def from_reference(self, value: float) -> float:
+        """The reference value on our parameter's scale."""
+        return math.exp(value) if self.log else value
 
 
-def _log_est(name: str):
-    def get(fit):
-        value, se = _est(name)(fit)
-        return math.log(value), se / value  # delta method
-
-    return get
+def _q(label, kind, component, ref_name, name, idx=(), log=False):
+    return Quantity(label, kind, (component, ref_name), name, idx, log)
 
 
 def _theoph_q():
     return (
-        Quantity("log ka", "fixed", ("fixed", "lKa"), _est("tka")),
-        Quantity("log CL", "fixed", ("fixed", "lCl"), _est("tcl")),
-        Quantity("log V", "fixed", ("fixed", "lV"), _est("tv")),
-        Quantity("omega2 ka", "variance", ("ranef_var", "lKa"), _est("omega", (0, 0))),
-        Quantity("omega2 CL", "variance", ("ranef_var", "lCl"), _est("omega", (1, 1))),
-        Quantity("omega2 V", "variance", ("ranef_var", "lV"), _est("omega", (2, 2))),
-        Quantity("sigma add", "variance", ("resid_sd", "sigma"), _est("sigma")),
+        _q("log ka", "fixed", "fixed", "lKa", "tka"),
+        _q("log CL", "fixed", "fixed", "lCl", "tcl"),
+        _q("log V", "fixed", "fixed", "lV", "tv"),
+        _q("omega2 ka", "variance", "ranef_var", "lKa", "omega", (0, 0)),
+        _q("omega2 CL", "variance", "ranef_var", "lCl", "omega", (1, 1)),
+        _q("omega2 V", "variance", "ranef_var", "lV", "omega", (2, 2)),
+        _q("sigma add", "variance", "resid_sd", "sigma", "sigma"),
     )
 
 
 def _pheno_q():
     return (
-        Quantity("log th_cl", "fixed", ("fixed", "lTCl"), _log_est("th_cl")),
-        Quantity("log th_v", "fixed", ("fixed", "lTV"), _log_est("th_v")),
-        Quantity("th_apg", "fixed", ("fixed", "th3"), _est("th_apg")),
-        Quantity("omega2 CL", "variance", ("ranef_var", "lTCl"), _est("omega", (0, 0))),
-        Quantity("omega2 V", "variance", ("ranef_var", "lTV"), _est("omega", (1, 1))),
-        Quantity("sigma", "variance", ("resid_sd", "sigma"), _est("sigma")),
+        _q("log th_cl", "fixed", "fixed", "lTCl", "th_cl", log=True),
+        _q("log th_v", "fixed", "fixed", "lTV", "th_v", log=True),
+        _q("th_apg", "fixed", "fixed", "th3", "th_apg"),
+        _q("omega2 CL", "variance", "ranef_var", "lTCl", "omega", (0, 0)),
+        _q("omega2 V", "variance", "ranef_var", "lTV", "omega", (1, 1)),
+        _q("sigma", "variance", "resid_sd", "sigma", "sigma"),
     )
 
 
 def _indometh_q():
     return (
-        Quantity("A1", "fixed", ("fixed", "A1"), _est("tA1")),
-        Quantity("lrc1", "fixed", ("fixed", "lrc1"), _est("tlrc1")),
-        Quantity("A2", "fixed", ("fixed", "A2"), _est("tA2")),
-        Quantity("lrc2", "fixed", ("fixed", "lrc2"), _est("tlrc2")),
-        Quantity("omega2 A1", "variance", ("ranef_var", "A1"), _est("omega", (0, 0))),
-        Quantity("omega2 lrc1", "variance", ("ranef_var", "lrc1"), _est("omega", (1, 1))),
-        Quantity("omega2 A2", "variance", ("ranef_var", "A2"), _est("omega", (2, 2))),
-        Quantity("sigma", "variance", ("resid_sd", "sigma"), _est("sigma")),
+        _q("A1", "fixed", "fixed", "A1", "tA1"),
+        _q("lrc1", "fixed", "fixed", "lrc1", "tlrc1"),
+        _q("A2", "fixed", "fixed", "A2", "tA2"),
+        _q("lrc2", "fixed", "fixed", "lrc2", "tlrc2"),
+        _q("omega2 A1", "variance", "ranef_var", "A1", "omega", (0, 0)),
+        _q("omega2 lrc1", "variance", "ranef_var", "lrc1", "omega", (1, 1)),
+        _q("omega2 A2", "variance", "ranef_var", "A2", "omega", (2, 2)),
+        _q("sigma", "variance", "resid_sd", "sigma", "sigma"),
     )
 
 
 def _synth_q():
     return (
-        Quantity("log ka", "fixed", ("fixed", "lKa"), _est("lKa")),
-        Quantity("log CL", "fixed", ("fixed", "lCl"), _est("lCl")),
-        Quantity("log V", "fixed", ("fixed", "lV"), _est("lV")),
-        Quantity("omega2 ka", "variance", ("ranef_var", "lKa"), _est("omega", (0, 0))),
-        Quantity("omega2 CL", "variance", ("ranef_var", "lCl"), _est("omega", (1, 1))),
-        Quantity("omega2 V", "variance", ("ranef_var", "lV"), _est("omega", (2, 2))),
-        Quantity(
-            "sd add", "variance", ("resid_derived", "additive_sd (sigma*const)"), _est("add")
-        ),
-        Quantity(
-            "sd prop", "variance", ("resid_derived", "proportional_sd (sigma*|prop|)"),
-            _est("prop"),
-        ),
+        _q("log ka", "fixed", "fixed", "lKa", "lKa"),
+        _q("log CL", "fixed", "fixed", "lCl", "lCl"),
+        _q("log V", "fixed", "fixed", "lV", "lV"),
+        _q("omega2 ka", "variance", "ranef_var", "lKa", "omega", (0, 0)),
+        _q("omega2 CL", "variance", "ranef_var", "lCl", "omega", (1, 1)),
+        _q("omega2 V", "variance", "ranef_var", "lV", "omega", (2, 2)),
+        _q("sd add", "variance", "resid_derived", "additive_sd (sigma*const)", "add"),
+        _q("sd prop", "variance", "resid_derived", "proportional_sd (sigma*|prop|)", "prop"),
     )
 
 
@@ -167,12 +165,27 @@ CASES: dict[str, Case] = {
         Case("pheno_nm_prop", "phenobarbital.model", "phenobarbital", _pheno_q()),
         Case("pheno_nm_add", "phenobarbital_additive.model", "phenobarbital", _pheno_q()),
         Case("indometh_fm2", "indomethacin.model", "indomethacin", _indometh_q()),
-        Case("synth_N100_combined", "synthetic_1cpt.model",
-             "synthetic/synth_1cpt_oral_N100.csv", _synth_q(), _SYNTH_READ),
-        Case("synth_N1000_combined", "synthetic_1cpt.model",
-             "synthetic/synth_1cpt_oral_N1000.csv", _synth_q(), _SYNTH_READ),
-        Case("synth_N10000_combined", "synthetic_1cpt.model",
-             "synthetic/synth_1cpt_oral_N10000.csv", _synth_q(), _SYNTH_READ),
+        Case(
+            "synth_N100_combined",
+            "synthetic_1cpt.model",
+            "synthetic/synth_1cpt_oral_N100.csv",
+            _synth_q(),
+            _SYNTH_READ,
+        ),
+        Case(
+            "synth_N1000_combined",
+            "synthetic_1cpt.model",
+            "synthetic/synth_1cpt_oral_N1000.csv",
+            _synth_q(),
+            _SYNTH_READ,
+        ),
+        Case(
+            "synth_N10000_combined",
+            "synthetic_1cpt.model",
+            "synthetic/synth_1cpt_oral_N10000.csv",
+            _synth_q(),
+            _SYNTH_READ,
+        ),
     )
 }
 
@@ -195,11 +208,19 @@ def compare(case: Case, fit) -> pd.DataFrame:
     summ = reference_summary(case.fit_id)
     rows = []
     ref_m2ll = float(summ["m2LL"])
-    rows.append(dict(
-        quantity="-2LL", ours=fit.m2ll, nlme=ref_m2ll, diff=fit.m2ll - ref_m2ll,
-        tolerance=f"<= +{TOL_M2LL}", ok=bool(fit.m2ll - ref_m2ll <= TOL_M2LL),
-        ours_se=math.nan, nlme_se=math.nan, se_ok=None,
-    ))
+    rows.append(
+        dict(
+            quantity="-2LL",
+            ours=fit.m2ll,
+            nlme=ref_m2ll,
+            diff=fit.m2ll - ref_m2ll,
+            tolerance=f"<= +{TOL_M2LL}",
+            ok=bool(fit.m2ll - ref_m2ll <= TOL_M2LL),
+            ours_se=math.nan,
+            nlme_se=math.nan,
+            se_ok=None,
+        )
+    )
     for q in case.quantities:
         r = ref[(ref["component"] == q.ref[0]) & (ref["name"] == q.ref[1])].iloc[0]
         value, se = q.ours(fit)
@@ -215,8 +236,33 @@ def compare(case: Case, fit) -> pd.DataFrame:
             ok = abs(value) < 1e-3 if boundary else abs(diff) <= TOL_VAR_REL
             tol = "< 1e-3" if boundary else f"rel <= {TOL_VAR_REL:.0%}"
             se_ok = None
-        rows.append(dict(
-            quantity=q.label, ours=value, nlme=rv, diff=diff, tolerance=tol, ok=bool(ok),
-            ours_se=se, nlme_se=rse if q.kind == "fixed" else math.nan, se_ok=se_ok,
-        ))
+        rows.append(
+            dict(
+                quantity=q.label,
+                ours=value,
+                nlme=rv,
+                diff=diff,
+                tolerance=tol,
+                ok=bool(ok),
+                ours_se=se,
+                nlme_se=rse if q.kind == "fixed" else math.nan,
+                se_ok=se_ok,
+            )
+        )
     return pd.DataFrame(rows)
+
+
+def reference_values(case: Case, model) -> dict:
+    """nlme's estimates as parameter values of our model (variance matrices assembled)."""
+    ref = _reference_params(case.fit_id)
+    values: dict = {}
+    for q in case.quantities:
+        r = ref[(ref["component"] == q.ref[0]) & (ref["name"] == q.ref[1])].iloc[0]
+        v = q.from_reference(float(r["estimate"]))
+        if q.idx:
+            spec = next(p for p in model.compiled.params if p.name == q.name)
+            arr = values.setdefault(q.name, np.zeros(spec.shape))
+            arr[q.idx] = v
+        else:
+            values[q.name] = v
+    return values

@@ -38,7 +38,8 @@ def dosing(n_states, lag=None, bioav=None, rate=None, duration=None) -> DosingPa
     """DosingParams with the defaults (0, 1, nan, nan) where not given."""
 
     def arr(v, default):
-        return jnp.full(n_states, default) if v is None else jnp.asarray(v, float)
+        # numpy first: no weakly typed arrays, so jitted functions do not recompile
+        return jnp.asarray(np.full(n_states, default) if v is None else np.asarray(v, float))
 
     return DosingParams(arr(lag, 0.0), arr(bioav, 1.0), arr(rate, jnp.nan), arr(duration, jnp.nan))
 
@@ -50,6 +51,12 @@ PARAMS = {
     "TwoCompartmentOral": {"ka": 1.2, "cl": 2.0, "v1": 10.0, "q": 3.0, "v2": 25.0},
     "ThreeCompartment": {"cl": 2.0, "v1": 10.0, "q2": 3.0, "v2": 25.0, "q3": 0.5, "v3": 60.0},
     "ThreeCompartmentOral": {
-        "ka": 0.9, "cl": 2.0, "v1": 10.0, "q2": 3.0, "v2": 25.0, "q3": 0.5, "v3": 60.0
+        "ka": 0.9,
+        "cl": 2.0,
+        "v1": 10.0,
+        "q2": 3.0,
+        "v2": 25.0,
+        "q3": 0.5,
+        "v3": 60.0,
     },
 }

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from deepnlme.errors import OptionError
-from deepnlme.solve import CLOSED_FORMS, OdeOptions, closed_form_amounts, closed_form_rhs, ode_states
+from deepnlme.solve import (
+    CLOSED_FORMS,
+    OdeOptions,
+    closed_form_amounts,
+    closed_form_rhs,
+    ode_states,
+)
 
 from ._cases import PARAMS, doses, dosing
 
@@ -17,11 +23,21 @@ KINDS = ("OneCompartmentOral", "TwoCompartment", "ThreeCompartmentOral")
 NOCOV = (jnp.zeros(1), jnp.zeros((1, 1)), jnp.ones(1, bool))
 
 
-def _ode(kind, p, dp, dose, t, options=OdeOptions()):
+DEFAULT = OdeOptions()
+NO_SS = OdeOptions(steady_state=False)
+
+
+def _ode(kind, p, dp, dose, t, options=DEFAULT):
     n = len(CLOSED_FORMS[kind][0])
     return ode_states(
         lambda t, x, args: closed_form_rhs(kind, args)(t, x),
-        jnp.zeros(n), lambda cov: p, *NOCOV, dose, dp, t, options=options,
+        jnp.zeros(n),
+        lambda cov: p,
+        *NOCOV,
+        dose,
+        dp,
+        t,
+        options=options,
     )
 
 
@@ -45,15 +61,20 @@ def _scenarios(n, depot):
         "bolus": (doses([0.0], [100.0], [dcmt]), dosing(n)),
         "infusion_rate": (doses([1.0], [100.0], [ccmt], rate=[40.0]), dosing(n)),
         "infusion_duration": (
-            doses([1.0], [100.0], [ccmt], rate=[-2]), dosing(n, duration=[3.0] * n)
+            doses([1.0], [100.0], [ccmt], rate=[-2]),
+            dosing(n, duration=[3.0] * n),
         ),
         "multiple": (doses([0.0, 6.0, 12.0], [100.0, 50.0, 80.0], [dcmt, ccmt, dcmt]), dosing(n)),
-        "ss_bolus": (doses([0.0, 12.0], [100.0, 100.0], [dcmt, dcmt], ss=[1, 0], ii=[12.0, 0.0]),
-                     dosing(n)),
+        "ss_bolus": (
+            doses([0.0, 12.0], [100.0, 100.0], [dcmt, dcmt], ss=[1, 0], ii=[12.0, 0.0]),
+            dosing(n),
+        ),
         "ss_infusion": (doses([0.0], [100.0], [ccmt], rate=[25.0], ss=[1], ii=[12.0]), dosing(n)),
         "ss_constant": (doses([0.0], [0.0], [ccmt], rate=[10.0], ss=[1], ii=[0.0]), dosing(n)),
-        "ss2_added": (doses([0.0, 4.0], [100.0, 60.0], [dcmt, dcmt], ss=[0, 2], ii=[0.0, 8.0]),
-                      dosing(n)),
+        "ss2_added": (
+            doses([0.0, 4.0], [100.0, 60.0], [dcmt, dcmt], ss=[0, 2], ii=[0.0, 8.0]),
+            dosing(n),
+        ),
         "lag_bioav": (
             doses([0.0, 12.0], [100.0, 100.0], [dcmt, dcmt]),
             dosing(n, lag=[0.7] + z[1:], bioav=[0.6] + [1.0] * (n - 1)),
@@ -87,18 +108,35 @@ def test_time_varying_covariate_changes_clearance():
     cov_value = jnp.array([[1.0], [3.0], [3.0]])
     cov_mask = jnp.array([True, True, False])
     t = jnp.array([0.0, 2.0, 5.0, 8.0])
-    sol = ode_states(rhs, jnp.zeros(1), lambda c: c[0], cov_time, cov_value, cov_mask,
-                     doses([0.0], [100.0], [1]), dosing(1), t)
+    sol = ode_states(
+        rhs,
+        jnp.zeros(1),
+        lambda c: c[0],
+        cov_time,
+        cov_value,
+        cov_mask,
+        doses([0.0], [100.0], [1]),
+        dosing(1),
+        t,
+    )
     tn = np.asarray(t)
-    expect = np.where(tn <= 5, 100 * np.exp(-0.1 * tn), 100 * np.exp(-0.5) * np.exp(-0.3 * (tn - 5)))
+    expect = np.where(
+        tn <= 5, 100 * np.exp(-0.1 * tn), 100 * np.exp(-0.5) * np.exp(-0.3 * (tn - 5))
+    )
     expect[0] = 0.0
     np.testing.assert_allclose(np.asarray(sol.states[:, 0]), expect, rtol=1e-7, atol=1e-9)
 
 
 def test_max_steps_failure_is_reported_not_silent():
     kind = "OneCompartmentOral"
-    sol = _ode(kind, PARAMS[kind], dosing(2), doses([0.0, 12.0], [100.0, 100.0], [1, 1]), T,
-               options=OdeOptions(max_steps=3))
+    sol = _ode(
+        kind,
+        PARAMS[kind],
+        dosing(2),
+        doses([0.0, 12.0], [100.0, 100.0], [1, 1]),
+        T,
+        options=OdeOptions(max_steps=3),
+    )
     assert not bool(sol.ok)
     assert float(sol.fail_time) == 0.0
     assert np.all(np.isnan(np.asarray(sol.states)[1:]))
@@ -116,7 +154,7 @@ def test_derivatives_forward_and_reverse_over_forward():
     dose = doses([0.0, 12.0], [100.0, 100.0], [1, 1])
     t = jnp.array([1.0, 4.0, 13.0, 20.0])
 
-    def pred(theta, options=OdeOptions()):
+    def pred(theta, options=NO_SS):
         p = {"ka": theta[0], "cl": theta[1], "v": 10.0}
         return _ode(kind, p, dosing(2), dose, t, options).states[:, 1]
 
@@ -127,9 +165,13 @@ def test_derivatives_forward_and_reverse_over_forward():
     theta = jnp.array([1.5, 2.0])
     jac = np.asarray(jax.jit(jax.jacfwd(pred))(theta))
     np.testing.assert_allclose(jac, np.asarray(jax.jacfwd(cf)(theta)), rtol=1e-5)
-    fwd = jax.jit(jax.jacfwd(lambda th: pred(th, OdeOptions(adjoint="forward"))))(theta)
+    fwd = jax.jit(
+        jax.jacfwd(lambda th: pred(th, OdeOptions(adjoint="forward", steady_state=False)))
+    )(theta)
     np.testing.assert_allclose(np.asarray(fwd), jac, rtol=1e-8)
-    rev = jax.jit(jax.jacrev(lambda th: pred(th, OdeOptions(adjoint="recursive"))))(theta)
+    rev = jax.jit(
+        jax.jacrev(lambda th: pred(th, OdeOptions(adjoint="recursive", steady_state=False)))
+    )(theta)
     np.testing.assert_allclose(np.asarray(rev), jac, rtol=1e-5)
     g = jax.jit(jax.grad(lambda th: jnp.sum(jax.jacfwd(pred)(th) ** 2)))(theta)
     g_cf = jax.grad(lambda th: jnp.sum(jax.jacfwd(cf)(th) ** 2))(theta)
@@ -145,6 +187,7 @@ def test_jit_matches_eager_and_vmap_matches_loop(solvers):
     loop = np.stack([np.asarray(ode({**PARAMS[kind], "cl": c}, dp, dose).states) for c in cls])
     batched = jax.jit(jax.vmap(lambda c: ode({**PARAMS[kind], "cl": c}, dp, dose).states))(cls)
     np.testing.assert_allclose(np.asarray(batched), loop, rtol=1e-10, atol=1e-12)
-    eager = _ode(kind, {**PARAMS[kind], "cl": cls[1]}, dp, dose, T,
-                 options=OdeOptions(steady_state=False))
+    eager = _ode(
+        kind, {**PARAMS[kind], "cl": cls[1]}, dp, dose, T, options=OdeOptions(steady_state=False)
+    )
     np.testing.assert_allclose(np.asarray(eager.states), loop[1], rtol=1e-10, atol=1e-12)

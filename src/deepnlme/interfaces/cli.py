@@ -54,8 +54,10 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--quiet", action="store_true", help="no progress display")
 
     summ = sub.add_parser(
-        "data", help="read a NONMEM-format CSV and print its summary", description="Validate "
-        "a NONMEM-format CSV and print a summary (subjects, observations, doses, covariates)."
+        "data",
+        help="read a NONMEM-format CSV and print its summary",
+        description="Validate "
+        "a NONMEM-format CSV and print a summary (subjects, observations, doses, covariates).",
     )
     summ.add_argument("data", help="NONMEM-format CSV data file")
     return p
@@ -118,8 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(dn.read_data(args.data).summary())
         elif args.command == "fit":
             _run_fit(
-                args.model, args.data, args.method, Path(args.out),
-                max_iter=args.max_iter, quiet=args.quiet,
+                args.model,
+                args.data,
+                args.method,
+                Path(args.out),
+                max_iter=args.max_iter,
+                quiet=args.quiet,
             )
         elif args.command == "demo":
             import deepnlme as dn
@@ -130,8 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(pop.summary())
             print()
             _run_fit(
-                example_path("theophylline.model"), pop, "FOCEI", Path(args.out),
-                max_iter=500, quiet=args.quiet,
+                example_path("theophylline.model"),
+                pop,
+                "FOCEI",
+                Path(args.out),
+                max_iter=500,
+                quiet=args.quiet,
             )
     except _USER_ERRORS as err:
         print(f"deepnlme: error: {err}", file=sys.stderr)

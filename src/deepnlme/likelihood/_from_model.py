@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 
 import jax
@@ -63,7 +64,10 @@ def model_problem(model, population, *, ode_options: OdeOptions | None = None):
     if hit is not None and hit[0]() is population:
         return hit[1], hit[2]
     binding = bind_population(model, population)
-    predictor = SubjectPredictor(model, binding.time_varying, ode_options)
+    solver_options = ode_options
+    if not binding.features.steady_state and ode_options.steady_state:
+        solver_options = dataclasses.replace(ode_options, steady_state=False)
+    predictor = SubjectPredictor(model, binding.time_varying, solver_options, binding.features)
     cm = model.compiled
     estimated = [p for p in cm.params if p.size > 0]
     info = tuple(ParamInfo(p.name, p.kind, tuple(p.shape), int(p.size)) for p in estimated)

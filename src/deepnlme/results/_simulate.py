@@ -118,7 +118,12 @@ def simulate(
     The drawn random effects are in `result.attrs`-like form via `simulate_with_etas`.
     """
     pop, _ = simulate_with_etas(
-        model, population, params, seed=seed, etas=etas, residual=residual,
+        model,
+        population,
+        params,
+        seed=seed,
+        etas=etas,
+        residual=residual,
         ode_options=ode_options,
     )
     return pop
@@ -170,8 +175,9 @@ def model_predict(
     binding = binding_of(model, population, ode_options)
     theta = _theta(model, params)
     n = len(binding.ids)
-    eta = _etas(model, theta, n, etas if etas is not None else np.zeros((n, model.compiled.eta_size)),
-                None)
+    eta = _etas(
+        model, theta, n, etas if etas is not None else np.zeros((n, model.compiled.eta_size)), None
+    )
     return prediction_frame(predictor, binding, population, theta, eta)
 
 

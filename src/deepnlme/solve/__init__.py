@@ -9,6 +9,7 @@ from ._closed_form import CLOSED_FORMS as CLOSED_FORMS
 from ._closed_form import closed_form_amounts as closed_form_amounts
 from ._closed_form import closed_form_rhs as closed_form_rhs
 from ._doses import DoseEvents as DoseEvents
+from ._doses import DoseFeatures as DoseFeatures
 from ._doses import ResolvedDoses as ResolvedDoses
 from ._doses import resolve_doses as resolve_doses
 from ._ode import OdeOptions as OdeOptions
@@ -18,6 +19,7 @@ from ._ode import ode_states as ode_states
 __all__ = [
     "CLOSED_FORMS",
     "DoseEvents",
+    "DoseFeatures",
     "OdeOptions",
     "OdeSolution",
     "ResolvedDoses",

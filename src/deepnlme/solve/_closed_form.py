@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from ..model.types import DosingParams
-from ._doses import DoseEvents, resolve_doses
+from ._doses import DoseEvents, DoseFeatures, resolve_doses
 
 CLOSED_FORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "OneCompartment": (("Central",), ("cl", "v")),
@@ -81,9 +81,7 @@ def _system(kind: str, p: dict) -> tuple[jax.Array, list[jax.Array], jax.Array |
         v1 = f("v1")
         k10, k12, k13 = f("cl") / v1, f("q2") / v1, f("q3") / v1
         k21, k31 = f("q2") / f("v2"), f("q3") / f("v3")
-        kd = jnp.array(
-            [[-(k10 + k12 + k13), k21, k31], [k12, -k21, 0.0], [k13, 0.0, -k31]]
-        )
+        kd = jnp.array([[-(k10 + k12 + k13), k21, k31], [k12, -k21, 0.0], [k13, 0.0, -k31]])
         lam = _cubic_roots(k10, k12, k13, k21, k31)
     if not oral:
         return kd, lam, None
@@ -116,7 +114,9 @@ def _cubic_roots(k10, k12, k13, k21, k31) -> list[jax.Array]:
     return [polish(r) for r in roots]
 
 
-def closed_form_rhs(kind: str, p: dict[str, jax.Array]) -> Callable[[jax.Array, jax.Array], jax.Array]:
+def closed_form_rhs(
+    kind: str, p: dict[str, jax.Array]
+) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """The linear ODE ``x' = K x`` (amounts) of a closed-form model, as ``f(t, x) -> dx``."""
     _check_kind(kind, p)
     k, _, _ = _system(kind, p)
@@ -191,19 +191,33 @@ class _DoseResponse:
     SS infusion ``c3 = rate``.
     """
 
-    def __init__(self, res, t):
+    def __init__(self, res, t, features: DoseFeatures):
+        self.inf = features.infusion
+        self.ss = features.steady_state
         t = t[:, None]
         s = t - res.start[None, :]
-        active = (
-            res.is_dose[None, :]
-            & (t > res.time[None, :])
-            & (t <= res.kill[None, :])
-            & (res.start[None, :] < res.kill[None, :])
-        )
+        active = res.is_dose[None, :] & (t > res.time[None, :])
+        if features.reset:
+            active = active & (t <= res.kill[None, :]) & (res.start[None, :] < res.kill[None, :])
+        amount = res.amount[None, :]
+        zero = jnp.zeros_like(s)
+        if not self.ss:
+            s_now = jnp.maximum(s, 0.0)
+            if self.inf:
+                is_inf = res.is_inf[None, :]
+                dur = res.dur[None, :]
+                u = jnp.clip(s_now, 0.0, dur)
+                self.c1 = jnp.where(active & is_inf, res.rate[None, :], zero)
+                self.b1 = jnp.where(active & ~is_inf & (s > 0), amount, zero)
+            else:
+                u = zero
+                self.b1 = jnp.where(active & (s > 0), amount, zero)
+            self.y1 = s_now - u
+            self.w1 = u
+            return
         is_inf = res.is_inf[None, :]
         is_ss = res.is_ss[None, :] & ~res.is_const[None, :]
         is_const = res.is_const[None, :]
-        amount = res.amount[None, :]
         rate = res.rate[None, :]
         dur = res.dur[None, :]
         tau = jnp.where(res.is_ss & ~res.is_const & (res.ii > 0), res.ii, 1.0)[None, :]
@@ -212,7 +226,6 @@ class _DoseResponse:
         s0 = jnp.where(s > 0, s, s + (jnp.floor(s_neg / tau) + 1.0) * tau)
         s_now = jnp.where(is_ss, s0, jnp.maximum(s, 0.0))  # time since this administration
         u = jnp.clip(s_now, 0.0, dur)
-        zero = jnp.zeros_like(s)
         on = active & ~is_const
         self.y1 = s_now - u
         self.w1 = u
@@ -227,20 +240,32 @@ class _DoseResponse:
 
     def __call__(self, mu):
         el = _Elementary
-        t1 = el.e(mu, self.y1) * (self.b1 + self.c1 * el.j(mu, self.w1))
-        t2 = el.g(mu, self.tau) * el.e(mu, self.y2) * (self.b2 + self.c2 * el.j(mu, self.w2))
-        return t1 + t2 - self.c3 / mu
+        inner = self.b1 + self.c1 * el.j(mu, self.w1) if self.inf else self.b1
+        out = el.e(mu, self.y1) * inner
+        if self.ss:
+            p2 = self.b2 + self.c2 * el.j(mu, self.w2) if self.inf else self.b2
+            out = out + el.g(mu, self.tau) * el.e(mu, self.y2) * p2 - self.c3 / mu
+        return out
 
     def dd(self, a, b):
         """Exact first divided difference ``f[a, b]``, stable when ``a == b``."""
         el = _Elementary
-        t1 = el.e_dd(a, b, self.y1) * (self.b1 + self.c1 * el.j(b, self.w1)) + el.e(
-            a, self.y1
-        ) * self.c1 * el.j_dd(a, b, self.w1)
-        p_b = el.e(b, self.y2) * (self.b2 + self.c2 * el.j(b, self.w2))
-        p_dd = el.e_dd(a, b, self.y2) * (self.b2 + self.c2 * el.j(b, self.w2)) + el.e(
-            a, self.y2
-        ) * self.c2 * el.j_dd(a, b, self.w2)
+        if self.inf:
+            t1 = el.e_dd(a, b, self.y1) * (self.b1 + self.c1 * el.j(b, self.w1)) + el.e(
+                a, self.y1
+            ) * self.c1 * el.j_dd(a, b, self.w1)
+        else:
+            t1 = el.e_dd(a, b, self.y1) * self.b1
+        if not self.ss:
+            return t1
+        if self.inf:
+            p_b = el.e(b, self.y2) * (self.b2 + self.c2 * el.j(b, self.w2))
+            p_dd = el.e_dd(a, b, self.y2) * (self.b2 + self.c2 * el.j(b, self.w2)) + el.e(
+                a, self.y2
+            ) * self.c2 * el.j_dd(a, b, self.w2)
+        else:
+            p_b = el.e(b, self.y2) * self.b2
+            p_dd = el.e_dd(a, b, self.y2) * self.b2
         t2 = el.g_dd(a, b, self.tau) * p_b + el.g(a, self.tau) * p_dd
         return t1 + t2 + self.c3 / (a * b)
 
@@ -250,7 +275,9 @@ def _newton_coeffs(values, nodes):
     level = list(values)
     coeffs = [level[0]]
     for k in range(1, len(nodes)):
-        level = [(level[i + 1] - level[i]) / (nodes[i + k] - nodes[i]) for i in range(len(level) - 1)]
+        level = [
+            (level[i + 1] - level[i]) / (nodes[i + k] - nodes[i]) for i in range(len(level) - 1)
+        ]
         coeffs.append(level[0])
     return coeffs
 
@@ -261,6 +288,8 @@ def closed_form_amounts(
     dosing: DosingParams,
     doses: DoseEvents,
     obs_time: jax.Array,
+    *,
+    features: DoseFeatures | None = None,
 ) -> jax.Array:
     """Compartment amounts ``[T, S]`` of a closed-form PK model at the observation times.
 
@@ -271,6 +300,9 @@ def closed_form_amounts(
     - `dosing`: lag, bioavailability, modelled rate and duration per compartment ``[S]``.
     - `doses`: the subject's dose and reset records (`DoseEvents`, ``[D]`` each).
     - `obs_time`: observation times ``[T]``.
+    - `features`: which dose features the data can contain (`DoseFeatures`, static); a
+      feature that is switched off is left out of the compiled program, which makes it much
+      smaller (compile time, and the derivatives FOCE needs). The default allows all.
 
     NONMEM semantics: F scales the amount; the lag delays the dose; an infusion gives F*AMT at
     RATE (RATE=-1: the model's rate, RATE=-2: the model's duration); SS=1 resets and puts the
@@ -285,9 +317,9 @@ def closed_form_amounts(
     _check_kind(kind, p)
     k, lam, ka = _system(kind, p)
     n_states = k.shape[0]
-    res = resolve_doses(doses, dosing, n_states)
+    res = resolve_doses(doses, dosing, n_states, features)
     obs_time = jnp.asarray(obs_time, float)
-    f = _DoseResponse(res, obs_time)
+    f = _DoseResponse(res, obs_time, features or DoseFeatures())
     shape = (obs_time.shape[0], res.time.shape[0])
     mus = [jnp.broadcast_to(-x, shape) for x in lam]
     eye = jnp.eye(n_states)

@@ -30,6 +30,32 @@ class DoseEvents(NamedTuple):
     mask: jax.Array
 
 
+class DoseFeatures(NamedTuple):
+    """Which dose features a population's records use (static: decided from the data once).
+
+    ``infusion`` (any RATE != 0), ``steady_state`` (any SS > 0) and ``reset`` (any EVID 3/4 or
+    SS=1 record, which end earlier doses). Predictions leave out what is switched off, which
+    keeps the compiled programs (and their derivatives) small; all are on by default.
+    """
+
+    infusion: bool = True
+    steady_state: bool = True
+    reset: bool = True
+
+    @classmethod
+    def of(cls, dose_rate, dose_ss, dose_evid, dose_mask) -> DoseFeatures:
+        """The features used by padded dose arrays (numpy, any leading shape)."""
+        import numpy as np
+
+        m = np.asarray(dose_mask, bool)
+        rate, ss, evid = (np.asarray(x)[m] for x in (dose_rate, dose_ss, dose_evid))
+        return cls(
+            infusion=bool((rate != 0).any()),
+            steady_state=bool((ss > 0).any()),
+            reset=bool(((evid == 3) | (evid == 4) | (ss == 1)).any()),
+        )
+
+
 class ResolvedDoses(NamedTuple):
     """Doses after applying the model's lag, bioavailability, rate and duration (``[D]`` each).
 
@@ -59,8 +85,17 @@ class ResolvedDoses(NamedTuple):
     bad: jax.Array
 
 
-def resolve_doses(doses: DoseEvents, dosing: DosingParams, n_states: int) -> ResolvedDoses:
-    """Resolve the dose records of one subject against the model's dose modifiers."""
+def resolve_doses(
+    doses: DoseEvents,
+    dosing: DosingParams,
+    n_states: int,
+    features: DoseFeatures | None = None,
+) -> ResolvedDoses:
+    """Resolve the dose records of one subject against the model's dose modifiers.
+
+    With ``features.reset`` off, ``kill`` is ``inf`` (no record ends an earlier dose).
+    """
+    features = features or DoseFeatures()
     mask = jnp.asarray(doses.mask, bool)
     evid = jnp.asarray(doses.evid)
     ss = jnp.asarray(doses.ss)
@@ -102,9 +137,12 @@ def resolve_doses(doses: DoseEvents, dosing: DosingParams, n_states: int) -> Res
     start = jnp.where(is_const, time, time + lag)
 
     is_reset = mask & ((evid == 3) | (evid == 4) | (is_ss & (ss == 1)))
-    idx = jnp.arange(time.shape[0])
-    later = idx[None, :] > idx[:, None]
-    kill = jnp.min(jnp.where(later & is_reset[None, :], time[None, :], jnp.inf), axis=1)
+    if features.reset:
+        idx = jnp.arange(time.shape[0])
+        later = idx[None, :] > idx[:, None]
+        kill = jnp.min(jnp.where(later & is_reset[None, :], time[None, :], jnp.inf), axis=1)
+    else:
+        kill = jnp.full_like(time, jnp.inf)
 
     bad = is_dose & (
         ~col_ok

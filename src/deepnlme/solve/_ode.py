@@ -14,7 +14,12 @@ from ..errors import OptionError
 from ..model.types import DosingParams
 from ._doses import DoseEvents, resolve_doses
 
-_SOLVERS = {"tsit5": dfx.Tsit5, "dopri5": dfx.Dopri5, "dopri8": dfx.Dopri8, "kvaerno5": dfx.Kvaerno5}
+_SOLVERS = {
+    "tsit5": dfx.Tsit5,
+    "dopri5": dfx.Dopri5,
+    "dopri8": dfx.Dopri8,
+    "kvaerno5": dfx.Kvaerno5,
+}
 _ADJOINTS = {
     "direct": dfx.DirectAdjoint,
     "recursive": dfx.RecursiveCheckpointAdjoint,
@@ -135,7 +140,9 @@ def ode_states(
     n_obs, n_dose, n_cov = obs_time.shape[0], res.time.shape[0], cov_time.shape[0]
 
     t_first = jnp.min(obs_time)
-    t_first = jnp.minimum(t_first, jnp.min(jnp.where(res.is_dose | res.is_reset, res.time, jnp.inf)))
+    t_first = jnp.minimum(
+        t_first, jnp.min(jnp.where(res.is_dose | res.is_reset, res.time, jnp.inf))
+    )
     t_first = jnp.minimum(t_first, jnp.min(jnp.where(cov_mask, cov_time, jnp.inf)))
 
     good = ~res.bad
@@ -155,11 +162,20 @@ def ode_states(
         [jnp.zeros(n_obs), jnp.ones(n_dose), 2 * jnp.ones(n_dose), 3 * jnp.ones(2 * n_dose + n_cov)]
     )
     ev_kind = jnp.concatenate(
-        [jnp.zeros(n_obs, int), jnp.ones(n_dose, int), 2 * jnp.ones(n_dose, int),
-         3 * jnp.ones(2 * n_dose + n_cov, int)]
+        [
+            jnp.zeros(n_obs, int),
+            jnp.ones(n_dose, int),
+            2 * jnp.ones(n_dose, int),
+            3 * jnp.ones(2 * n_dose + n_cov, int),
+        ]
     )
     ev_ref = jnp.concatenate(
-        [jnp.arange(n_obs), jnp.arange(n_dose), jnp.arange(n_dose), jnp.zeros(2 * n_dose + n_cov, int)]
+        [
+            jnp.arange(n_obs),
+            jnp.arange(n_dose),
+            jnp.arange(n_dose),
+            jnp.zeros(2 * n_dose + n_cov, int),
+        ]
     )
     n_ev = ev_time.shape[0]
     order = jnp.lexsort((jnp.arange(n_ev), ev_prio, jax.lax.stop_gradient(ev_time)))
@@ -175,9 +191,18 @@ def ode_states(
     def integrate(field, a, b, y, args, jump=None):
         ctrl = dfx.PIDController(rtol=opts.rtol, atol=opts.atol, jump_ts=jump)
         sol = dfx.diffeqsolve(
-            dfx.ODETerm(field), solver, a, b, None, y, args=args,
-            saveat=dfx.SaveAt(t1=True), stepsize_controller=ctrl,
-            max_steps=opts.max_steps, adjoint=adjoint, throw=False,
+            dfx.ODETerm(field),
+            solver,
+            a,
+            b,
+            None,
+            y,
+            args=args,
+            saveat=dfx.SaveAt(t1=True),
+            stepsize_controller=ctrl,
+            max_steps=opts.max_steps,
+            adjoint=adjoint,
+            throw=False,
         )
         ok = sol.result == dfx.RESULTS.successful
         return jax.tree_util.tree_map(lambda v: v[-1], sol.ys), ok
@@ -241,9 +266,12 @@ def ode_states(
         b = jnp.maximum(te, t_prev)
         mid = 0.5 * (t_prev + b)
         args = args_at(mid)
-        running = live & res.is_inf & (
-            ((start <= mid) & (mid < inf_end)) | ((res.time <= mid) & (mid < tail_end))
-        ) & (mid < res.kill)
+        running = (
+            live
+            & res.is_inf
+            & (((start <= mid) & (mid < inf_end)) | ((res.time <= mid) & (mid < tail_end)))
+            & (mid < res.kill)
+        )
         u = jnp.where(running, res.rate, 0.0) @ onehot
         xb, ok_seg = integrate(seg_field, t_prev, b, x, (args, u))
         fail_t = jnp.where(ok & ~ok_seg, t_prev, fail_t)

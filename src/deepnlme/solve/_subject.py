@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import DataError, ModelError, SolveError
 from ..model._distributions import ObsDist
 from ._closed_form import closed_form_amounts
-from ._doses import DoseEvents
+from ._doses import DoseEvents, DoseFeatures
 from ._ode import OdeOptions, ode_states
 
 
@@ -52,6 +52,7 @@ class Binding:
     time_varying: bool
     output_of_endpoint: tuple[int, ...]
     n_obs: int
+    features: DoseFeatures
 
 
 def _match_covariates(model_covs, pop) -> tuple[int, ...]:
@@ -147,6 +148,7 @@ def bind_population(model, population) -> Binding:
         time_varying=tv,
         output_of_endpoint=out_of_ep,
         n_obs=int(np.asarray(a.obs_mask).sum()),
+        features=DoseFeatures.of(a.dose_rate, a.dose_ss, a.dose_evid, a.dose_mask),
     )
 
 
@@ -172,11 +174,14 @@ class SubjectPredictor:
       individual parameters are evaluated at every record and the ODE path is used.
     - `ode_options`: `OdeOptions` for ODE models (closed-form models without time-varying
       covariates never integrate).
+    - `features`: the dose features the data uses (`DoseFeatures`); the others are left out
+      of the compiled program.
     """
 
     model: Any
     time_varying: bool = False
     ode_options: OdeOptions = OdeOptions()
+    features: DoseFeatures = DoseFeatures()
 
     @property
     def use_closed_form(self) -> bool:
@@ -194,7 +199,12 @@ class SubjectPredictor:
         dosing = cm.dosing(theta, eta, cov0, ind0)
         if self.use_closed_form:
             x = closed_form_amounts(
-                cm.closed_form, cm.closed_form_params(ind0), dosing, sd.doses, sd.obs_time
+                cm.closed_form,
+                cm.closed_form_params(ind0),
+                dosing,
+                sd.doses,
+                sd.obs_time,
+                features=self.features,
             )
             ok = jnp.all(jnp.isfinite(jnp.where(sd.obs_mask[:, None], x, 0.0)))
             return x, ok, jnp.asarray(jnp.nan)
@@ -208,8 +218,16 @@ class SubjectPredictor:
             return cm.rhs(t, x, theta, eta, cov, ind)
 
         sol = ode_states(
-            rhs, x0, seg_fn, sd.cov_time, sd.cov_value, sd.cov_mask, sd.doses, dosing,
-            sd.obs_time, options=self.ode_options,
+            rhs,
+            x0,
+            seg_fn,
+            sd.cov_time,
+            sd.cov_value,
+            sd.cov_mask,
+            sd.doses,
+            dosing,
+            sd.obs_time,
+            options=self.ode_options,
         )
         return sol.states, sol.ok, sol.fail_time
 
@@ -232,7 +250,10 @@ class SubjectPredictor:
         dists = jax.vmap(one, in_axes=(0, 0, 0, ind_axis))(sd.obs_time, x, sd.obs_cov, ind)
         per_output = tuple(dists[name] for name in cm.outputs)
         return Prediction(
-            dist=_select(per_output, sd.obs_output), per_output=per_output, states=x, ok=ok,
+            dist=_select(per_output, sd.obs_output),
+            per_output=per_output,
+            states=x,
+            ok=ok,
             fail_time=fail_time,
         )
 

@@ -1,0 +1,132 @@
+"""Simulation and noise-free predictions through the public API."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import deepnlme as dn
+
+THEO = "examples/theophylline.model"
+
+
+@pytest.fixture(scope="module")
+def theo():
+    return dn.load_model(THEO), dn.datasets.load("theophylline")
+
+
+def test_same_seed_same_data_and_no_global_state(theo):
+    model, pop = theo
+    np_state = np.random.get_state()
+    py_state = random.getstate()
+    a = dn.simulate(model, pop, seed=7)
+    np.random.seed(123)  # global state must not matter
+    random.seed(5)
+    b = dn.simulate(model, pop, seed=7)
+    c = dn.simulate(model, pop, seed=8)
+    da, db, dc = (p.arrays().obs_dv[p.arrays().obs_mask] for p in (a, b, c))
+    np.testing.assert_array_equal(da, db)
+    assert np.abs(da - dc).max() > 1e-3
+    np.random.seed(123)
+    assert np.random.get_state()[1][0] == np.random.RandomState(123).get_state()[1][0]
+    random.seed(5)
+    _ = dn.simulate(model, pop, seed=1)
+    assert random.random() == random.Random(5).random()
+    np.random.set_state(np_state)
+    random.setstate(py_state)
+
+
+def test_simulate_keeps_design_and_does_not_touch_input(theo):
+    model, pop = theo
+    before = pop.to_dataframe()
+    sim = dn.simulate(model, pop, seed=3)
+    after = pop.to_dataframe()
+    assert before.equals(after)
+    assert sim.ids == pop.ids
+    assert sim.n_observations == pop.n_observations
+    assert sim.n_doses == pop.n_doses
+    a, b = sim.arrays(), pop.arrays()
+    np.testing.assert_array_equal(a.obs_time, b.obs_time)
+    np.testing.assert_array_equal(a.dose_amt, b.dose_amt)
+
+
+def test_noise_free_simulation_equals_ipred(theo):
+    from deepnlme.results import simulate_with_etas
+
+    model, pop = theo
+    sim, etas = simulate_with_etas(model, pop, seed=11, residual=False)
+    pred = dn.model_predict(model, pop, etas=etas)
+    dv = sim.arrays().obs_dv[sim.arrays().obs_mask]
+    np.testing.assert_allclose(dv, pred["IPRED"].to_numpy(), rtol=1e-12, atol=1e-12)
+    # PRED is the typical subject: eta = 0
+    pred0 = dn.model_predict(model, pop)
+    np.testing.assert_allclose(pred0["PRED"], pred0["IPRED"], rtol=0, atol=0)
+    np.testing.assert_allclose(pred["PRED"], pred0["PRED"], rtol=1e-13)
+
+
+def test_model_predict_matches_bateman_by_hand(theo):
+    model, pop = theo
+    params = {"tka": np.log(1.5), "tcl": np.log(2.8), "tv": np.log(31.0)}
+    pred = dn.model_predict(model, pop, params=params)
+    ka, cl, v = 1.5, 2.8, 31.0
+    k = cl / v
+    doses = pop.to_dataframe().query("EVID == 1").set_index("ID")["AMT"]
+    amt = doses.loc[pred["ID"]].to_numpy()
+    t = pred["TIME"].to_numpy()
+    expect = amt * ka / (v * (ka - k)) * (np.exp(-k * t) - np.exp(-ka * t))
+    np.testing.assert_allclose(pred["PRED"].to_numpy(), expect, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(pred["conc"].to_numpy(), expect, rtol=1e-10, atol=1e-12)
+
+
+def test_random_effects_have_the_model_covariance():
+    from deepnlme.results import simulate_with_etas
+
+    model = dn.load_model("examples/synthetic_1cpt.model")
+    design = dn.make_population(
+        3000, doses=[dict(time=0, amt=100, cmt=1)], obs_times=[0.5, 2, 8, 24]
+    )
+    omega = np.diag([0.16, 0.09, 0.04])
+    _, etas = simulate_with_etas(model, design, {"omega": omega}, seed=2024)
+    cov = np.cov(etas.T)
+    # 3000 draws: the SE of a sample variance is about var*sqrt(2/3000) = 2.6% of it
+    np.testing.assert_allclose(np.diag(cov), np.diag(omega), rtol=0.08)
+    assert np.abs(cov[0, 1]) < 0.02
+
+
+def test_residual_error_has_the_model_sd():
+    model = dn.load_model(
+        "param:\n    mu = Real(init=5.0)\n    s = Positive(init=0.5)\n"
+        "derived:\n    DV ~ Normal(mu, s)\n"
+    )
+    design = dn.make_population(200, obs_times=list(range(1, 21)))
+    sim = dn.simulate(model, design, seed=9)
+    y = sim.arrays().obs_dv[sim.arrays().obs_mask]
+    assert y.size == 4000
+    assert abs(y.mean() - 5.0) < 4 * 0.5 / np.sqrt(4000)
+    assert abs(y.std() / 0.5 - 1) < 0.05
+
+
+def test_lognormal_simulation_is_positive_and_centred():
+    model = dn.load_model(
+        "param:\n    f = Positive(init=10.0)\n    s = Positive(init=0.3)\n"
+        "derived:\n    DV ~ LogNormal(f, s)\n"
+    )
+    design = dn.make_population(100, obs_times=list(range(1, 31)))
+    y = dn.simulate(model, design, seed=4).arrays().obs_dv
+    y = y[np.isfinite(y)]
+    assert (y > 0).all()
+    assert abs(np.median(np.log(y)) - np.log(10.0)) < 0.03
+
+
+def test_bad_options_name_the_option(theo):
+    model, pop = theo
+    with pytest.raises(dn.OptionError, match="`seed` must be an integer"):
+        dn.simulate(model, pop, seed=1.5)
+    with pytest.raises(dn.OptionError, match="unknown parameter 'tkk'"):
+        dn.simulate(model, pop, {"tkk": 1.0}, seed=1)
+    with pytest.raises(
+        dn.OptionError, match=r"`etas` must have shape \(subjects, random effects\)"
+    ):
+        dn.model_predict(model, pop, etas=np.zeros((3, 3)))
