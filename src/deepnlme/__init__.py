@@ -31,6 +31,8 @@ from .likelihood import LaplaceI as LaplaceI
 from .likelihood import NaivePooled as NaivePooled
 from .model import Model as Model
 from .model import load_model as load_model
+from .nn import Network as Network
+from .nn import network as network
 from .results import model_predict as model_predict
 from .results import simulate as simulate
 from .solve import OdeOptions as OdeOptions
@@ -49,6 +51,7 @@ __all__ = [
     "Model",
     "ModelError",
     "NaivePooled",
+    "Network",
     "OdeOptions",
     "OptionError",
     "Population",
@@ -60,6 +63,7 @@ __all__ = [
     "load_model",
     "make_population",
     "model_predict",
+    "network",
     "read_data",
     "simulate",
 ]

@@ -74,3 +74,16 @@ def test_other_start_reaches_the_same_optimum(case_fit):
             init[name] = init[name] * 1.25
     again = dn.fit(model, pop, dn.FOCEI(), init=init, progress=False)
     assert again.m2ll <= fit.m2ll + 0.01, (again.m2ll, fit.m2ll)
+
+
+def test_theophylline_start_that_traps_nlme():
+    """REFERENCE.md: nlme started at lKa=0, lCl=1.5, lV=3 collapses omega(V) and stops at
+    -2LL 373.29; the optimum is 359.48. deepnlme must reach the optimum from there."""
+    case = CASES["theoph_kclv_mg_diag"]
+    fit = dn.fit(
+        case.load_model(), case.population(), dn.FOCEI(),
+        init={"tka": 0.0, "tcl": 1.5, "tv": 3.0}, progress=False, covariance=None,
+    )
+    assert fit.converged, fit.message
+    assert fit.m2ll < 359.476 + 0.01
+    assert fit.estimates["omega"][2, 2] > 0.01

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from ..model._distributions import obs_logpdf, transform_obs
+from ..nn import model_penalty, resolve_scaling
 from ..solve._ode import OdeOptions
 from ..solve._subject import SubjectData, SubjectPredictor, bind_population
 from ._problem import ObsTerms, ParamInfo, Problem
@@ -67,8 +68,15 @@ def model_problem(model, population, *, ode_options: OdeOptions | None = None):
     solver_options = ode_options
     if not binding.features.steady_state and ode_options.steady_state:
         solver_options = dataclasses.replace(ode_options, steady_state=False)
-    predictor = SubjectPredictor(model, binding.time_varying, solver_options, binding.features)
-    cm = model.compiled
+    # networks whose scale comes from the data get it at the model's first binding (nn/)
+    bound = resolve_scaling(
+        model,
+        binding,
+        lambda m: SubjectPredictor(m, binding.time_varying, solver_options, binding.features),
+    )
+    predictor = SubjectPredictor(bound, binding.time_varying, solver_options, binding.features)
+    cm = bound.compiled
+    penalty = model_penalty(bound)
     estimated = [p for p in cm.params if p.size > 0]
     info = tuple(ParamInfo(p.name, p.kind, tuple(p.shape), int(p.size)) for p in estimated)
     init = {p.name: p.init for p in estimated}
@@ -86,6 +94,7 @@ def model_problem(model, population, *, ode_options: OdeOptions | None = None):
         init=init,
         eta_labels=cm.eta_labels,
         subject_ids=binding.ids,
+        **({"penalty": penalty} if penalty is not None else {}),
     )
     per_model[key] = (weakref.ref(population), problem, predictor, binding)
     return problem, predictor

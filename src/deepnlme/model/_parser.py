@@ -172,6 +172,7 @@ class _Parser:
         self.block = ""
         self.declared: dict[str, tuple[str, Loc, str]] = {}  # name -> (block, loc, what)
         self.domains: dict = {}
+        self.fixed_networks: dict = {}  # g = fix(NN, ...): name -> (network, held inputs)
 
     # ------------------------------------------------------------------ errors
     def err(self, st: _Stmt, node: ast.AST | None, what: str, sugg: str = ""):
@@ -317,6 +318,13 @@ class _Parser:
         name = node.id
         if name in scope:
             kind, shape = scope[name]
+            if kind == "fixnet":
+                raise self.err(
+                    st,
+                    node,
+                    f"'{name}' is a network with held inputs (fix) and can only be called",
+                    f"Call it with the remaining inputs, e.g. {name}(x)[0].",
+                )
             return Name(name, kind), shape
         b = self.block
         if name == "t":
@@ -492,15 +500,20 @@ class _Parser:
                     f"The signature is {f.signature}.",
                 )
             return Call(fname, tuple(self.scalar(st, a, scope) for a in node.args)), ()
+        if fname == "fix":
+            raise self.err(
+                st,
+                node,
+                "fix(...) must be the whole right-hand side of an assignment in 'pre:'",
+                "Write e.g. 'nn_i = fix(NN, eta[1])' in 'pre:' and call nn_i(x)[0] later.",
+            )
+        if fname in scope and scope[fname][0] == "fixnet":
+            net, held = self.fixed_networks[fname]
+            return self.network_call(st, node, net, held, scope)
         if fname in scope and scope[fname][0] == "param" and fname in self.domains:
             dom = self.domains[fname]
             if getattr(dom, "callable", False):
-                args = tuple(self.scalar(st, a, scope) for a in node.args)
-                try:
-                    shape = tuple(dom.call_shape(len(args)))
-                except DomainError as e:
-                    raise self.err(st, node, str(e)) from None
-                return Call(fname, args, kind="param"), shape
+                return self.network_call(st, node, fname, (), scope)
         if fname in DISTRIBUTIONS or fname in ("MvNormal",):
             raise self.err(
                 st,
@@ -522,6 +535,66 @@ class _Parser:
             f"unknown function '{fname}'",
             (sugg + " " if sugg else "") + "Allowed functions: " + ", ".join(FUNCTIONS) + ".",
         )
+
+    def network_call(self, st, node, fname, held, scope) -> tuple[Expr, tuple]:
+        """A call of a callable parameter (a network); vector arguments are flattened."""
+        dom = self.domains[fname]
+        args, width = list(held), sum(w for _, w in held)
+        for a in node.args:
+            e, shape = self.expr(st, a, scope)
+            if len(shape) > 1:
+                self._not_scalar(st, a, shape)
+            args.append((e, shape[0] if shape else 1))
+            width += shape[0] if shape else 1
+        try:
+            shape = tuple(dom.call_shape(width))
+        except DomainError as e:
+            raise self.err(st, node, str(e)) from None
+        return Call(fname, tuple(e for e, _ in args), kind="param"), shape
+
+    def fix_assign(self, st: _Stmt, name: str, node: ast.Call, scope: dict) -> None:
+        """``g = fix(NN, a, b)`` in 'pre:': g(x) means NN(a, b, x) (leading inputs held)."""
+        if not node.args or not isinstance(node.args[0], ast.Name):
+            raise self.err(
+                st,
+                node,
+                "fix() takes a network and the inputs to hold, e.g. fix(NN, eta[1])",
+                "The first argument must be the name of a network declared in 'param:'.",
+            )
+        net = node.args[0].id
+        if net in self.fixed_networks:
+            inner, held0 = self.fixed_networks[net]
+        elif not (
+            net in scope
+            and scope[net][0] == "param"
+            and getattr(self.domains.get(net), "callable", False)
+        ):
+            raise self.err(
+                st,
+                node.args[0],
+                f"'{net}' is not a network",
+                "fix() takes a network declared in 'param:' (e.g. NN = MLP(...)).",
+            )
+        else:
+            inner, held0 = net, ()
+        if node.keywords:
+            raise self.err(st, node.keywords[0].value, "fix() takes no keyword arguments")
+        held = list(held0)
+        for a in node.args[1:]:
+            e, shape = self.expr(st, a, scope)
+            if len(shape) > 1:
+                self._not_scalar(st, a, shape)
+            held.append((e, shape[0] if shape else 1))
+        n_in = getattr(self.domains[inner], "n_in", None)
+        if n_in is not None and sum(w for _, w in held) > n_in:
+            raise self.err(
+                st,
+                node,
+                f"fix() holds {sum(w for _, w in held)} inputs but '{inner}' takes only {n_in}",
+                "Hold fewer inputs.",
+            )
+        self.fixed_networks[name] = (inner, tuple(held))
+        scope[name] = ("fixnet", ())
 
     def index(self, st: _Stmt, node: ast.Subscript, scope: dict) -> tuple[Expr, tuple]:
         value, shape = self.expr(st, node.value, scope)
@@ -756,8 +829,12 @@ class _Parser:
         pre: list[Assign] = []
         for st in get("pre"):
             node = st.node
-            e = self.scalar(st, node.value, scope)
             name = node.targets[0].id
+            v = node.value
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "fix":
+                self.fix_assign(st, name, v, scope)
+                continue
+            e = self.scalar(st, node.value, scope)
             pre.append(Assign(name, e, st.loc(node)))
             scope[name] = ("pre", ())
         base_scope = dict(scope)

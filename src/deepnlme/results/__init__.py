@@ -1,6 +1,15 @@
-"""Results layer: simulation, predictions and residuals."""
+"""Results layer: simulation, predictions, residuals, NPDE, VPC and persistence of fits."""
 
+from ._diagnostics import ebe_table as ebe_table
+from ._diagnostics import npde as npde
+from ._diagnostics import predict as predict
+from ._diagnostics import shrinkage as shrinkage
+from ._diagnostics import simulate_replicates as simulate_replicates
+from ._persist import load_fit as load_fit
+from ._persist import save_fit as save_fit
 from ._simulate import inverse_transform as inverse_transform
 from ._simulate import model_predict as model_predict
 from ._simulate import simulate as simulate
 from ._simulate import simulate_with_etas as simulate_with_etas
+from ._vpc import VPC as VPC
+from ._vpc import vpc as vpc

@@ -1,0 +1,175 @@
+"""Networks meet data: input statistics, data-derived scaling, and the model's penalty.
+
+When a model whose networks need data (``scale=zscore`` or ``range``, effective-weight L1/L2,
+``Smooth``) is first bound to a population, every network's inputs are evaluated at every
+call site: at the initial parameters, for each subject of the population, with the random
+effects drawn from N(0, Omega_init) by a local generator (``numpy.random.default_rng(seed)``
+with the network's seed; global random state is never touched), call sites in ``pre:`` once
+per subject, call sites in ``dynamics:`` / ``derived:`` at each observation time with the
+states predicted there. The mean, SD, minimum and maximum of each input are written into the
+network's declaration (``data=[[mean, sd, min, max], ...]``), giving a new `Model` whose text
+carries the scale; that model is used for this and every later binding of the same `Model`
+object (so a test population is predicted with the training scale) and is what a saved fit
+should store (`resolved_model`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..model._compile import compile_expr
+from ..model._domains import ParamSpec
+from ..model._ir import Assign, Call, Derivative, Observation, walk
+from ..model._model import Model
+from ._mlp import MLP
+
+_RESOLVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def networks(model) -> dict[str, MLP]:
+    """The model's MLP parameters by name."""
+    return {p.name: p.domain for p in model.params if isinstance(p.domain, MLP)}
+
+
+def _calls(expr, name):
+    return [n for n in walk(expr) if isinstance(n, Call) and n.kind == "param" and n.func == name]
+
+
+def call_sites(ir, name: str) -> list[tuple[str, Call]]:
+    """Every call of network `name`: ``[(block, Call), ...]`` with block pre/dynamics/derived."""
+    out = []
+    for a in ir.pre:
+        out += [("pre", c) for c in _calls(a.expr, name)]
+    for s in (*ir.dosing, *ir.init):
+        out += [("pre", c) for c in _calls(s.expr, name)]
+    for s in ir.dynamics:
+        if isinstance(s, Assign | Derivative):
+            out += [("dynamics", c) for c in _calls(s.expr, name)]
+    for s in ir.derived:
+        exprs = s.args if isinstance(s, Observation) else (s.expr,)
+        for e in exprs:
+            out += [("derived", c) for c in _calls(e, name)]
+    return out
+
+
+def _flat(fs, env):
+    return jnp.concatenate([jnp.ravel(jnp.asarray(f(env), dtype=jnp.float64)) for f in fs])
+
+
+def input_statistics(model, binding, predictor, names) -> dict[str, np.ndarray]:
+    """Mean, SD, min and max ``[n_in, 4]`` of each named network's inputs over the data."""
+    cm = model.compiled
+    doms = {p.name: p.domain for p in cm.params}
+    sites = {
+        n: [(blk, [compile_expr(a, doms) for a in c.args]) for blk, c in call_sites(model.ir, n)]
+        for n in names
+    }
+    theta0 = cm.unpack(cm.pack({p.name: p.init for p in cm.params if p.size > 0}))
+
+    def one_subject(eta, sd):
+        cov0 = sd.cov_value[0]
+        ind0 = cm.pre(theta0, eta, cov0)
+        need_states = any(b != "pre" for v in sites.values() for b, _ in v)
+        x = predictor.states(theta0, eta, sd)[0] if need_states else None
+        out = {}
+        for n, ss in sites.items():
+            vals, masks = [], []
+            for blk, fs in ss:
+                if blk == "pre":
+                    env = cm._env_ind(theta0, eta, cov0, ind0)
+                    vals.append(_flat(fs, env)[None, :])
+                    masks.append(jnp.ones((1,), bool))
+                    continue
+
+                def at(t, xt, cov, fs=fs, blk=blk):
+                    env = cm._env_state(t, xt, theta0, eta, cov, ind0)
+                    if blk == "derived":
+                        env.update(cm.derived_vars(t, xt, theta0, eta, cov, ind0))
+                    return _flat(fs, env)
+
+                vals.append(jax.vmap(at)(sd.obs_time, x, sd.obs_cov))
+                masks.append(sd.obs_mask)
+            out[n] = (jnp.concatenate(vals), jnp.concatenate(masks))
+        return out
+
+    n_subj = len(binding.ids)
+    omega = np.asarray(cm.omega(theta0))
+    q = omega.shape[0]
+    seed = min(doms[n].seed for n in names)
+    z = np.random.default_rng(seed).standard_normal((n_subj, q))
+    if q:
+        w, v = np.linalg.eigh(omega)
+        etas = z @ (v * np.sqrt(np.clip(w, 0, None))).T
+    else:
+        etas = z
+    res = jax.jit(jax.vmap(one_subject))(jnp.asarray(etas), binding.data)
+    stats = {}
+    for n in names:
+        vals, mask = (np.asarray(a) for a in res[n])
+        vals = vals.reshape(-1, vals.shape[-1])
+        mask = mask.reshape(-1) & np.all(np.isfinite(vals), axis=1)
+        x = vals[mask]
+        if x.shape[0] == 0:
+            x = np.zeros((1, vals.shape[-1]))
+        stats[n] = np.stack([x.mean(0), x.std(0), x.min(0), x.max(0)], axis=1)
+    return stats
+
+
+def resolve_scaling(model, binding, predictor_factory) -> Model:
+    """The model with every network's data statistics filled in (the model itself when no
+    network needs data). Computed once per `Model` object; later calls return the first
+    result, whatever the population."""
+    hit = _RESOLVED.get(model)
+    if hit is not None:
+        return hit
+    need = [n for n, d in networks(model).items() if d.needs_data]
+    if not need:
+        _RESOLVED[model] = model
+        return model
+    stats = input_statistics(model, binding, predictor_factory(model), need)
+    new = {n: networks(model)[n].with_data(stats[n]) for n in need}
+    params = tuple(
+        ParamSpec(p.name, new[p.name], p.kind, p.line) if p.name in new else p
+        for p in model.params
+    )
+    ir = dataclasses.replace(
+        model.ir,
+        params=tuple(
+            dataclasses.replace(d, domain=new[d.name]) if d.name in new else d
+            for d in model.ir.params
+        ),
+    )
+    resolved = Model(ir.to_text(), ir, params, model.path)
+    _RESOLVED[model] = resolved
+    _RESOLVED[resolved] = resolved
+    return resolved
+
+
+def resolved_model(model) -> Model:
+    """The model with its networks' data-derived scale written in (after its first binding to
+    a population; before that, or without such networks, the model itself). Its text
+    (``str(...)``) reproduces the fitted networks exactly when loaded again."""
+    if hasattr(model, "model") and not isinstance(model, Model):  # a Fit
+        model = model.model
+    return _RESOLVED.get(model, model)
+
+
+def model_penalty(model):
+    """``penalty(theta) -> scalar`` (-2LL scale) summing the networks' penalties, or None when
+    no network has a regulariser of nonzero strength."""
+    active = [(n, d) for n, d in networks(model).items() if d.has_penalty]
+    if not active:
+        return None
+
+    def penalty(theta):
+        total = jnp.zeros(())
+        for n, d in active:
+            total = total + d.penalty(theta[n])
+        return total
+
+    return penalty

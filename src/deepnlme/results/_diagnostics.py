@@ -1,0 +1,384 @@
+"""Residual diagnostics of a fit: PRED/IPRED, RES, WRES, IWRES, CWRES, NPDE, shrinkage, EBEs.
+
+Definitions, formulas and references: `docs/diagnostics.md`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+from ..errors import OptionError
+from ..likelihood import InnerOptions, cond_parts, newton_lm
+from ..likelihood._from_model import _PROBLEMS, batched, binding_of, model_problem
+from ..solve._subject import raise_failed_solves
+from ._simulate import inverse_transform, prediction_frame
+
+
+class Bound(NamedTuple):
+    """A fit's model bound to a population: the problem, predictor, binding and values."""
+
+    problem: Any
+    predictor: Any
+    binding: Any
+    population: Any
+    theta: dict
+    eta: jax.Array  # [N, q] EBEs
+    ode_options: Any
+
+
+def _check_fit(fit, what: str) -> None:
+    from ..estimation import Fit
+
+    if not isinstance(fit, Fit):
+        raise OptionError(f"{what}: `fit` must be a Fit from deepnlme.fit(...); got {fit!r:.80}")
+    if fit.model is None or fit.population is None:
+        raise OptionError(
+            f"{what}: this Fit has no model or population attached (it came from fit_problem); "
+            "diagnostics need a fit made by deepnlme.fit(model, population, method)"
+        )
+
+
+def _cached_entry(fit):
+    """The (predictor, binding, ode_options) that `deepnlme.fit` used for this fit, if cached."""
+    per_model = _PROBLEMS.get(fit.model, {})
+    for (_, ode_options), (_, problem, predictor, binding) in list(per_model.items()):
+        if problem is fit.problem:
+            return predictor, binding, ode_options
+    return None
+
+
+def fit_ode_options(fit):
+    """The `OdeOptions` the fit was made with (the default when unknown)."""
+    from ..solve._ode import OdeOptions
+
+    hit = _cached_entry(fit)
+    return hit[2] if hit is not None else OdeOptions()
+
+
+def _theta(fit) -> dict:
+    cm = fit.model.compiled
+    return cm.unpack(jnp.asarray(fit.u))
+
+
+_EBE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _posthoc_ebes(problem, fit, theta) -> jax.Array:
+    """EBEs of every subject of `problem` with the population parameters held at the fit's."""
+    q = problem.n_eta
+    n = problem.n_subjects
+    if q == 0 or getattr(fit.method, "name", "") == "NaivePooled":
+        return jnp.zeros((n, q))
+    per = _EBE_CACHE.setdefault(problem, {})
+    foce = getattr(fit.method, "name", "") == "FOCE"
+    if foce not in per:
+        obs = problem.obs_terms
+        inner_opts = getattr(fit.method, "inner", InnerOptions())
+
+        def one(theta, subj):
+            om = problem.omega(theta)
+            om_inv = jnp.linalg.inv(om)
+            v0 = obs(theta, jnp.zeros(q), subj).var if foce else None
+
+            def f(e):
+                gp, xp = cond_parts(obs(theta, e, subj), v0)
+                return gp + xp + e @ om_inv @ e
+
+            return newton_lm(f, jnp.zeros(q), inner_opts).eta
+
+        per[foce] = jax.jit(jax.vmap(one, in_axes=(None, 0)))
+    return per[foce](theta, problem.subjects)
+
+
+def bind_fit(fit, population=None) -> Bound:
+    """The fit's model bound to `population` (default: the fit's own), with EBEs.
+
+    For the fit's own population the fit's EBEs are used; for another population the EBEs
+    are estimated post hoc with the population parameters held at the estimates.
+    """
+    theta = _theta(fit)
+    hit = _cached_entry(fit)
+    if population is None or population is fit.population:
+        if hit is not None:
+            predictor, binding, ode_options = hit
+            problem = fit.problem
+        else:
+            ode_options = None
+            problem, predictor = model_problem(fit.model, fit.population)
+            binding = binding_of(fit.model, fit.population)
+        eta = jnp.asarray(fit.ebe_array)
+        return Bound(problem, predictor, binding, fit.population, theta, eta, ode_options)
+    from ..data import Population
+
+    if not isinstance(population, Population):
+        raise OptionError(
+            f"`population` must be a Population from deepnlme.read_data(...); got "
+            f"{type(population).__name__}"
+        )
+    ode_options = hit[2] if hit is not None else None
+    problem, predictor = model_problem(fit.model, population, ode_options=ode_options)
+    binding = binding_of(fit.model, population, ode_options)
+    eta = _posthoc_ebes(problem, fit, theta)
+    return Bound(problem, predictor, binding, population, theta, eta, ode_options)
+
+
+def _inv_sqrt(c: jax.Array) -> jax.Array:
+    """Symmetric inverse square root C^-1/2 of a symmetric positive definite matrix."""
+    w, v = jnp.linalg.eigh(0.5 * (c + c.T))
+    return (v / jnp.sqrt(w)) @ v.T
+
+
+def _subject_residuals(obs, theta, omega, eta_hat, subj):
+    """Per-observation residuals of one subject (transformed scale, NaN where undefined)."""
+    q = eta_hat.shape[0]
+
+    def mv(e):
+        t = obs(theta, e, subj)
+        return t.mean, t
+
+    g0, t0 = jax.jacfwd(mv, has_aux=True)(jnp.zeros(q))
+    g1, t1 = jax.jacfwd(mv, has_aux=True)(eta_hat)
+    use = t0.mask & t0.gaussian & (t0.cens == 0)
+    y = t0.y
+    eye = jnp.eye(use.shape[0])
+
+    def decorrelate(g, v, r):
+        g = jnp.where(use[:, None], g, 0.0)
+        c = g @ omega @ g.T + jnp.diag(jnp.where(use, v, 1.0))
+        c = jnp.where(use[:, None] & use[None, :], c, eye)
+        return _inv_sqrt(c) @ jnp.where(use, r, 0.0)
+
+    wres = decorrelate(g0, t0.var, y - t0.mean)
+    cwres = decorrelate(g1, t1.var, y - (t1.mean - g1 @ eta_hat))
+    iwres = (y - t1.mean) / jnp.sqrt(jnp.where(use, t1.var, 1.0))
+    nan = jnp.nan
+    return {
+        "RES": jnp.where(use, y - t0.mean, nan),
+        "WRES": jnp.where(use, wres, nan),
+        "IRES": jnp.where(use, y - t1.mean, nan),
+        "IWRES": jnp.where(use, iwres, nan),
+        "CWRES": jnp.where(use, cwres, nan),
+    }
+
+
+_RESID_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _residuals(bound: Bound) -> dict[str, np.ndarray]:
+    problem = bound.problem
+    if problem not in _RESID_CACHE:
+        obs = problem.obs_terms
+
+        def all_subjects(theta, eta, subjects):
+            omega = problem.omega(theta)
+            return jax.vmap(
+                lambda e, s: _subject_residuals(obs, theta, omega, e, s), in_axes=(0, 0)
+            )(eta, subjects)
+
+        _RESID_CACHE[problem] = jax.jit(all_subjects)
+    out = _RESID_CACHE[problem](bound.theta, bound.eta, problem.subjects)
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+def predict(fit, population=None) -> pd.DataFrame:
+    """Predictions and residuals: one row per observation.
+
+    **Arguments**
+
+    - `fit`: a `Fit` from `deepnlme.fit` (or `deepnlme.load_fit`).
+    - `population`: None (the fitted data) or another `Population`; for another population the
+      EBEs are estimated post hoc with the population parameters held at the estimates.
+
+    Columns: ID, TIME, ENDPOINT, DV, PRED (eta = 0), IPRED (at the EBEs), RES, WRES, IRES,
+    IWRES, CWRES, CENS, then every variable of the model's `derived:` block at the EBEs.
+    Residuals are on the transformed scale of a transform-both-sides model and NaN for
+    censored and non-Gaussian records; formulas in `docs/diagnostics.md` (NONMEM's WRES,
+    Hooker et al. 2007's CWRES).
+
+    Example:
+        >>> tab = dn.predict(fit)
+        >>> tab[["ID", "TIME", "DV", "PRED", "IPRED", "CWRES"]].head()
+    """
+    _check_fit(fit, "predict")
+    b = bind_fit(fit, population)
+    frame = prediction_frame(b.predictor, b.binding, b.population, b.theta, b.eta)
+    mask = np.asarray(b.binding.data.obs_mask)
+    res = _residuals(b)
+    base = frame.iloc[:, :6]
+    extra = frame.iloc[:, 6:]
+    cols = {k: v[mask] for k, v in res.items()}
+    cols["CENS"] = np.asarray(b.binding.data.obs_cens)[mask]
+    out = pd.concat(
+        [base, pd.DataFrame(cols, index=frame.index), extra.drop(columns=list(cols), errors="ignore")],
+        axis=1,
+    )
+    return out
+
+
+def ebe_table(fit, population=None) -> pd.DataFrame:
+    """One row per subject: the EBEs, the baseline covariates and the individual parameters.
+
+    Columns: ID, one column per random effect (the model's labels, e.g. `eta[0]`), each
+    covariate's first-record value, then every variable of the `pre:` block at the EBEs and the
+    baseline covariates.
+    """
+    _check_fit(fit, "ebe_table")
+    b = bind_fit(fit, population)
+    cm = fit.model.compiled
+    eta = np.asarray(b.eta)
+    frame = pd.DataFrame({"ID": list(b.binding.ids)})
+    for j, label in enumerate(cm.eta_labels):
+        frame[label] = eta[:, j]
+    covs = b.population.covariates_frame().reset_index(drop=True)
+    for c in covs.columns:
+        frame[c] = covs[c].to_numpy()
+    cov0 = b.binding.data.cov_value[:, 0, :]
+    ind = jax.vmap(lambda e, c: cm.pre(b.theta, e, c))(jnp.asarray(eta), cov0)
+    for name, v in ind.items():
+        v = np.asarray(v)
+        if v.shape == (len(frame),) and name not in frame:
+            frame[name] = v
+    return frame
+
+
+def shrinkage(fit, table: pd.DataFrame | None = None) -> pd.DataFrame:
+    """eta- and epsilon-shrinkage in %.
+
+    eta-shrinkage (SD-based, NONMEM): 1 - SD(EBE_j) / sqrt(Omega_jj), per random effect.
+    epsilon-shrinkage: 1 - SD(IWRES) over the uncensored Gaussian observations, per endpoint.
+    `table` is a `predict(fit)` frame when one is at hand (saves recomputing it).
+    Columns: kind ("eta" or "epsilon"), name, shrinkage%.
+    """
+    _check_fit(fit, "shrinkage")
+    if table is None:
+        table = predict(fit)
+    rows = [("eta", k, 100.0 * float(v)) for k, v in fit.shrinkage.items()]
+    for ep, g in table.groupby("ENDPOINT", sort=False):
+        iw = g["IWRES"].to_numpy(dtype=float)
+        iw = iw[np.isfinite(iw)]
+        value = 100.0 * (1.0 - float(np.std(iw, ddof=1))) if iw.size > 1 else float("nan")
+        rows.append(("epsilon", str(ep), value))
+    return pd.DataFrame(rows, columns=["kind", "name", "shrinkage%"])
+
+
+# --------------------------------------------------------------------------- simulation
+
+
+_SIM_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def simulate_replicates(
+    fit, n_sim: int, seed: int, population=None, *, transformed: bool = False
+) -> np.ndarray:
+    """`n_sim` replicates of the observations from the fitted model, ``[n_sim, N, T]``.
+
+    Random effects are drawn from N(0, Omega) and residuals from the observation model, with
+    the population parameters at the estimates. `transformed=True` gives normal-family
+    observations on the transformed scale h(y) (for NPDE).
+    """
+    if not isinstance(n_sim, (int, np.integer)) or isinstance(n_sim, bool) or n_sim < 2:
+        raise OptionError(f"`n_sim` must be an integer >= 2; got {n_sim!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise OptionError(f"`seed` must be an integer; got {seed!r}")
+    b = bind_fit(fit, population)
+    predictor = b.predictor
+    per = _SIM_CACHE.setdefault(predictor, {})
+    if transformed not in per:
+        cm = fit.model.compiled
+        q = cm.eta_size
+
+        def one(key, theta, data):
+            n, t = data.obs_mask.shape
+            k_eta, k_eps = jax.random.split(key)
+            if q:
+                chol = jnp.linalg.cholesky(cm.omega(theta))
+                eta = jax.random.normal(k_eta, (n, q), dtype=jnp.float64) @ chol.T
+            else:
+                eta = jnp.zeros((n, 0))
+            pred = batched(predictor.predict)(theta, eta, data)
+            keys = jax.random.split(k_eps, len(pred.per_output))
+            y = None
+            for k, d in enumerate(pred.per_output):
+                if d.family == "normal":
+                    h = d.mean + d.sd * jax.random.normal(keys[k], (n, t), dtype=jnp.float64)
+                    yk = h if transformed else inverse_transform(d.transform, h, d.lam)
+                elif d.family == "poisson":
+                    yk = jax.random.poisson(keys[k], d.rate, (n, t)).astype(jnp.float64)
+                else:
+                    yk = jax.random.bernoulli(keys[k], d.p, (n, t)).astype(jnp.float64)
+                y = yk if y is None else jnp.where(data.obs_output == k, yk, y)
+            return y, pred.ok
+
+        per[transformed] = jax.jit(jax.vmap(one, in_axes=(0, None, None)))
+    keys = jax.random.split(jax.random.key(int(seed)), int(n_sim))
+    out, ok = [], []
+    for start in range(0, int(n_sim), 200):  # chunks bound the memory of large designs
+        y, k_ok = per[transformed](keys[start : start + 200], b.theta, b.binding.data)
+        out.append(np.asarray(y))
+        ok.append(np.asarray(k_ok))
+    ok_all = np.concatenate(ok).all(axis=0)
+    raise_failed_solves(ok_all, np.full(ok_all.shape, np.nan), b.binding.ids, "the simulation")
+    return np.concatenate(out)
+
+
+def npde(fit, *, n_sim: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """Normalised prediction distribution errors by simulation (Brendel 2006, Comets 2008).
+
+    For each subject, `n_sim` replicates are simulated from the fitted model; the observations
+    and each replicate are decorrelated with the replicates' mean E_i and covariance V_i
+    (y* = V_i^-1/2 (y - E_i), Cholesky factor); pde_ij is the fraction of decorrelated replicates
+    below the decorrelated observation (0 and 1 replaced by 1/(2K) and 1 - 1/(2K)); npde =
+    Phi^-1(pde). Under the model, npde ~ N(0, 1) independently. Also pd (prediction
+    discrepancy, not decorrelated) and its normalised form npd. Normal families only, on the
+    transformed scale; censored and non-Gaussian records get NaN.
+
+    Columns: ID, TIME, ENDPOINT, DV, PD, NPD, PDE, NPDE.
+    """
+    _check_fit(fit, "npde")
+    b = bind_fit(fit)
+    sims = simulate_replicates(fit, n_sim, seed, transformed=True)
+    terms = jax.jit(
+        jax.vmap(lambda th, e, s: b.problem.obs_terms(th, e, s), in_axes=(None, 0, 0))
+    )(b.theta, jnp.zeros_like(b.eta), b.problem.subjects)
+    use = np.asarray(terms.mask & terms.gaussian & (terms.cens == 0))
+    y = np.asarray(terms.y)
+    k = sims.shape[0]
+    lo, hi = 1.0 / (2 * k), 1.0 - 1.0 / (2 * k)
+    n, t = use.shape
+    pd_ = np.full((n, t), np.nan)
+    pde = np.full((n, t), np.nan)
+    for i in range(n):
+        sel = np.flatnonzero(use[i])
+        if sel.size == 0:
+            continue
+        ys = sims[:, i, sel]  # [K, n_i]
+        yi = y[i, sel]
+        pd_[i, sel] = np.clip(np.mean(ys < yi, axis=0), lo, hi)
+        mean = ys.mean(axis=0)
+        cov = np.atleast_2d(np.cov(ys, rowvar=False))
+        chol = np.linalg.cholesky(cov + 1e-12 * np.trace(cov) / sel.size * np.eye(sel.size))
+        dec_obs = np.linalg.solve(chol, yi - mean)
+        dec_sim = np.linalg.solve(chol, (ys - mean).T).T
+        pde[i, sel] = np.clip(np.mean(dec_sim < dec_obs, axis=0), lo, hi)
+    mask = np.asarray(b.binding.data.obs_mask)
+    a = b.population.arrays()
+    ids = np.repeat(np.asarray(b.binding.ids, dtype=object), t).reshape(n, t)
+    return pd.DataFrame(
+        {
+            "ID": ids[mask],
+            "TIME": np.asarray(b.binding.data.obs_time)[mask],
+            "ENDPOINT": np.asarray(b.population.endpoints, dtype=object)[a.obs_endpoint][mask],
+            "DV": np.asarray(b.binding.data.obs_dv)[mask],
+            "PD": pd_[mask],
+            "NPD": norm.ppf(pd_[mask]),
+            "PDE": pde[mask],
+            "NPDE": norm.ppf(pde[mask]),
+        }
+    )

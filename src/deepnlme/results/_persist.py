@@ -1,0 +1,422 @@
+"""Saving and loading fits: a folder with `fit.json` and `arrays.npz`, no pickle, checksummed.
+
+The format is described in `docs/persistence.md`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import DataError, OptionError
+
+FORMAT = "deepnlme-fit"
+SCHEMA_VERSION = 1
+JSON_NAME = "fit.json"
+ARRAYS_NAME = "arrays.npz"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _clean(value: Any) -> Any:
+    """A JSON-safe copy: numpy scalars to Python, non-finite floats to None."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _clean(value.tolist())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)
+
+
+def _frame_to_json(df: pd.DataFrame) -> dict:
+    cols = {}
+    for c in df.columns:
+        s = df[c]
+        if pd.api.types.is_bool_dtype(s):
+            cols[str(c)] = {"dtype": "bool", "values": [bool(v) for v in s]}
+        elif pd.api.types.is_integer_dtype(s):
+            cols[str(c)] = {"dtype": "int", "values": [int(v) for v in s]}
+        elif pd.api.types.is_float_dtype(s):
+            cols[str(c)] = {"dtype": "float", "values": _clean(s.to_numpy(dtype=float))}
+        else:
+            cols[str(c)] = {"dtype": "str", "values": [None if v is None else str(v) for v in s]}
+    return {"columns": [str(c) for c in df.columns], "data": cols}
+
+
+def _frame_from_json(obj: dict) -> pd.DataFrame:
+    out = {}
+    for c in obj["columns"]:
+        col = obj["data"][c]
+        if col["dtype"] == "float":
+            out[c] = np.array([np.nan if v is None else v for v in col["values"]], dtype=float)
+        elif col["dtype"] == "int":
+            out[c] = np.array(col["values"], dtype=np.int64)
+        elif col["dtype"] == "bool":
+            out[c] = np.array(col["values"], dtype=bool)
+        else:
+            out[c] = np.array(col["values"], dtype=object)
+    return pd.DataFrame(out, columns=obj["columns"])
+
+
+def _canonical(obj: dict) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _checksum(payload: dict, arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of the canonical JSON (without its checksum) and of every array's bytes."""
+    h = hashlib.sha256()
+    body = {k: v for k, v in payload.items() if k != "checksum"}
+    h.update(_canonical(body))
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"\n{name}|{a.dtype.str}|{a.shape}\n".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def data_fingerprint(population) -> str:
+    """SHA-256 of the population's canonical NONMEM-layout table (`Population.to_dataframe`)."""
+    df = population.to_dataframe()
+    h = hashlib.sha256()
+    for c in df.columns:
+        h.update(f"\n{c}\n".encode())
+        s = df[c]
+        if pd.api.types.is_numeric_dtype(s):
+            h.update(np.ascontiguousarray(s.to_numpy(dtype=np.float64)).tobytes())
+        else:
+            h.update("\x1f".join(str(v) for v in s).encode())
+    return h.hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    import jax
+
+    from .. import __version__
+
+    return {
+        "deepnlme": __version__,
+        "jax": jax.__version__,
+        "numpy": np.__version__,
+        "pandas": pd.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _method_record(method) -> dict:
+    options = {}
+    for f in dataclasses.fields(method):
+        v = getattr(method, f.name)
+        options[f.name] = dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
+    return {"name": method.name, "options": _clean(options)}
+
+
+def _method_from_record(rec: dict):
+    from .. import likelihood
+
+    known = ("FO", "FOCE", "FOCEI", "LaplaceI", "JointMAP", "NaivePooled")
+    name = rec.get("name")
+    if name not in known:
+        raise DataError(f"saved fit: unknown method {name!r}; expected one of {known}")
+    cls = getattr(likelihood, name)
+    options = dict(rec.get("options", {}))
+    if "inner" in options:
+        options["inner"] = likelihood.InnerOptions(**options["inner"])
+    return cls(**options)
+
+
+# --------------------------------------------------------------------------- save
+
+
+def save_fit(fit, path: str | os.PathLike) -> Path:
+    """Save `fit` to the folder `path` (`fit.json` + `arrays.npz`; created if needed).
+
+    The folder holds the model source, the data, the method and its options, every estimate,
+    the EBEs, the statistics, the tables and the versions, with a SHA-256 checksum of the
+    content. No pickle: `load_fit` runs no code from the files. Returns the folder's path.
+    Format: `docs/persistence.md`.
+    """
+    from ..estimation import Fit
+    from ._diagnostics import fit_ode_options
+
+    if not isinstance(fit, Fit):
+        raise OptionError(f"save_fit: `fit` must be a Fit; got {type(fit).__name__}")
+    if fit.model is None or fit.population is None:
+        raise OptionError(
+            "save_fit: this Fit has no model or population attached (it came from fit_problem); "
+            "only fits made by deepnlme.fit(model, population, method) can be saved"
+        )
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise OptionError(f"save_fit: {str(folder)!r} exists and is not a folder; give a folder")
+    pop = fit.population
+    data = pop.to_dataframe()
+    arrays: dict[str, np.ndarray] = {
+        "u": np.asarray(fit.u, dtype=np.float64),
+        "ebes": fit.ebes.to_numpy(dtype=np.float64),
+        "eta_cov": np.asarray(fit.eta_cov, dtype=np.float64),
+        "history": fit.history.to_numpy(dtype=np.float64),
+    }
+    if fit.covariance_u is not None:
+        arrays["covariance_u"] = np.asarray(fit.covariance_u, dtype=np.float64)
+    if fit.covariance is not None:
+        arrays["covariance"] = fit.covariance.to_numpy(dtype=np.float64)
+    estimate_kinds = {}
+    for name, v in fit.estimates.items():
+        arrays[f"estimate/{name}"] = np.asarray(v, dtype=np.float64)
+        estimate_kinds[name] = "float" if isinstance(v, float) else "array"
+    data_cols = {}
+    for c in data.columns:
+        s = data[c]
+        if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
+            arrays[f"data/{c}"] = s.to_numpy()
+            data_cols[str(c)] = "array"
+        else:
+            data_cols[str(c)] = [str(v) for v in s]
+    ode = fit_ode_options(fit)
+    payload = {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "versions": _versions(),
+        "model": {"source": fit.model.source},
+        "method": _method_record(fit.method),
+        "ode_options": _clean(dataclasses.asdict(ode)),
+        "data": {
+            "columns": data_cols,
+            "order": [str(c) for c in data.columns],
+            "ids": _clean(list(pop.ids)),
+            "covariates": list(pop.covariate_names),
+            "covariate_rule": pop.covariate_rule,
+            "endpoints": list(pop.endpoints),
+            "endpoint_column": "DVID" if "DVID" in data.columns else None,
+            "cens_column": "CENS" if "CENS" in data.columns else None,
+            "fingerprint": data_fingerprint(pop),
+        },
+        "statistics": _clean(
+            {
+                "ofv": fit.ofv,
+                "m2ll": fit.m2ll,
+                "aic": fit.aic,
+                "bic": fit.bic,
+                "converged": fit.converged,
+                "message": fit.message,
+                "n_iter": fit.n_iter,
+                "n_eval": fit.n_eval,
+                "n_obs": fit.n_obs,
+                "n_subjects": fit.n_subjects,
+                "n_params": fit.n_params,
+                "penalty": fit.penalty,
+                "inner_converged": fit.inner_converged,
+                "covariance_status": fit.covariance_status,
+            }
+        ),
+        "nonfinite": sorted(
+            k
+            for k, v in {
+                "ofv": fit.ofv,
+                "m2ll": fit.m2ll,
+                "aic": fit.aic,
+                "bic": fit.bic,
+                "penalty": fit.penalty,
+            }.items()
+            if not math.isfinite(v)
+        ),
+        "fixed": list(fit.fixed),
+        "timings": _clean(fit.timings),
+        "shrinkage": _clean(fit.shrinkage),
+        "estimates": {
+            "kinds": estimate_kinds,
+            "values": _clean({k: np.asarray(v).tolist() for k, v in fit.estimates.items()}),
+        },
+        "ebes": {"labels": list(fit.ebes.columns), "ids": _clean(list(fit.ebes.index))},
+        "history": {"columns": [str(c) for c in fit.history.columns]},
+        "covariance": None
+        if fit.covariance is None
+        else {
+            "index": [str(i) for i in fit.covariance.index],
+            "columns": [str(c) for c in fit.covariance.columns],
+        },
+        "table": _frame_to_json(fit.table()),
+    }
+    payload["checksum"] = {"algorithm": "sha256", "value": _checksum(payload, arrays)}
+    folder.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    (folder / ARRAYS_NAME).write_bytes(buf.getvalue())
+    (folder / JSON_NAME).write_text(json.dumps(payload, indent=1, allow_nan=False))
+    return folder
+
+
+# --------------------------------------------------------------------------- load
+
+
+def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    if folder.is_file() and folder.name == JSON_NAME:
+        folder = folder.parent
+    jpath, apath = folder / JSON_NAME, folder / ARRAYS_NAME
+    for p in (jpath, apath):
+        if not p.is_file():
+            raise FileNotFoundError(
+                f"load_fit: {str(p)!r} does not exist; give the folder written by Fit.save / "
+                "deepnlme.save_fit (it holds fit.json and arrays.npz)"
+            )
+    try:
+        payload = json.loads(jpath.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"load_fit: {str(jpath)!r} is not valid JSON ({err})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise DataError(f"load_fit: {str(jpath)!r} is not a saved deepnlme fit")
+    version = payload.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise DataError(
+            f"load_fit: {str(jpath)!r} has schema version {version!r}; this deepnlme reads "
+            f"version {SCHEMA_VERSION}"
+        )
+    try:
+        with np.load(apath, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except ValueError as err:
+        raise DataError(
+            f"load_fit: {str(apath)!r} cannot be read without pickle or is damaged ({err})"
+        ) from None
+    except (OSError, EOFError) as err:
+        raise DataError(f"load_fit: {str(apath)!r} is not a valid .npz file ({err})") from None
+    rec = payload.get("checksum") or {}
+    expected = rec.get("value")
+    actual = _checksum(payload, arrays)
+    if rec.get("algorithm") != "sha256" or expected != actual:
+        raise DataError(
+            f"load_fit: the content of {str(folder)!r} does not match its recorded SHA-256 "
+            f"checksum (recorded {str(expected)[:16]}..., computed {actual[:16]}...): the files "
+            "were changed or damaged after saving. Save the fit again from its source."
+        )
+    return payload, arrays
+
+
+def _population(payload: dict, arrays: dict[str, np.ndarray]):
+    from ..data import read_data
+
+    d = payload["data"]
+    cols = {}
+    for c in d["order"]:
+        spec = d["columns"][c]
+        cols[c] = arrays[f"data/{c}"] if spec == "array" else np.array(spec, dtype=object)
+    df = pd.DataFrame(cols, columns=d["order"])
+    options: dict[str, Any] = {
+        "covariates": list(d["covariates"]),
+        "covariate_rule": d["covariate_rule"],
+    }
+    if d["endpoint_column"]:
+        options["endpoint"] = d["endpoint_column"]
+        options["endpoints"] = list(d["endpoints"])
+    else:
+        options["endpoint"] = False
+    if d["cens_column"]:
+        options["cens"] = d["cens_column"]
+    pop = read_data(df, **options)
+    if data_fingerprint(pop) != d["fingerprint"]:
+        raise DataError(
+            "load_fit: the data rebuilt from the saved fit does not match its recorded "
+            "fingerprint; the file was written by an incompatible version"
+        )
+    return pop
+
+
+def load_fit(path: str | os.PathLike):
+    """Load a fit saved by `Fit.save` / `save_fit` (a folder, or its `fit.json`).
+
+    Runs no code from the files (JSON and a NumPy `.npz` read with `allow_pickle=False`) and
+    refuses content that does not match its recorded SHA-256 checksum (`DataError`). The model
+    is parsed again from its saved source and the data rebuilt from the saved table, so the
+    loaded fit predicts exactly what the saved fit predicted.
+    """
+    from ..estimation import Fit
+    from ..likelihood._from_model import model_problem
+    from ..model import load_model
+    from ..solve._ode import OdeOptions
+
+    payload, arrays = _read(Path(path))
+    model = load_model(payload["model"]["source"])
+    population = _population(payload, arrays)
+    method = _method_from_record(payload["method"])
+    ode = OdeOptions(**payload["ode_options"])
+    problem, _ = model_problem(model, population, ode_options=ode)
+    u = arrays["u"]
+    if u.shape != problem.init_u().shape:
+        raise DataError(
+            f"load_fit: the saved fit has {u.size} parameters but its model has "
+            f"{problem.init_u().size}; the file is inconsistent"
+        )
+    stats = payload["statistics"]
+    for k in payload.get("nonfinite", []):
+        stats[k] = float(stats[k]) if stats[k] is not None else math.nan
+    kinds = payload["estimates"]["kinds"]
+    estimates = {
+        k: float(arrays[f"estimate/{k}"]) if kinds[k] == "float" else arrays[f"estimate/{k}"]
+        for k in kinds
+    }
+    ids = payload["ebes"]["ids"]
+    ebes = pd.DataFrame(
+        arrays["ebes"], columns=payload["ebes"]["labels"], index=pd.Index(ids, name="ID")
+    )
+    cov = None
+    if payload["covariance"] is not None:
+        cov = pd.DataFrame(
+            arrays["covariance"],
+            index=payload["covariance"]["index"],
+            columns=payload["covariance"]["columns"],
+        )
+    table = _frame_from_json(payload["table"])
+    return Fit(
+        method=method,
+        ofv=float(stats["ofv"]),
+        m2ll=float(stats["m2ll"]),
+        aic=float(stats["aic"]),
+        bic=float(stats["bic"]),
+        estimates=estimates,
+        u=u,
+        ebes=ebes,
+        eta_cov=arrays["eta_cov"],
+        shrinkage={k: (math.nan if v is None else v) for k, v in payload["shrinkage"].items()},
+        converged=bool(stats["converged"]),
+        message=str(stats["message"]),
+        n_iter=int(stats["n_iter"]),
+        n_eval=int(stats["n_eval"]),
+        history=pd.DataFrame(arrays["history"], columns=payload["history"]["columns"]),
+        timings={k: (math.nan if v is None else v) for k, v in payload["timings"].items()},
+        covariance=cov,
+        covariance_u=arrays.get("covariance_u"),
+        covariance_status=str(stats["covariance_status"]),
+        penalty=float(stats["penalty"]),
+        n_obs=int(stats["n_obs"]),
+        n_subjects=int(stats["n_subjects"]),
+        n_params=int(stats["n_params"]),
+        fixed=tuple(payload["fixed"]),
+        inner_converged=bool(stats["inner_converged"]),
+        problem=problem,
+        model=model,
+        population=population,
+        _table=table,
+    )
