@@ -22,6 +22,7 @@ from .errors import OptionError as OptionError
 from .errors import SolveError as SolveError
 from .estimation import Fit as Fit
 from .estimation._model_fit import fit as fit
+from .interfaces.report import write_report as write_report
 from .likelihood import FO as FO
 from .likelihood import FOCE as FOCE
 from .likelihood import FOCEI as FOCEI
@@ -33,8 +34,16 @@ from .model import Model as Model
 from .model import load_model as load_model
 from .nn import Network as Network
 from .nn import network as network
+from .results import VPC as VPC
+from .results import ebe_table as ebe_table
+from .results import load_fit as load_fit
 from .results import model_predict as model_predict
+from .results import npde as npde
+from .results import predict as predict
+from .results import save_fit as save_fit
+from .results import shrinkage as shrinkage
 from .results import simulate as simulate
+from .results import vpc as vpc
 from .solve import OdeOptions as OdeOptions
 
 __version__ = "0.1.0"
@@ -66,4 +75,13 @@ __all__ = [
     "network",
     "read_data",
     "simulate",
+    "VPC",
+    "ebe_table",
+    "load_fit",
+    "npde",
+    "predict",
+    "save_fit",
+    "shrinkage",
+    "vpc",
+    "write_report",
 ]

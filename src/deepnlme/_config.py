@@ -24,7 +24,7 @@ def _enable_cache() -> None:
     try:
         os.makedirs(path, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
     except (OSError, AttributeError):  # a read-only home must not stop the import
         pass
 

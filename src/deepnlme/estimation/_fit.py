@@ -65,6 +65,12 @@ class Fit:
         """
         return self._table.copy()
 
+    def save(self, path) -> Any:
+        """Save this fit to the folder `path` (see `deepnlme.save_fit`; load with `load_fit`)."""
+        from ..results._persist import save_fit  # results sits above estimation: lazy import
+
+        return save_fit(self, path)
+
     @property
     def ebe_array(self) -> np.ndarray:
         """EBEs as an `[N, q]` array."""

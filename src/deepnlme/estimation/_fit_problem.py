@@ -53,9 +53,49 @@ def _compiled(problem: Problem, method: Method, free: tuple[int, ...], args) -> 
         return cache[key], 0.0
     t0 = time.perf_counter()
     evaluate = make_evaluator(problem, method, free, _structure(problem))
-    compiled = jax.jit(evaluate).lower(*args).compile()
+    options = _xla_options(_structure(problem).n_obs)
+    compiled = jax.jit(evaluate).lower(*args).compile(compiler_options=options)
     cache[key] = compiled
     return compiled, time.perf_counter() - t0
+
+
+# Up to this many observations, the LLVM backend compiles at -O0: that
+# halves the XLA compile time of an evaluator, and on small data the evaluations (a fraction of
+# a second in all) do not notice the slower code. Larger data keep the optimised build, whose
+# evaluations dominate there. The optimisation level changes no number (no fast-math either way).
+_FAST_COMPILE_OBS = 20_000
+
+
+def _xla_options(n_obs: int) -> dict[str, Any]:
+    return {"xla_backend_optimization_level": 0} if n_obs <= _FAST_COMPILE_OBS else {}
+
+
+def _post_functions(problem: Problem):
+    """Jitted host-side helpers of the report (one small compile each, instead of many eager
+    operations): declared values, Omega and the Jacobian of the declared values."""
+    cache = _problem_cache(problem)
+    if "post" not in cache:
+        order = [pi.name for pi in problem.param_info]
+
+        def flat(u):
+            vals = problem.unpack(u)
+            return jnp.concatenate([jnp.ravel(vals[name]) for name in order])
+
+        @jax.jit
+        def values(u):
+            vals = problem.unpack(u)
+            return vals, problem.omega(vals)
+
+        @jax.jit
+        def declared_jac(u, cols):
+            return jax.jacfwd(lambda zc: flat(u.at[cols].set(zc)))(u[cols])
+
+        @jax.jit
+        def omega_jac(var_vals, other):
+            return jax.jacfwd(lambda vv: problem.omega({**other, **vv}))(var_vals)
+
+        cache["post"] = (values, declared_jac, omega_jac)
+    return cache["post"]
 
 
 def _method_fixed_kinds(method: Method) -> tuple[str, ...]:
@@ -323,7 +363,7 @@ def fit_problem(
         exact,
     )
     eta_arr = np.asarray(ev.eta) if not isinstance(method, NaivePooled) else np.zeros((n, q))
-    omega = np.asarray(problem.omega(problem.unpack(jnp.asarray(u_hat))))
+    omega = np.asarray(_post_functions(problem)[0](jnp.asarray(u_hat))[1])
     shrink = _shrinkage(problem, eta_arr, omega, method)
     table = _add_shrinkage(table, problem, shrink, estimates)
     history = pd.DataFrame(res.history, columns=["iter", "ofv", "gradnorm", "time"])
@@ -416,7 +456,8 @@ def _covariance_step(grad_eval, z_hat, ev, cov_pos, kind) -> tuple[np.ndarray | 
 def _build_table(
     problem, u_hat, free, cov_pos, cov_u, fixed_names, network, network_se, ev, method, exact
 ):
-    values = {k: np.asarray(v) for k, v in problem.unpack(jnp.asarray(u_hat)).items()}
+    values_fn, declared_jac, _ = _post_functions(problem)
+    values = {k: np.asarray(v) for k, v in values_fn(jnp.asarray(u_hat))[0].items()}
     for k, v in exact.items():
         values[k] = np.asarray(v, dtype=np.float64).reshape(values[k].shape)
     rows, elem_index = [], []
@@ -447,13 +488,7 @@ def _build_table(
     cov_decl = None
     if cov_u is not None:
         free_arr = np.asarray(free)[cov_pos]
-
-        def declared(zc):
-            u = jnp.asarray(u_hat).at[free_arr].set(zc)
-            vals = problem.unpack(u)
-            return jnp.concatenate([jnp.ravel(vals[pi.name]) for pi in problem.param_info])
-
-        jac = np.asarray(jax.jacfwd(declared)(jnp.asarray(u_hat[free_arr])))
+        jac = np.asarray(declared_jac(jnp.asarray(u_hat), jnp.asarray(free_arr)))
         full = jac @ cov_u @ jac.T
         sub = full[np.ix_(elem_index, elem_index)]
         se = np.sqrt(np.clip(np.diag(sub), 0.0, None))
@@ -486,20 +521,19 @@ def _shrinkage(problem, eta, omega, method) -> dict[str, float]:
 
 def _add_shrinkage(table, problem, shrink, estimates) -> pd.DataFrame:
     theta = problem.unpack(jnp.asarray(problem.pack(estimates)))
+    var_names = [p.name for p in problem.param_info if p.kind == "variance"]
     diag_rows = {}
+    if var_names and problem.n_eta:
+        var_vals = {k: jnp.asarray(theta[k]) for k in var_names}
+        other = {k: jnp.asarray(v) for k, v in theta.items() if k not in var_vals}
+        d_all = {k: np.asarray(v) for k, v in _post_functions(problem)[2](var_vals, other).items()}
     # a variance element sits on Omega_jj when Omega_jj moves with it (and nothing else does)
     for j in range(problem.n_eta):
         for name, pi in ((p.name, p) for p in problem.param_info if p.kind == "variance"):
             for label, idx in _flat_names(name, pi.kind, pi.shape):
                 if len(idx) == 0 or (len(idx) == 2 and idx[0] != idx[1]):
                     continue
-
-                def om_jj(v, name=name, idx=idx):
-                    th = dict(theta)
-                    th[name] = jnp.asarray(theta[name]).at[idx].set(v)
-                    return problem.omega(th)
-
-                d = np.asarray(jax.jacfwd(om_jj)(jnp.asarray(theta[name])[idx]))
+                d = d_all[name][(slice(None), slice(None), *idx)]
                 if abs(d[j, j]) > 0 and np.count_nonzero(d) == 1:
                     diag_rows[label] = j
     table = table.copy()

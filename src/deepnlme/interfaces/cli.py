@@ -15,7 +15,10 @@ from pathlib import Path
 
 from ..errors import DataError, ModelError, OptionError, SolveError
 
-_USER_ERRORS = (DataError, ModelError, OptionError, SolveError, FileNotFoundError)
+_USER_ERRORS = (DataError, ModelError, OptionError, SolveError, OSError, ImportError)
+
+
+_METHODS = ["FO", "FOCE", "FOCEI", "LaplaceI", "JointMAP", "NaivePooled"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,7 +33,8 @@ def _parser() -> argparse.ArgumentParser:
         "demo",
         help="the main job on bundled data: fit theophylline and write the results",
         description="Fit the bundled theophylline data with the example one-compartment "
-        "model (FOCEI) and write fit.json, the estimates table and the predictions to --out.",
+        "model (FOCEI) and write, in --out/theophylline/: fit.json, the saved fit, the tables "
+        "as CSV and report.html.",
     )
     demo.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
     demo.add_argument("--quiet", action="store_true", help="no progress display")
@@ -39,19 +43,55 @@ def _parser() -> argparse.ArgumentParser:
         "fit",
         help="fit a model file to a NONMEM-format CSV",
         description="Fit MODEL (a model file) to DATA (a NONMEM-format CSV) and write "
-        "DIR/fit.json and the tables.",
+        "DIR/fit.json, the saved fit (DIR/fit/), the tables as CSV (estimates, predictions "
+        "with residuals, EBEs) and DIR/report.html.",
     )
     fit.add_argument("model", help="model file")
     fit.add_argument("data", help="NONMEM-format CSV data file")
     fit.add_argument(
-        "--method",
-        default="FOCEI",
-        choices=["FO", "FOCE", "FOCEI", "LaplaceI", "JointMAP", "NaivePooled"],
-        help="estimation method (default FOCEI)",
+        "--method", default="FOCEI", choices=_METHODS, help="estimation method (default FOCEI)"
     )
     fit.add_argument("--out", required=True, help="output folder")
     fit.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
+    fit.add_argument("--no-report", action="store_true", help="do not write report.html")
     fit.add_argument("--quiet", action="store_true", help="no progress display")
+
+    sim = sub.add_parser(
+        "simulate",
+        help="simulate observations from a model (or a saved fit) on a data set's design",
+        description="Simulate observations on the design of DATA (doses, times, covariates; "
+        "its DV values are ignored) from MODEL at its initial values, or from a saved fit "
+        "(--fit DIR) at its estimates, and write a NONMEM-format CSV.",
+    )
+    sim.add_argument("data", help="NONMEM-format CSV giving the design")
+    src = sim.add_mutually_exclusive_group(required=True)
+    src.add_argument("--model", help="model file (parameters at their initial values)")
+    src.add_argument("--fit", help="saved fit folder (parameters at the estimates)")
+    sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    sim.add_argument("--replicates", type=int, default=1, help="data sets (default 1)")
+    sim.add_argument("--out", required=True, help="output CSV file")
+
+    vpc = sub.add_parser(
+        "vpc",
+        help="visual predictive check of a saved fit",
+        description="Simulate from a saved fit and write the VPC table (CSV) and, with "
+        "matplotlib installed, the VPC figure (PNG).",
+    )
+    vpc.add_argument("fit", help="saved fit folder (DIR/fit written by `deepnlme fit`)")
+    vpc.add_argument("--out", required=True, help="output folder")
+    vpc.add_argument("--n-sim", type=int, default=200, help="replicates (default 200)")
+    vpc.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    vpc.add_argument("--bins", default="8", help="number of bins, or 'unique' (default 8)")
+    vpc.add_argument("--stratify", default=None, help="'ENDPOINT' or a covariate column")
+    vpc.add_argument("--pred-corrected", action="store_true", help="prediction-corrected VPC")
+
+    rep = sub.add_parser(
+        "report",
+        help="write the HTML report of a saved fit",
+        description="Write the self-contained HTML report of a saved fit.",
+    )
+    rep.add_argument("fit", help="saved fit folder")
+    rep.add_argument("--out", default=None, help="output HTML file (default FIT/../report.html)")
 
     summ = sub.add_parser(
         "data",
@@ -63,40 +103,64 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _write_fit(fit, out: Path, extra_timings: dict[str, float]) -> Path:
+def _write_fit(fit, out: Path, extra_timings: dict[str, float], *, report: bool) -> Path:
+    """Write fit.json, the saved fit, the CSV tables and (optionally) report.html to `out`."""
+    from .. import ebe_table, predict, save_fit
+
     out.mkdir(parents=True, exist_ok=True)
     table = fit.table()
     table.to_csv(out / "estimates.csv", index=False)
-    fit.ebes.to_csv(out / "ebes.csv", index=False)
-    from .. import predict
-
+    ebe_table(fit).to_csv(out / "ebes.csv", index=False)
     predict(fit).to_csv(out / "predictions.csv", index=False)
+    save_fit(fit, out / "fit")
     se = {}
-    if "SE" in table.columns:
-        for name, value in zip(table["parameter"], table["SE"]):
-            se[str(name)] = None if value != value else float(value)  # NaN -> null
+    for name, value, kind in zip(table["parameter"], table["se"], table["kind"]):
+        if kind == "shrinkage":
+            continue
+        se[str(name)] = None if value != value else float(value)  # NaN -> null
     timings = dict(fit.timings)
     timings.update(extra_timings)
     record = {
-        "method": fit.method_name,
+        "method": fit.method.name,
         "ofv": fit.ofv,
         "m2ll": fit.m2ll,
         "aic": fit.aic,
         "bic": fit.bic,
         "converged": bool(fit.converged),
         "message": fit.message,
-        "estimates": {str(n): float(v) for n, v in zip(table["parameter"], table["estimate"])},
+        "covariance_status": fit.covariance_status,
+        "estimates": {
+            str(n): float(v)
+            for n, v, k in zip(table["parameter"], table["estimate"], table["kind"])
+            if k != "shrinkage"
+        },
         "se": se,
         "n_subjects": fit.n_subjects,
         "n_obs": fit.n_obs,
         "timings": timings,
     }
+    if report:
+        from .report import write_report
+
+        t0 = time.perf_counter()
+        write_report(fit, out / "report.html")
+        record["timings"]["report"] = time.perf_counter() - t0
     path = out / "fit.json"
-    path.write_text(json.dumps(record, indent=2))
+    path.write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False))
     return path
 
 
-def _run_fit(model_src, data, method: str, out: Path, *, max_iter: int, quiet: bool) -> None:
+def _json_safe(v):
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, float) and v != v:
+        return None
+    if isinstance(v, float) and v in (float("inf"), float("-inf")):
+        return None
+    return v
+
+
+def _run_fit(model_src, data, method: str, out: Path, *, max_iter: int, quiet: bool, report=True):
     import deepnlme as dn
 
     t0 = time.perf_counter()
@@ -104,10 +168,141 @@ def _run_fit(model_src, data, method: str, out: Path, *, max_iter: int, quiet: b
     model = dn.load_model(model_src)
     m = getattr(dn, method)()
     fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet)
-    total = time.perf_counter() - t0
-    path = _write_fit(fit, out, {"wall_total": total})
     print(fit)
-    print(f"\nwrote {path} and the tables in {out}/ ({total:.1f} s)")
+    if not quiet:
+        print("writing the tables, the saved fit and the report ...", file=sys.stderr)
+    path = _write_fit(fit, out, {"wall_fit": time.perf_counter() - t0}, report=report)
+    print(
+        f"\nwrote {path}, the saved fit {out / 'fit'}/, the CSV tables"
+        + (f" and {out / 'report.html'}" if report else "")
+        + f" ({time.perf_counter() - t0:.1f} s)"
+    )
+    return fit
+
+
+def _load_fit_arg(path: str):
+    import deepnlme as dn
+
+    return dn.load_fit(path)
+
+
+def _simulate(args) -> None:
+    import deepnlme as dn
+
+    if args.replicates < 1:
+        raise OptionError(f"--replicates must be >= 1; got {args.replicates}")
+    pop = dn.read_data(args.data)
+    if args.fit:
+        fit = _load_fit_arg(args.fit)
+        model, params = fit.model, fit.estimates
+    else:
+        model, params = dn.load_model(args.model), None
+    frames = []
+    for r in range(args.replicates):
+        sim = dn.simulate(model, pop, params, seed=args.seed + r)
+        df = sim.to_dataframe()
+        if args.replicates > 1:
+            df.insert(0, "REP", r + 1)
+        frames.append(df)
+    import pandas as pd
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.concat(frames, ignore_index=True).to_csv(out, index=False)
+    print(f"wrote {out} ({args.replicates} simulated data set(s), seed {args.seed})")
+
+
+def _vpc(args) -> None:
+    import deepnlme as dn
+
+    bins = args.bins if args.bins == "unique" else _int_option("--bins", args.bins)
+    fit = _load_fit_arg(args.fit)
+    v = dn.vpc(
+        fit,
+        n_sim=args.n_sim,
+        seed=args.seed,
+        bins=bins,
+        stratify=args.stratify,
+        pred_corrected=args.pred_corrected,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    v.summary.to_csv(out / "vpc.csv", index=False)
+    msg = f"wrote {out / 'vpc.csv'}"
+    try:
+        from .plots import vpc_plot
+
+        vpc_plot(v).savefig(out / "vpc.png", dpi=100)
+        msg += f" and {out / 'vpc.png'}"
+    except ImportError as err:
+        msg += f" (no figure: {err})"
+    print(msg)
+
+
+def _int_option(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise OptionError(f"{name} must be an integer or 'unique'; got {text!r}") from None
+
+
+def _report(args) -> None:
+    from .report import write_report
+
+    fit = _load_fit_arg(args.fit)
+    out = Path(args.out) if args.out else Path(args.fit).resolve().parent / "report.html"
+    write_report(fit, out)
+    print(f"wrote {out}")
+
+
+def _demo(args) -> None:
+    import deepnlme as dn
+
+    from .._examples import example_path
+
+    out = Path(args.out)
+    pop = dn.datasets.load("theophylline")
+    print(pop.summary())
+    print()
+    _run_fit(
+        example_path("theophylline.model"),
+        pop,
+        "FOCEI",
+        out / "theophylline",
+        max_iter=500,
+        quiet=args.quiet,
+    )
+    _demo_deepnlme(out, quiet=args.quiet)
+
+
+def _demo_deepnlme(out: Path, *, quiet: bool) -> None:
+    """The DeepNLME part of the demo: a model with a network, fitted and reported.
+
+    Hook: it runs once a DeepNLME example model (`deepnlme_*.model`) is bundled with the
+    examples; until then it says so instead of pretending.
+    """
+    from importlib import resources
+
+    from .. import _examples
+
+    folder = Path(str(resources.files("deepnlme.datasets") / "models"))
+    names = sorted(p.name for p in folder.glob("deepnlme_*.model"))
+    if not names:
+        print(
+            "\n(the DeepNLME example of the demo is not available yet: no bundled model with "
+            "a network, deepnlme_*.model; only the classical fit was run)"
+        )
+        return
+    import deepnlme as dn
+
+    _run_fit(
+        _examples.example_path(names[0]),
+        dn.datasets.load("theophylline"),
+        "FOCEI",
+        out / Path(names[0]).stem,
+        max_iter=500,
+        quiet=quiet,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -126,23 +321,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 Path(args.out),
                 max_iter=args.max_iter,
                 quiet=args.quiet,
+                report=not args.no_report,
             )
+        elif args.command == "simulate":
+            _simulate(args)
+        elif args.command == "vpc":
+            _vpc(args)
+        elif args.command == "report":
+            _report(args)
         elif args.command == "demo":
-            import deepnlme as dn
-
-            from .._examples import example_path
-
-            pop = dn.datasets.load("theophylline")
-            print(pop.summary())
-            print()
-            _run_fit(
-                example_path("theophylline.model"),
-                pop,
-                "FOCEI",
-                Path(args.out),
-                max_iter=500,
-                quiet=args.quiet,
-            )
+            _demo(args)
     except _USER_ERRORS as err:
         print(f"deepnlme: error: {err}", file=sys.stderr)
         return 2

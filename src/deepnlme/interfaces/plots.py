@@ -1,5 +1,5 @@
-"""Diagnostic plots of a fit (matplotlib, Agg backend). Every function returns Figures and
-never opens a window.
+"""Diagnostic plots of a fit (matplotlib). Every function returns `matplotlib.figure.Figure`s
+built without pyplot, so no window ever opens and the user's backend is left alone.
 
 Needs the optional extra: ``pip install deepnlme[plot]``.
 """
@@ -15,7 +15,7 @@ import pandas as pd
 from ..errors import OptionError
 
 
-def _plt():
+def _require_matplotlib():
     try:
         import matplotlib
     except ImportError:  # pragma: no cover - depends on the environment
@@ -23,16 +23,13 @@ def _plt():
             "deepnlme's plots need matplotlib; install the optional extra with "
             "`pip install deepnlme[plot]`"
         ) from None
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
+    return matplotlib
 
 
 def _figure(nrows: int, ncols: int, size: tuple[float, float]):
     from matplotlib.figure import Figure
 
-    _plt()
+    _require_matplotlib()
     fig = Figure(figsize=size, layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False)
     return fig, axes

@@ -213,10 +213,14 @@ def predict(fit, population=None) -> pd.DataFrame:
     res = _residuals(b)
     base = frame.iloc[:, :6]
     extra = frame.iloc[:, 6:]
-    cols = {k: v[mask] for k, v in res.items()}
+    cols = {k: res[k][mask] for k in ("RES", "WRES", "IRES", "IWRES", "CWRES")}
     cols["CENS"] = np.asarray(b.binding.data.obs_cens)[mask]
     out = pd.concat(
-        [base, pd.DataFrame(cols, index=frame.index), extra.drop(columns=list(cols), errors="ignore")],
+        [
+            base,
+            pd.DataFrame(cols, index=frame.index),
+            extra.drop(columns=list(cols), errors="ignore"),
+        ],
         axis=1,
     )
     return out
@@ -344,9 +348,9 @@ def npde(fit, *, n_sim: int = 1000, seed: int = 0) -> pd.DataFrame:
     _check_fit(fit, "npde")
     b = bind_fit(fit)
     sims = simulate_replicates(fit, n_sim, seed, transformed=True)
-    terms = jax.jit(
-        jax.vmap(lambda th, e, s: b.problem.obs_terms(th, e, s), in_axes=(None, 0, 0))
-    )(b.theta, jnp.zeros_like(b.eta), b.problem.subjects)
+    terms = jax.jit(jax.vmap(lambda th, e, s: b.problem.obs_terms(th, e, s), in_axes=(None, 0, 0)))(
+        b.theta, jnp.zeros_like(b.eta), b.problem.subjects
+    )
     use = np.asarray(terms.mask & terms.gaussian & (terms.cens == 0))
     y = np.asarray(terms.y)
     k = sims.shape[0]

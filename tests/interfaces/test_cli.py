@@ -1,0 +1,63 @@
+"""The command line, run as a user runs it: a fresh process per command."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import deepnlme as dn
+from deepnlme.interfaces.cli import main
+
+from .conftest import run
+
+THEO = "examples/theophylline.model"
+
+
+def test_fit_writes_everything(fitted):
+    rec = json.loads((fitted / "fit.json").read_text())
+    for key in ("method", "ofv", "m2ll", "converged", "estimates", "se", "n_subjects", "n_obs"):
+        assert key in rec
+    assert rec["method"] == "FOCEI" and rec["n_subjects"] == 12 and rec["n_obs"] == 132
+    assert rec["converged"] is True
+    assert abs(rec["ofv"] - 116.8034) < 1e-3
+    assert set(rec["timings"]) >= {"compile", "run", "total", "report"}
+    for name in ("estimates.csv", "predictions.csv", "ebes.csv", "report.html"):
+        assert (fitted / name).stat().st_size > 0
+    loaded = dn.load_fit(fitted / "fit")
+    assert loaded.ofv == rec["ofv"]
+
+
+def test_report_vpc_simulate_on_saved_fit(fitted, tmp_path):
+    r = run("vpc", str(fitted / "fit"), "--out", str(tmp_path / "vpc"), "--n-sim", "50")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "vpc" / "vpc.csv").is_file() and (tmp_path / "vpc" / "vpc.png").is_file()
+    data = dn.datasets.path("theophylline")
+    assert (
+        main(["simulate", data, "--fit", str(fitted / "fit"), "--out", str(tmp_path / "s.csv")])
+        == 0
+    )
+    sim = dn.read_data(str(tmp_path / "s.csv"))
+    assert sim.n_observations == 132
+
+
+def test_user_errors_are_one_line_without_traceback(tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("ID,TIME,AMT\n1,0,100\n")
+    r = run("fit", THEO, str(bad), "--out", str(tmp_path / "o"), "--quiet")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert r.stderr.startswith("deepnlme: error: ") and r.stderr.count("\n") == 1
+    assert main(["report", str(tmp_path / "no-such-fit")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deepnlme: error: load_fit:") and "fit.json" in err
+    assert main(["vpc", str(tmp_path / "no-such-fit"), "--out", str(tmp_path), "--bins", "x"]) == 2
+    assert "--bins must be an integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cmd", ["fit", "simulate", "vpc", "report", "demo", "data"])
+def test_help_everywhere(cmd, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([cmd, "--help"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: deepnlme {cmd}")

@@ -1,0 +1,122 @@
+"""Saving and loading fits: exact predictions in a fresh process, checksum, no pickle."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+
+THEO = "examples/theophylline.model"
+
+LOADER = """
+import sys
+import numpy as np
+import deepnlme as dn
+fit = dn.load_fit(sys.argv[1])
+tab = dn.predict(fit)
+num = tab.select_dtypes("number")
+np.savez(sys.argv[2], names=np.array(list(num.columns)), values=num.to_numpy(), u=fit.u,
+         ebes=fit.ebe_array, ofv=np.array(fit.ofv))
+"""
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    model = dn.load_model(THEO)
+    pop = dn.datasets.load("theophylline")
+    fit = dn.fit(model, pop, dn.FOCEI(), progress=False, max_iter=40)
+    folder = fit.save(tmp_path_factory.mktemp("fit") / "theo")
+    return fit, folder
+
+
+def test_loaded_fit_predicts_exactly_in_a_fresh_process(saved, tmp_path):
+    fit, folder = saved
+    out = tmp_path / "loaded.npz"
+    subprocess.run([sys.executable, "-c", LOADER, str(folder), str(out)], check=True, timeout=300)
+    tab = dn.predict(fit)
+    num = tab.select_dtypes("number")
+    with np.load(out, allow_pickle=False) as z:
+        assert list(z["names"]) == list(num.columns)
+        np.testing.assert_array_equal(z["values"], num.to_numpy())  # bit for bit
+        np.testing.assert_array_equal(z["u"], fit.u)
+        np.testing.assert_array_equal(z["ebes"], fit.ebe_array)
+        assert float(z["ofv"]) == fit.ofv
+
+
+def test_loaded_fit_fields_equal(saved):
+    fit, folder = saved
+    g = dn.load_fit(folder)
+    assert g.population == fit.population
+    assert g.model.source == fit.model.source
+    assert g.method == fit.method
+    assert (g.ofv, g.m2ll, g.aic, g.bic, g.converged) == (
+        fit.ofv,
+        fit.m2ll,
+        fit.aic,
+        fit.bic,
+        fit.converged,
+    )
+    for k, v in fit.estimates.items():
+        np.testing.assert_array_equal(g.estimates[k], v)
+    pd.testing.assert_frame_equal(g.table(), fit.table(), check_exact=True)
+    pd.testing.assert_frame_equal(g.ebes, fit.ebes, check_exact=True)
+    pd.testing.assert_frame_equal(g.covariance, fit.covariance, check_exact=True)
+    pd.testing.assert_frame_equal(dn.predict(g), dn.predict(fit), check_exact=True)
+    meta = json.loads((folder / "fit.json").read_text())
+    assert meta["schema_version"] == 1 and meta["versions"]["jax"]
+    assert len(meta["data"]["fingerprint"]) == 64
+
+
+def _copy(folder, tmp_path):
+    dst = tmp_path / "copy"
+    dst.mkdir()
+    for name in ("fit.json", "arrays.npz"):
+        (dst / name).write_bytes((folder / name).read_bytes())
+    return dst
+
+
+def test_changed_json_is_refused(saved, tmp_path):
+    _, folder = saved
+    dst = _copy(folder, tmp_path)
+    meta = json.loads((dst / "fit.json").read_text())
+    meta["model"]["source"] = meta["model"]["source"].replace("init=0.45", "init=0.46")
+    (dst / "fit.json").write_text(json.dumps(meta))
+    with pytest.raises(dn.DataError, match="does not match its recorded SHA-256 checksum"):
+        dn.load_fit(dst)
+
+
+def test_changed_arrays_are_refused(saved, tmp_path):
+    _, folder = saved
+    dst = _copy(folder, tmp_path)
+    with np.load(dst / "arrays.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["u"] = arrays["u"] + 1e-12
+    np.savez(dst / "arrays.npz", **arrays)
+    with pytest.raises(dn.DataError, match="checksum"):
+        dn.load_fit(dst)
+
+
+def test_pickled_content_is_never_loaded(saved, tmp_path):
+    _, folder = saved
+    dst = _copy(folder, tmp_path)
+    with np.load(dst / "arrays.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["u"] = np.array([object()], dtype=object)  # would need pickle to read
+    np.savez(dst / "arrays.npz", **arrays)
+    with pytest.raises(dn.DataError, match="without pickle"):
+        dn.load_fit(dst)
+
+
+def test_missing_or_foreign_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="fit.json"):
+        dn.load_fit(tmp_path / "nowhere")
+    (tmp_path / "fit.json").write_text('{"format": "other"}')
+    np.savez(tmp_path / "arrays.npz", u=np.zeros(1))
+    with pytest.raises(dn.DataError, match="not a saved deepnlme fit"):
+        dn.load_fit(tmp_path)
