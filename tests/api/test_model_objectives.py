@@ -107,8 +107,13 @@ def test_m3_fit_with_random_effects_uses_the_censoring():
     # the censored records enter the likelihood (not as observations of the limit): at the same
     # parameters the objective differs from that of the data with DV = LLOQ taken as observed
     as_obs = dn.fit(
-        model, dn.read_data(cens.drop(columns="CENS")), dn.FOCEI(), init=fit_c.estimates,
-        max_iter=0, progress=False, covariance=None,
+        model,
+        dn.read_data(cens.drop(columns="CENS")),
+        dn.FOCEI(),
+        init=fit_c.estimates,
+        max_iter=0,
+        progress=False,
+        covariance=None,
     )
     assert abs(fit_c.ofv - as_obs.ofv) > 1.0
     # and M3 stays near the nlme fit of the full data (CL within 0.5 of its SE 0.085)

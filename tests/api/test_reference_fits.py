@@ -81,8 +81,12 @@ def test_theophylline_start_that_traps_nlme():
     -2LL 373.29; the optimum is 359.48. deepnlme must reach the optimum from there."""
     case = CASES["theoph_kclv_mg_diag"]
     fit = dn.fit(
-        case.load_model(), case.population(), dn.FOCEI(),
-        init={"tka": 0.0, "tcl": 1.5, "tv": 3.0}, progress=False, covariance=None,
+        case.load_model(),
+        case.population(),
+        dn.FOCEI(),
+        init={"tka": 0.0, "tcl": 1.5, "tv": 3.0},
+        progress=False,
+        covariance=None,
     )
     assert fit.converged, fit.message
     assert fit.m2ll < 359.476 + 0.01

@@ -221,3 +221,78 @@ def test_jit_matches_eager_and_vmap_matches_loop():
     eager = np.stack([np.asarray(fn(c)) for c in cls])
     np.testing.assert_allclose(np.asarray(jax.jit(fn)(cls[1])), eager[1], rtol=1e-14, atol=1e-14)
     np.testing.assert_allclose(np.asarray(jax.vmap(fn)(cls)), eager, rtol=1e-13, atol=1e-13)
+
+
+# ---------------------------------------------------------------------------------------------
+# the one-compartment bolus fast path against the general superposition
+
+
+def _one_cpt_cases():
+    from deepnlme.solve import DoseEvents
+
+    doses = DoseEvents(
+        time=jnp.array([0.0, 6.0, 6.0, 20.0]),
+        amt=jnp.array([100.0, 50.0, 30.0, 0.0]),
+        cmt=jnp.array([1, 1, 2, 1]),
+        rate=jnp.zeros(4),
+        ss=jnp.zeros(4, dtype=jnp.int32),
+        ii=jnp.zeros(4),
+        evid=jnp.array([1, 1, 1, 3]),
+        mask=jnp.array([True, True, True, True]),
+    )
+    obs = jnp.array([0.0, 0.5, 6.0, 6.2, 7.0, 12.0, 20.0, 21.0, 300.0])
+    return doses, obs
+
+
+@pytest.mark.parametrize("reset", [False, True])
+@pytest.mark.parametrize(
+    "ka,cl,v,lag,f",
+    [
+        (1.3, 2.0, 10.0, 0.0, 1.0),
+        (0.2, 2.0, 10.0, 0.0, 1.0),  # equal rates: ka == k
+        (0.2 + 1e-9, 2.0, 10.0, 0.3, 0.7),  # next to equality
+        (0.2 + 3e-5, 2.0, 10.0, 0.0, 1.0),  # inside the series branch at large s
+        (0.01, 30.0, 10.0, 0.5, 1.0),  # flip-flop, k >> ka, long times
+    ],
+)
+def test_one_compartment_fast_path_equals_general(ka, cl, v, lag, f, reset):
+    from deepnlme.model.types import DosingParams
+    from deepnlme.solve import DoseFeatures, closed_form_amounts
+
+    doses, obs = _one_cpt_cases()
+    if not reset:
+        doses = doses._replace(mask=doses.mask.at[3].set(False))
+    dosing = DosingParams(
+        jnp.array([lag, 0.0]), jnp.array([f, 1.0]), jnp.full(2, jnp.nan), jnp.full(2, jnp.nan)
+    )
+    fast = DoseFeatures(infusion=False, steady_state=False, reset=reset)
+    general = DoseFeatures(infusion=True, steady_state=True, reset=True)
+
+    def amounts(x, feat):
+        p = dict(ka=x[0], cl=x[1], v=x[2])
+        return closed_form_amounts("OneCompartmentOral", p, dosing, doses, obs, features=feat)
+
+    x = jnp.array([ka, cl, v])
+    a, b = amounts(x, fast), amounts(x, general)
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+    # first and second derivatives agree too (FOCE differentiates predictions twice)
+    ja, jb = jax.jacfwd(amounts)(x, fast), jax.jacfwd(amounts)(x, general)
+    np.testing.assert_allclose(ja, jb, rtol=1e-7, atol=1e-9)
+    ha = jax.jacfwd(jax.jacfwd(amounts))(x, fast)
+    hb = jax.jacfwd(jax.jacfwd(amounts))(x, general)
+    np.testing.assert_allclose(ha, hb, rtol=1e-5, atol=1e-7)
+
+
+def test_one_compartment_iv_fast_path_equals_general():
+    from deepnlme.model.types import DosingParams
+    from deepnlme.solve import DoseFeatures, closed_form_amounts
+
+    doses, obs = _one_cpt_cases()
+    doses = doses._replace(cmt=jnp.ones(4, dtype=jnp.int32))
+    dosing = DosingParams(jnp.zeros(1), jnp.ones(1), jnp.full(1, jnp.nan), jnp.full(1, jnp.nan))
+    p = dict(cl=jnp.asarray(2.0), v=jnp.asarray(10.0))
+    a = closed_form_amounts(
+        "OneCompartment", p, dosing, doses, obs, features=DoseFeatures(False, False, True)
+    )
+    b = closed_form_amounts("OneCompartment", p, dosing, doses, obs)
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)

@@ -63,7 +63,7 @@ def _compiled(problem: Problem, method: Method, free: tuple[int, ...], args) -> 
 # halves the XLA compile time of an evaluator, and on small data the evaluations (a fraction of
 # a second in all) do not notice the slower code. Larger data keep the optimised build, whose
 # evaluations dominate there. The optimisation level changes no number (no fast-math either way).
-_FAST_COMPILE_OBS = 20_000
+_FAST_COMPILE_OBS = 5_000
 
 
 def _xla_options(n_obs: int) -> dict[str, Any]:

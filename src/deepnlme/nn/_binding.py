@@ -134,8 +134,7 @@ def resolve_scaling(model, binding, predictor_factory) -> Model:
     stats = input_statistics(model, binding, predictor_factory(model), need)
     new = {n: networks(model)[n].with_data(stats[n]) for n in need}
     params = tuple(
-        ParamSpec(p.name, new[p.name], p.kind, p.line) if p.name in new else p
-        for p in model.params
+        ParamSpec(p.name, new[p.name], p.kind, p.line) if p.name in new else p for p in model.params
     )
     ir = dataclasses.replace(
         model.ir,

@@ -85,7 +85,5 @@ def network(source: Any, name: str, weights: Any = None) -> Network:
         w = weights
     w = np.asarray(w, dtype=np.float64).reshape(-1)
     if w.size != dom.n_weights:
-        raise OptionError(
-            f"network '{name}' has {dom.n_weights} weights, got a vector of {w.size}"
-        )
+        raise OptionError(f"network '{name}' has {dom.n_weights} weights, got a vector of {w.size}")
     return Network(name, dom, w)

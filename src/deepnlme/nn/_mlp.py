@@ -36,6 +36,7 @@ ACTIVATIONS = {
 }
 _HE = {"relu", "elu", "celu", "gelu"}
 _SCALES = ("none", "zscore", "range")
+_TANH = Symbol("tanh")
 
 
 @functools.lru_cache(maxsize=64)
@@ -49,9 +50,7 @@ def _init_weights(dims: tuple[int, ...], acts: tuple[str, ...], bias: bool, seed
             w = w * np.sqrt(2.0 / fan_in)
         else:
             lim = np.sqrt(6.0 / (fan_in + fan_out))
-            w = jax.random.uniform(
-                k, (fan_out, fan_in), dtype=jnp.float64, minval=-lim, maxval=lim
-            )
+            w = jax.random.uniform(k, (fan_out, fan_in), dtype=jnp.float64, minval=-lim, maxval=lim)
         parts.append(np.asarray(w, dtype=np.float64).ravel())
         if bias:
             parts.append(np.zeros(fan_out))
@@ -240,9 +239,7 @@ class MLP:
             if r.strength == 0:
                 continue
             if isinstance(r, L1 | L2):
-                keep = [
-                    i for i in range(nl) if (r.input or i != 0) and (r.output or i != nl - 1)
-                ]
+                keep = [i for i in range(nl) if (r.input or i != 0) and (r.output or i != nl - 1)]
                 terms = []
                 for i in keep:
                     W = mats[i]
@@ -319,9 +316,7 @@ def _layer(arg, act: str, k: int) -> tuple[int, str]:
     width, a = arg, act
     if isinstance(arg, tuple):
         if len(arg) != 2:
-            raise DomainError(
-                f"layer {k} must be a width or (width, activation), got {_lit(arg)}"
-            )
+            raise DomainError(f"layer {k} must be a width or (width, activation), got {_lit(arg)}")
         width, a = arg
         if not isinstance(a, Symbol):
             raise DomainError(f"layer {k}: the activation must be a name such as tanh, got {a!r}")
@@ -342,7 +337,7 @@ def _layer(arg, act: str, k: int) -> tuple[int, str]:
 def mlp(
     n_in,
     *layers,
-    act=Symbol("tanh"),
+    act=_TANH,
     bias=True,
     seed=0,
     reg=None,

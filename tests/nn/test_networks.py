@@ -1,0 +1,365 @@
+"""Networks in models: syntax, initialisation, scaling, penalties, gradients, evaluation."""
+
+from __future__ import annotations
+
+import random
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import deepnlme as dn
+from deepnlme.likelihood import FOCE, JointMAP, LaplaceI, NaivePooled, make_evaluator, probe
+from deepnlme.likelihood._from_model import model_problem
+from deepnlme.nn import MLP, model_penalty, networks, resolved_model
+
+# one model with a network in each block: pre (covariate + random effect in), dynamics
+# (state + random effect in), derived (state in)
+EVERYWHERE = """
+param:
+    tcl = Real(init=-0.5)
+    tv = Real(init=2.0)
+    omega = PDiag(init=[0.1, 0.05])
+    sigma = Positive(init=0.15)
+    NNP = MLP(2, 3, (1, identity), seed=1, scale=zscore{regp})
+    NND = MLP(2, 3, (1, softplus), seed=2, out_scale=[0.1]{regd})
+    NNO = MLP(1, 3, (1, identity), seed=3, bias=False, out_scale=[0.01])
+random:
+    eta ~ MvNormal(omega)
+covariates: WT
+pre:
+    cl = exp(tcl + eta[0] + 0.3 * NNP(WT, eta[0])[0])
+    v = exp(tv + eta[1])
+    g = fix(NND, eta[1])
+dynamics:
+    Central' = -cl / v * Central - g(Central / v)[0]
+derived:
+    conc = Central / v
+    obs = conc * (1 + NNO(conc)[0])
+    DV ~ Proportional(obs, sigma)
+"""
+
+
+def _design(n=6):
+    wt = list(np.linspace(50, 100, n))
+    return dn.make_population(
+        n,
+        doses={"time": 0.0, "amt": [100.0 * (1 + (i % 3)) for i in range(n)]},
+        obs_times=[0.5, 1.0, 2.0, 4.0, 8.0, 12.0],
+        covariates={"WT": wt},
+    )
+
+
+@pytest.fixture(scope="module")
+def everywhere():
+    model = dn.load_model(EVERYWHERE.format(regp="", regd=""))
+    pop = dn.simulate(model, _design(), seed=3)
+    return model, pop
+
+
+# ---------------------------------------------------------------------------- syntax
+
+
+def test_declaration_prints_and_reloads_and_is_a_network_parameter(everywhere):
+    model, _ = everywhere
+    text = str(model)
+    assert "NNP = MLP(2, 3, (1, identity), seed=1, scale=zscore)" in text
+    assert "NNO = MLP(1, 3, (1, identity), bias=False, seed=3, out_scale=[0.01])" in text
+    # fix(NND, eta[1]) then g(x) is NND(eta[1], x)
+    assert "Central' = -cl / v * Central - NND(eta[1], Central / v)[0]" in text
+    again = dn.load_model(text)
+    assert str(again) == text
+    tab = model.parameter_table().set_index("name")
+    assert tab.loc["NNP", "kind"] == "network"
+    assert tab.loc["NNP", "size"] == 2 * 3 + 3 + 3 + 1
+    assert tab.loc["NNO", "size"] == 3 + 3  # no biases
+    assert isinstance(model.compiled.params[4].domain, MLP)
+
+
+@pytest.mark.parametrize(
+    "decl, call, message",
+    [
+        ("MLP(2, 4, (1, identity))", "NN(WT)[0]", "this network takes 2 inputs .* got 1"),
+        ("MLP(2, 4, (1, identity))", "NN(WT, WT)[1]", "index 1 is out of range"),
+        ("MLP(1, (4, tanhh), 1)", "NN(WT)[0]", "unknown activation 'tanhh'. Did you mean 'tanh'"),
+        ("MLP(1, 4, reg=L3(1.0))", "NN(WT)[0]", "reg must be L1"),
+        ("MLP(1, 4, reg=L2(-1.0))", "NN(WT)[0]", "strength of L2 must be a number >= 0"),
+        ("MLP(1, 4, scale=zscor)", "NN(WT)[0]", "scale must be zscore, range or none"),
+        ("MLP(1)", "NN(WT)[0]", "give at least the output layer"),
+        ("MLP(1, 4, seed=-1)", "NN(WT)[0]", "seed must be a whole number"),
+    ],
+)
+def test_bad_declarations_and_calls_name_line_and_fix(decl, call, message):
+    text = (
+        f"param:\n    NN = {decl}\ncovariates: WT\npre:\n    a = {call}\n"
+        "derived:\n    DV ~ Normal(a, 1)\n"
+    )
+    with pytest.raises(dn.ModelError, match=message):
+        dn.load_model(text)
+
+
+def test_fix_errors():
+    base = "param:\n    NN = MLP(2, 4, (1, identity))\n    a = Real()\ncovariates: WT\npre:\n"
+    tail = "derived:\n    DV ~ Normal(b, 1)\n"
+    with pytest.raises(dn.ModelError, match="line 6.*'a' is not a network"):
+        dn.load_model(base + "    g = fix(a, WT)\n    b = g(WT)[0]\n" + tail)
+    with pytest.raises(dn.ModelError, match="fix\\(\\) holds 3 inputs but 'NN' takes only 2"):
+        dn.load_model(base + "    g = fix(NN, WT, WT, WT)\n    b = 1\n" + tail)
+    with pytest.raises(dn.ModelError, match="must be the whole right-hand side"):
+        dn.load_model(base + "    b = fix(NN, WT) + 1\n" + tail)
+    with pytest.raises(dn.ModelError, match="'g' is a network with held inputs"):
+        dn.load_model(base + "    g = fix(NN, WT)\n    b = g + 1\n" + tail)
+    with pytest.raises(dn.ModelError, match="this network takes 2 inputs .* got 3"):
+        dn.load_model(base + "    g = fix(NN, WT)\n    b = g(WT, WT)[0]\n" + tail)
+
+
+def test_fix_equals_full_call_and_vector_inputs_flatten():
+    text = (
+        "param:\n    om = PDiag(init=[0.1, 0.2])\n    NN = MLP(3, 5, (2, identity), seed=4)\n"
+        "random:\n    eta ~ MvNormal(om)\ncovariates: WT\n"
+        "pre:\n    g = fix(NN, WT)\n    a = g(eta)[1]\n    b = NN(WT, eta[0], eta[1])[1]\n"
+        "derived:\n    DV ~ Normal(a + b, 1)\n"
+    )
+    cm = dn.load_model(text).compiled
+    theta = cm.unpack(cm.pack(cm.init_values()))
+    ind = cm.pre(theta, jnp.array([0.3, -0.2]), jnp.array([70.0]))
+    assert float(ind["a"]) == float(ind["b"])
+    assert set(ind) == {"a", "b"}  # the fixed network is not an individual parameter
+
+
+# ---------------------------------------------------------------------------- init, seeds
+
+
+def test_seed_reproduces_weights_and_leaves_global_state_alone():
+    np_state, py_state = np.random.get_state(), random.getstate()  # noqa: NPY002
+    text = (
+        "param:\n    NN = MLP(2, 16, 16, (1, identity), seed={s})\n"
+        "derived:\n    DV ~ Normal(0, 1)\n"
+    )
+    w1 = dn.load_model(text.format(s=7)).params[0].init
+    np.random.seed(99)  # noqa: NPY002
+    random.seed(3)
+    w2 = dn.load_model(text.format(s=7)).params[0].init
+    w3 = dn.load_model(text.format(s=8)).params[0].init
+    np.testing.assert_array_equal(w1, w2)
+    assert np.abs(w1 - w3).max() > 0.01
+    # loading did not advance the global generators
+    assert np.random.random() == np.random.RandomState(99).random_sample()  # noqa: NPY002
+    assert random.random() == random.Random(3).random()
+    np.random.set_state(np_state)  # noqa: NPY002
+    random.setstate(py_state)
+    # Glorot uniform bounds on the first layer, zero biases
+    lim = np.sqrt(6 / (2 + 16))
+    assert np.all(np.abs(w1[:32]) <= lim) and np.abs(w1[:32]).max() > lim / 2
+    np.testing.assert_array_equal(w1[32:48], 0.0)
+
+
+@pytest.mark.parametrize(
+    "act", ["tanh", "softplus", "sigmoid", "relu", "elu", "celu", "gelu", "swish", "identity"]
+)
+def test_forward_matches_numpy(act):
+    from scipy.special import erf, expit
+
+    f = {
+        "tanh": np.tanh,
+        "softplus": lambda x: np.log1p(np.exp(x)),
+        "sigmoid": expit,
+        "relu": lambda x: np.maximum(x, 0),
+        "elu": lambda x: np.where(x > 0, x, np.expm1(x)),
+        "celu": lambda x: np.where(x > 0, x, np.expm1(x)),
+        "gelu": lambda x: 0.5 * x * (1 + erf(x / np.sqrt(2))),
+        "swish": lambda x: x * expit(x),
+        "identity": lambda x: x,
+    }[act]
+    dom = dn.nn.mlp(
+        2,
+        (4, dn.model.Symbol(act)),
+        (3, dn.model.Symbol("identity")),
+        seed=5,
+        in_center=[1.0, 2.0],
+        in_scale=[2.0, 4.0],
+        out_center=[1, 2, 3],
+        out_scale=[10, 1, 0.5],
+    )
+    w = dom.init_value() + 0.1
+    x = np.array([[0.3, -1.0], [2.0, 5.0]])
+    W1, b1 = w[:8].reshape(4, 2), w[8:12]
+    W2, b2 = w[12:24].reshape(3, 4), w[24:27]
+    z = (x - [1.0, 2.0]) / [2.0, 4.0]
+    want = np.array([1, 2, 3]) + np.array([10, 1, 0.5]) * (f(z @ W1.T + b1) @ W2.T + b2)
+    got = np.asarray(dom.evaluate(w, x))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------- penalties
+
+
+def _small_reg_model(reg: str) -> str:
+    return (
+        "param:\n    tcl = Real(init=0.5)\n    om = PDiag(init=[0.1])\n"
+        "    sigma = Positive(init=0.3)\n"
+        f"    NN = MLP(1, 3, (1, identity), seed=2{reg})\n"
+        "random:\n    eta ~ MvNormal(om)\ncovariates: WT\n"
+        "pre:\n    cl = exp(tcl + eta[0] + NN(WT / 70)[0])\n    v = 10\n    ka = 1\n"
+        "dynamics: OneCompartmentOral\n"
+        "derived:\n    DV ~ Proportional(Central / v, sigma)\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def small_pop():
+    model = dn.load_model(_small_reg_model(""))
+    return dn.simulate(model, _design(8), seed=11)
+
+
+def test_strength_zero_is_bit_identical(small_pop):
+    fits = []
+    for reg in ("", ", reg=L2(0.0)", ", reg=[L1(0), Smooth(0.0)]"):
+        m = dn.load_model(_small_reg_model(reg))
+        assert model_penalty(m) is None
+        fits.append(dn.fit(m, small_pop, FOCE(), progress=False, max_iter=30, covariance=None))
+    for f in fits[1:]:
+        assert f.ofv == fits[0].ofv and f.penalty == 0.0
+        np.testing.assert_array_equal(f.u, fits[0].u)
+
+
+def test_penalty_reported_apart_from_ofv(small_pop):
+    m = dn.load_model(_small_reg_model(", reg=L2(2.0)"))
+    f = dn.fit(m, small_pop, NaivePooled(), progress=False, max_iter=30, covariance=None)
+    w = f.estimates["NN"]
+    dom = networks(resolved_model(m))["NN"]
+    sd = dom.data[0][1]  # observed SD of the input WT / 70
+    W1, W2 = np.asarray(w[:3]), np.asarray(w[6:9])
+    assert f.penalty == pytest.approx(2.0 * (np.sum((W1 * sd) ** 2) + np.sum(W2**2)), rel=1e-10)
+    assert f.penalty > 0
+    # the OFV is the unpenalised one
+    g = dn.fit(
+        m, small_pop, NaivePooled(), init=f.estimates, progress=False, max_iter=0, covariance=None
+    )
+    assert g.ofv == pytest.approx(f.ofv, rel=1e-9)
+
+
+def test_effective_l2_invariant_to_input_rescaling(small_pop):
+    base = dn.load_model(_small_reg_model(", reg=L2(1.0)"))
+    big = dn.load_model(_small_reg_model(", reg=L2(1.0)").replace("NN(WT / 70)", "NN(WT * 500)"))
+    pa, _ = model_problem(base, small_pop)
+    pb, _ = model_problem(big, small_pop)
+    w = np.asarray(base.params[3].init) + 0.05
+    wb = w.copy()
+    wb[:3] = w[:3] / (70 * 500)  # the same function of WT
+    a = float(pa.penalty({"NN": jnp.asarray(w)}))
+    b = float(pb.penalty({"NN": jnp.asarray(wb)}))
+    assert a == pytest.approx(b, rel=1e-10)
+    # and the two networks are the same function, so the fits see the same model
+    na, nb = dn.network(resolved_model(base), "NN", w), dn.network(resolved_model(big), "NN", wb)
+    np.testing.assert_allclose(na(np.array([[1.0]])), nb(np.array([[70 * 500.0]])), rtol=1e-12)
+    # plain (not effective) L2 is not invariant
+    plain = dn.load_model(_small_reg_model(", reg=L2(1.0, effective=False)"))
+    assert model_penalty(plain)({"NN": jnp.asarray(w)}) != pytest.approx(a)
+
+
+def test_switches_and_smoothness():
+    lin = dn.nn.mlp(
+        1,
+        (4, dn.model.Symbol("identity")),
+        (1, dn.model.Symbol("identity")),
+        seed=1,
+        reg=dn.model.ConstCall("Smooth", (1.0,), ()),
+    )
+    lin = lin.with_data(np.array([[0.0, 1.0, -2.0, 2.0]]))
+    w = jnp.asarray(lin.init_value()) + 0.3
+    assert abs(float(lin.penalty(w))) < 1e-20  # a linear function has no curvature
+    curved = (
+        dn.load_model(
+            "param:\n    NN = MLP(1, 4, (1, identity), seed=1, reg=Smooth(1.0), "
+            "data=[[0, 1, -2, 2]])\nderived:\n    DV ~ Normal(NN(1)[0], 1)\n"
+        )
+        .params[0]
+        .domain
+    )
+    assert float(curved.penalty(w)) > 1e-3
+    no_in = dn.nn.mlp(
+        1,
+        4,
+        (1, dn.model.Symbol("identity")),
+        seed=1,
+        reg=dn.model.ConstCall("L2", (1.0,), (("input", False),)),
+    )
+    W2 = np.asarray(w[8:12])
+    assert float(no_in.penalty(w)) == pytest.approx(np.sum(W2**2), rel=1e-12)
+    l1_out = dn.nn.mlp(
+        1,
+        4,
+        (1, dn.model.Symbol("identity")),
+        seed=1,
+        reg=dn.model.ConstCall("L1", (0.5,), (("output", False),)),
+    )
+    assert float(l1_out.penalty(w)) == pytest.approx(0.5 * np.sum(np.abs(w[:4])), rel=1e-12)
+
+
+# ---------------------------------------------------------------------------- gradients
+
+
+def _fd_check(prob, method, rel=1e-6):
+    u0 = prob.init_u() + 0.01
+    ev = jax.jit(make_evaluator(prob, method, tuple(range(u0.size)), probe(prob)))
+    eta = jnp.zeros((prob.n_subjects, prob.n_eta)) + 0.05
+    out = ev(jnp.asarray(u0), jnp.asarray(u0), eta, prob.subjects)
+    grad = np.asarray(out.grad_i.sum(axis=0) + out.penalty_grad)
+    warm = eta if isinstance(method, JointMAP) else out.eta
+
+    def f(z):
+        o = ev(jnp.asarray(z), jnp.asarray(u0), warm, prob.subjects)
+        return float(o.m2ll_i.sum() + o.penalty)
+
+    rng = np.random.default_rng(0)
+    for _ in range(3):  # directional derivatives along random directions
+        d = rng.standard_normal(u0.size)
+        h = 1e-5
+        fd = (f(u0 + h * d) - f(u0 - h * d)) / (2 * h)
+        assert grad @ d == pytest.approx(fd, rel=rel), (method, grad @ d, fd)
+    assert bool(np.all(out.inner_ok))
+
+
+@pytest.fixture(scope="module")
+def everywhere_regularised(everywhere):
+    _, pop = everywhere
+    m = dn.load_model(EVERYWHERE.format(regp=", reg=[L2(0.5), Smooth(0.2)]", regd=", reg=L1(0.1)"))
+    return model_problem(m, pop)[0]
+
+
+@pytest.mark.parametrize(
+    "method",
+    [FOCE(), LaplaceI(), JointMAP(), NaivePooled()],
+    ids=["FOCE", "LaplaceI", "JointMAP", "NaivePooled"],
+)
+def test_gradient_matches_finite_differences_networks_in_every_block(
+    everywhere_regularised, method
+):
+    _fd_check(everywhere_regularised, method, rel=2e-6)
+
+
+# ---------------------------------------------------------------------------- evaluation
+
+
+def test_network_outside_the_fit_equals_what_the_fit_used(small_pop):
+    text = _small_reg_model(", scale=range").replace(
+        "derived:\n", "derived:\n    h = NN(WT / 70)[0]\n"
+    )
+    m = dn.load_model(text)
+    f = dn.fit(m, small_pop, NaivePooled(), progress=False, max_iter=15, covariance=None)
+    pred = dn.model_predict(m, small_pop, f)
+    net = dn.network(f, "NN")
+    wt = small_pop.to_dataframe().query("EVID == 0")["WT"].to_numpy()
+    np.testing.assert_allclose(net(wt[:, None] / 70)[:, 0], pred["h"].to_numpy(), rtol=1e-13)
+    # the data-derived range scale is in the model text, and reloading reproduces it
+    text2 = str(resolved_model(m))
+    assert "scale=range" in text2 and "data=[[" in text2
+    again = dn.load_model(text2)
+    net2 = dn.network(again, "NN", f.estimates["NN"])
+    np.testing.assert_array_equal(net2(wt[:, None] / 70), net(wt[:, None] / 70))
+    with pytest.raises(dn.OptionError, match="no network 'NX'.*NN"):
+        dn.network(f, "NX")
+    with pytest.raises(dn.OptionError, match=r"inputs of shape \[\.\.\., 1\]"):
+        net(np.ones((3, 2)))
