@@ -190,10 +190,6 @@ def subject_m2ll(
     return val, SubjectOut(eta, m_inv, res.converged)
 
 
-FORWARD_MAX_PARAMS = 24
-"""Up to this many free parameters the outer gradient is taken in forward mode."""
-
-
 class Evaluation(NamedTuple):
     """One batched evaluation: per-subject values and gradients (w.r.t. the free vector z)."""
 
@@ -233,22 +229,10 @@ def make_evaluator(problem: Problem, method: Method, free: Sequence[int], struct
         theta, om_inv, om_logdet = theta_of(z, base_u)
         return subject_m2ll(method, problem, theta, om_inv, om_logdet, eta_i, subj, has_other)
 
-    if joint:
-        vg = jax.value_and_grad(one, argnums=(0, 2), has_aux=True)
-    elif free.size <= FORWARD_MAX_PARAMS:
-        # A few parameters: forward mode. The per-subject terms already hold derivatives in
-        # eta (forward mode), and forward-over-forward is much cheaper than reverse-over-
-        # forward through models full of `where` selections.
-        def vg(z, base_u, eta_i, subj):
-            def f(zz):
-                val, aux = one(zz, base_u, eta_i, subj)
-                return val, (val, aux)
-
-            grad, (val, aux) = jax.jacfwd(f, has_aux=True)(z)
-            return (val, aux), grad
-
-    else:
-        vg = jax.value_and_grad(one, argnums=0, has_aux=True)
+    # Reverse mode for the outer gradient. (Forward mode over the subject terms was faster for
+    # a few parameters, but its tangents pass through the batched EBE while-loop, and such
+    # programs were seen to hang in XLA's CPU runtime at 10,000 subjects.)
+    vg = jax.value_and_grad(one, argnums=(0, 2) if joint else 0, has_aux=True)
     per_subject = jax.vmap(vg, in_axes=(None, None, 0, 0))
 
     def penalty(z, base_u):

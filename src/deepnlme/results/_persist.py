@@ -149,6 +149,19 @@ def _method_from_record(rec: dict):
 # --------------------------------------------------------------------------- save
 
 
+def _model_record(fit) -> dict:
+    """The model text as the user wrote it and, for networks whose input scale was taken from
+    the data, the text with that scale written in (what loading parses, so that the loaded
+    networks are exactly the fitted ones)."""
+    from ..nn import resolved_model
+
+    record = {"source": fit.model.source}
+    resolved = resolved_model(fit)
+    if resolved is not fit.model:
+        record["resolved"] = str(resolved)
+    return record
+
+
 def save_fit(fit, path: str | os.PathLike) -> Path:
     """Save `fit` to the folder `path` (`fit.json` + `arrays.npz`; created if needed).
 
@@ -200,7 +213,7 @@ def save_fit(fit, path: str | os.PathLike) -> Path:
         "schema_version": SCHEMA_VERSION,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "versions": _versions(),
-        "model": {"source": fit.model.source},
+        "model": _model_record(fit),
         "method": _method_record(fit.method),
         "ode_options": _clean(dataclasses.asdict(ode)),
         "data": {
@@ -358,7 +371,7 @@ def load_fit(path: str | os.PathLike):
     from ..solve._ode import OdeOptions
 
     payload, arrays = _read(Path(path))
-    model = load_model(payload["model"]["source"])
+    model = load_model(payload["model"].get("resolved") or payload["model"]["source"])
     population = _population(payload, arrays)
     method = _method_from_record(payload["method"])
     ode = OdeOptions(**payload["ode_options"])
