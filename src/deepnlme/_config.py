@@ -2,6 +2,12 @@
 
 deepnlme computes in float64. JAX's persistent compilation cache is switched on (in the user's
 cache folder, or ``DEEPNLME_CACHE_DIR``) so that a second run of the same model skips compilation.
+
+XLA's multi-threaded Eigen pool on the CPU is switched off (``--xla_cpu_multi_thread_eigen=false``
+is added to ``XLA_FLAGS`` unless the user set that flag). With it, fits of 10,000 subjects hung
+for ever now and then (jaxlib 0.10.2: every thread idle, the main thread waiting on a result;
+three times in about ten such fits), a pool deadlock that others have reported for large vmapped
+programs. Without it the same fits ran as fast here.
 """
 
 from __future__ import annotations
@@ -9,6 +15,10 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("EQX_ON_ERROR", "nan")
+if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+    ).strip()
 
 import jax  # noqa: E402
 

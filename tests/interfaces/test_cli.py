@@ -61,3 +61,39 @@ def test_help_everywhere(cmd, capsys):
         main([cmd, "--help"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith(f"usage: deepnlme {cmd}")
+
+
+def test_demo_fits_classical_and_deepnlme_and_writes_both_reports(tmp_path):
+    """The README's main job: both fits, their tables, saved fits and reports."""
+    out = tmp_path / "demo"
+    r = run("demo", "--out", str(out), "--quiet", timeout=600)
+    assert r.returncode == 0, r.stderr
+    for sub in ("theophylline", "deepnlme_theophylline"):
+        rec = json.loads((out / sub / "fit.json").read_text())
+        assert rec["converged"] is True and rec["n_subjects"] == 12
+        html = (out / sub / "report.html").read_text()
+        assert "<img" in html and "data:image/png;base64," in html
+    assert "network response curves" in (out / "deepnlme_theophylline" / "report.html").read_text()
+    # the network's weight effect enters the OFV: the DeepNLME fit is at least as good here
+    classical = json.loads((out / "theophylline" / "fit.json").read_text())["ofv"]
+    deep = json.loads((out / "deepnlme_theophylline" / "fit.json").read_text())["ofv"]
+    assert deep <= classical + 1e-6
+
+
+def test_network_curves_follow_the_network():
+    import numpy as np
+
+    from deepnlme.interfaces.plots import network_curves
+
+    model = dn.load_model("examples/deepnlme_theophylline.model")
+    pop = dn.datasets.load("theophylline")
+    fit = dn.fit(model, pop, dn.FOCEI(), max_iter=3, progress=False, covariance=None)
+    fig = network_curves(fit)
+    line = fig.axes[0].get_lines()[0]
+    x, y = line.get_data()
+    net = dn.network(fit, "NN")
+    np.testing.assert_allclose(y, net(np.asarray(x)[:, None])[:, 0], rtol=1e-12)
+    wt = pop.covariates_frame()["WT"]
+    assert x.min() == pytest.approx(wt.min()) and x.max() == pytest.approx(wt.max())
+    with pytest.raises(dn.OptionError, match="no network 'XX'"):
+        network_curves(fit, "XX")

@@ -196,17 +196,45 @@ def optimizer_trace(history: pd.DataFrame):
 
 def network_curves(fit, network: str | None = None, *, n_points: int = 50) -> Any:
     """A network's outputs along each of its inputs over the observed range, others held at
-    their medians. Needs a model with a network (`MLP`) parameter."""
+    their means (the input statistics the fit recorded when the model met the data; without
+    them, the standardised range -2..2 around 0). Needs a model with a network (`MLP`)."""
+    from ..nn import network as get_network
+
     nets = [p.name for p in fit.model.compiled.params if p.kind == "network"]
     if not nets:
         raise OptionError(
             "network_curves: the model has no network parameter (MLP); the curves apply to "
             "DeepNLME models only"
         )
-    raise OptionError(  # the network layer does not expose its call interface yet
-        f"network_curves: network {network or nets[0]!r} found, but network response curves "
-        "need the network-evaluation interface of deepnlme.nn, which is not available yet"
-    )
+    name = network or nets[0]
+    if name not in nets:
+        raise OptionError(
+            f"network_curves: no network {name!r} in the model (its networks: {', '.join(nets)})"
+        )
+    net = get_network(fit, name)
+    n_in, n_out = net.n_in, net.n_out
+    stats = net.domain.data
+    if stats is not None:
+        st = np.asarray(stats, dtype=float)
+        centre, lo, hi = st[:, 0], st[:, 2], st[:, 3]
+        where = "observed range"
+    else:
+        centre, lo, hi = np.zeros(n_in), np.full(n_in, -2.0), np.full(n_in, 2.0)
+        where = "range -2..2 (no data statistics recorded)"
+    fig, ax = _figure(1, n_in, (3.6 * n_in, 3.2))
+    for j in range(n_in):
+        grid = np.linspace(lo[j], hi[j], n_points) if hi[j] > lo[j] else np.full(n_points, lo[j])
+        x = np.tile(centre, (n_points, 1))
+        x[:, j] = grid
+        y = net(x)
+        for k in range(n_out):
+            ax[0, j].plot(grid, y[:, k], label=f"output {k}")
+        ax[0, j].set_xlabel(f"input {j} ({where})")
+        ax[0, j].set_ylabel(f"{name} output")
+        if n_out > 1:
+            ax[0, j].legend(fontsize=7)
+    fig.suptitle(f"network {name}: response along each input, others at their means")
+    return fig
 
 
 def to_png(fig, *, dpi: int = 90) -> bytes:
