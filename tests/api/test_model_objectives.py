@@ -118,3 +118,21 @@ def test_m3_fit_with_random_effects_uses_the_censoring():
     assert abs(fit_c.ofv - as_obs.ofv) > 1.0
     # and M3 stays near the nlme fit of the full data (CL within 0.5 of its SE 0.085)
     assert abs(fit_c.estimates["tcl"] - 1.0185) < 0.5 * 0.085
+
+
+@pytest.mark.parametrize("method", [dn.FO(), dn.FOCE(), dn.FOCEI(), dn.LaplaceI()])
+def test_models_without_random_effects_give_the_exact_likelihood(method):
+    df = pd.DataFrame(
+        dict(ID=[1, 1, 2, 2], TIME=[1, 2, 1, 2], DV=[5.2, 4.1, 6.0, 3.3], EVID=0, MDV=0)
+    )
+    model = dn.load_model(
+        "param:\n    mu = Real(init=4.0)\n    s = Positive(init=1.5)\n"
+        "derived:\n    DV ~ Normal(mu, s)\n"
+    )
+    fit = dn.fit(model, dn.read_data(df), method, progress=False)
+    y = np.array([5.2, 4.1, 6.0, 3.3])
+    assert fit.converged
+    assert fit.estimates["mu"] == pytest.approx(y.mean(), abs=1e-5)
+    assert fit.estimates["s"] == pytest.approx(y.std(), rel=1e-4)  # ML estimate (ddof 0)
+    expect = y.size * (np.log(2 * np.pi * y.var()) + 1.0)
+    assert fit.m2ll == pytest.approx(expect, rel=1e-9)

@@ -106,7 +106,8 @@ def subject_m2ll(
     zeros = jnp.zeros(q, dtype=eta_in.dtype)
     nan_cov = jnp.full((q, q), jnp.nan, dtype=eta_in.dtype)
 
-    if isinstance(method, NaivePooled):
+    if isinstance(method, NaivePooled) or (q == 0 and not isinstance(method, JointMAP)):
+        # (without random effects every marginal method is the exact likelihood)
         gp, xp = cond_parts(obs(theta, zeros, subj))
         return gp + xp, SubjectOut(zeros, jnp.zeros((q, q)), jnp.asarray(True))
 
