@@ -54,6 +54,7 @@ class Fit:
     problem: Any = dataclasses.field(repr=False, default=None)
     model: Any = dataclasses.field(repr=False, default=None)
     population: Any = dataclasses.field(repr=False, default=None)
+    ode_options: Any = dataclasses.field(repr=False, default=None)
     _table: pd.DataFrame = dataclasses.field(repr=False, default=None)
 
     def table(self) -> pd.DataFrame:

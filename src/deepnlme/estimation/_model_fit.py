@@ -57,6 +57,7 @@ def fit(
         >>> fit.ofv, fit.estimates["tcl"]
     """
     _check_pair(model, population)
+    ode_options = ode_options or OdeOptions()
     problem, _ = model_problem(model, population, ode_options=ode_options)
     if isinstance(init, Fit) and init.problem is not problem:
         init = {k: v for k, v in init.estimates.items() if k in problem.init}
@@ -67,6 +68,7 @@ def fit(
                 f"fit: `init` names unknown parameter '{unknown[0]}'; the model's parameters "
                 f"are {', '.join(p.name for p in model.compiled.params)}"
             )
-        init = {**problem.init, **{k: v for k, v in init.items() if k in problem.init}}
+        # declared-fixed parameters are not estimated; fit_problem fills in the rest
+        init = {k: v for k, v in init.items() if k in problem.init}
     result = fit_problem(problem, method, init=init, **options)
-    return dataclasses.replace(result, model=model, population=population)
+    return dataclasses.replace(result, model=model, population=population, ode_options=ode_options)

@@ -58,12 +58,22 @@ def model_problem(model, population, *, ode_options: OdeOptions | None = None):
     Built once per (model, population, ode options) and cached on the model, so fitting the
     same model again (another method, a chained fit) compiles nothing new.
     """
-    ode_options = ode_options or OdeOptions()
+    _, problem, predictor, _ = _bound(model, population, ode_options or OdeOptions())
+    return problem, predictor
+
+
+def binding_of(model, population, ode_options: OdeOptions | None = None):
+    """The `Binding` cached with `model_problem` (built if needed)."""
+    return _bound(model, population, ode_options or OdeOptions())[3]
+
+
+def _bound(model, population, ode_options: OdeOptions):
+    """The cache entry (population ref, problem, predictor, binding), built on a miss."""
     per_model = _PROBLEMS.setdefault(model, {})
     key = (id(population), ode_options)
     hit = per_model.get(key)
     if hit is not None and hit[0]() is population:
-        return hit[1], hit[2]
+        return hit
     binding = bind_population(model, population)
     solver_options = ode_options
     if not binding.features.steady_state and ode_options.steady_state:
@@ -97,13 +107,7 @@ def model_problem(model, population, *, ode_options: OdeOptions | None = None):
         **({"penalty": penalty} if penalty is not None else {}),
     )
     per_model[key] = (weakref.ref(population), problem, predictor, binding)
-    return problem, predictor
-
-
-def binding_of(model, population, ode_options: OdeOptions | None = None):
-    """The `Binding` cached with `model_problem` (built if needed)."""
-    model_problem(model, population, ode_options=ode_options)
-    return _PROBLEMS[model][(id(population), ode_options or OdeOptions())][3]
+    return per_model[key]
 
 
 def batched(fn):

@@ -16,7 +16,7 @@ from scipy.stats import norm
 
 from ..errors import OptionError
 from ..likelihood import InnerOptions, cond_parts, newton_lm
-from ..likelihood._from_model import _PROBLEMS, batched, binding_of, model_problem
+from ..likelihood._from_model import batched, binding_of, model_problem
 from ..solve._subject import raise_failed_solves
 from ._simulate import inverse_transform, prediction_frame
 
@@ -45,21 +45,11 @@ def _check_fit(fit, what: str) -> None:
         )
 
 
-def _cached_entry(fit):
-    """The (predictor, binding, ode_options) that `deepnlme.fit` used for this fit, if cached."""
-    per_model = _PROBLEMS.get(fit.model, {})
-    for (_, ode_options), (_, problem, predictor, binding) in list(per_model.items()):
-        if problem is fit.problem:
-            return predictor, binding, ode_options
-    return None
-
-
 def fit_ode_options(fit):
-    """The `OdeOptions` the fit was made with (the default when unknown)."""
+    """The `OdeOptions` the fit was made with (the default when the fit does not say)."""
     from ..solve._ode import OdeOptions
 
-    hit = _cached_entry(fit)
-    return hit[2] if hit is not None else OdeOptions()
+    return fit.ode_options or OdeOptions()
 
 
 def _theta(fit) -> dict:
@@ -104,28 +94,20 @@ def bind_fit(fit, population=None) -> Bound:
     are estimated post hoc with the population parameters held at the estimates.
     """
     theta = _theta(fit)
-    hit = _cached_entry(fit)
-    if population is None or population is fit.population:
-        if hit is not None:
-            predictor, binding, ode_options = hit
-            problem = fit.problem
-        else:
-            ode_options = None
-            problem, predictor = model_problem(fit.model, fit.population)
-            binding = binding_of(fit.model, fit.population)
-        eta = jnp.asarray(fit.ebe_array)
-        return Bound(problem, predictor, binding, fit.population, theta, eta, ode_options)
-    from ..data import Population
+    ode_options = fit_ode_options(fit)
+    own = population is None or population is fit.population
+    population = fit.population if own else population
+    if not own:
+        from ..data import Population
 
-    if not isinstance(population, Population):
-        raise OptionError(
-            f"`population` must be a Population from deepnlme.read_data(...); got "
-            f"{type(population).__name__}"
-        )
-    ode_options = hit[2] if hit is not None else None
+        if not isinstance(population, Population):
+            raise OptionError(
+                f"`population` must be a Population from deepnlme.read_data(...); got "
+                f"{type(population).__name__}"
+            )
     problem, predictor = model_problem(fit.model, population, ode_options=ode_options)
     binding = binding_of(fit.model, population, ode_options)
-    eta = _posthoc_ebes(problem, fit, theta)
+    eta = jnp.asarray(fit.ebe_array) if own else _posthoc_ebes(problem, fit, theta)
     return Bound(problem, predictor, binding, population, theta, eta, ode_options)
 
 

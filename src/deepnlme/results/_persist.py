@@ -431,5 +431,6 @@ def load_fit(path: str | os.PathLike):
         problem=problem,
         model=model,
         population=population,
+        ode_options=ode,
         _table=table,
     )
