@@ -7,7 +7,10 @@ XLA's multi-threaded Eigen pool on the CPU is switched off (``--xla_cpu_multi_th
 is added to ``XLA_FLAGS`` unless the user set that flag). With it, fits of 10,000 subjects hung
 for ever now and then (jaxlib 0.10.2: every thread idle, the main thread waiting on a result;
 three times in about ten such fits), a pool deadlock that others have reported for large vmapped
-programs. Without it the same fits ran as fast here.
+programs. Without it the same fits ran as fast here. A fit of 10,000 subjects hung once more with
+the flag in place (main thread in ``BlockUntilReady``, no thread busy), so the CPU client's
+asynchronous dispatch, the other known source of such hangs (jax-ml/jax#25861), is switched off
+too: the outer loop waits for every evaluation anyway, so it gains nothing from it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+try:
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+except AttributeError:  # an option of the CPU client that a future jax may drop
+    pass
 
 
 def _enable_cache() -> None:
@@ -34,7 +41,7 @@ def _enable_cache() -> None:
     try:
         os.makedirs(path, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     except (OSError, AttributeError):  # a read-only home must not stop the import
         pass
 

@@ -95,6 +95,7 @@ def _bound(model, population, ode_options: OdeOptions):
         return obs_terms_from_prediction(predictor.predict(theta, eta, subj), subj)
 
     problem = Problem(
+        cache_token=_cache_token(bound, binding, solver_options),
         obs_terms=obs_terms,
         subjects=binding.data,
         omega=cm.omega,
@@ -108,6 +109,31 @@ def _bound(model, population, ode_options: OdeOptions):
     )
     per_model[key] = (weakref.ref(population), problem, predictor, binding)
     return per_model[key]
+
+
+def _cache_token(model, binding, ode_options) -> str:
+    """What determines a problem built here: the (scaling-resolved) model text, how it was bound
+    (features, time-varying covariates, ODE options) and every data array."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for part in (
+        str(model),
+        repr(binding.features),
+        repr(binding.time_varying),
+        repr(binding.covariate_index),
+        repr(binding.output_of_endpoint),
+        repr(ode_options),
+    ):
+        h.update(part.encode())
+        h.update(b"\0")
+    for leaf in jax.tree_util.tree_leaves(binding.data):
+        a = np.asarray(leaf)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
 
 
 def batched(fn):

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from ._methods import InnerOptions
+from ._small import damped_newton_step, solve
 
 
 class InnerResult(NamedTuple):
@@ -36,15 +37,6 @@ def _vgh(fun: Callable[[jax.Array], jax.Array], eta: jax.Array):
 
     hess, grad = jax.jacfwd(gv, has_aux=True)(eta)
     return fun(eta), grad, 0.5 * (hess + hess.T)
-
-
-def _damped_step(grad: jax.Array, hess: jax.Array, lam: jax.Array) -> jax.Array:
-    """-(H + lam I)^-1 g, with H's eigenvalues replaced by their absolute values (floored), so
-    that the step is a descent direction even where H is not positive definite."""
-    w, vec = jnp.linalg.eigh(hess)
-    floor = 1e-8 * (1.0 + jnp.max(jnp.abs(w)))
-    w = jnp.maximum(jnp.abs(w), floor) + lam
-    return -vec @ ((vec.T @ grad) / w)
 
 
 def newton_lm(
@@ -84,7 +76,7 @@ def newton_lm(
         v = jnp.where(accept, v_new, v)
         g = jnp.where(accept, g_new, g)
         h = jnp.where(accept, h_new, h)
-        step = _damped_step(g, h, lam)
+        step = damped_newton_step(g, h, lam)
         step_ok = jnp.all(jnp.isfinite(step))
         step = jnp.where(step_ok, step, 0.0)
         stuck = (lam > 1e12 * (1.0 + jnp.mean(jnp.abs(jnp.diag(h))))) | (first & ~finite)
@@ -124,5 +116,5 @@ def implicit_eta(
     eta_hat = jax.lax.stop_gradient(res.eta)
     hess = jax.lax.stop_gradient(res.hess)
     grad = jax.jacfwd(fun_theta)(eta_hat, theta)  # forward: cheaper than reverse here
-    step = jnp.linalg.solve(hess, grad)
+    step = solve(hess, grad)
     return eta_hat - step, res

@@ -14,6 +14,7 @@ from ..errors import OptionError
 from ._inner import implicit_eta
 from ._methods import FO, FOCE, FOCEI, JointMAP, LaplaceI, Method, NaivePooled
 from ._problem import ObsTerms, Problem
+from ._small import logdet_inv
 
 LOG2PI = math.log(2.0 * math.pi)
 
@@ -72,11 +73,7 @@ def cond_parts(t: ObsTerms, var: jax.Array | None = None) -> tuple[jax.Array, ja
 
 
 def _chol_logdet_inv(m: jax.Array) -> tuple[jax.Array, jax.Array]:
-    q = m.shape[0]
-    chol = jnp.linalg.cholesky(0.5 * (m + m.T))
-    logdet = 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
-    inv = jax.scipy.linalg.cho_solve((chol, True), jnp.eye(q, dtype=m.dtype))
-    return logdet, inv
+    return logdet_inv(m)
 
 
 class SubjectOut(NamedTuple):
@@ -139,7 +136,7 @@ def subject_m2ll(
             + om_logdet
             + ld_m
         )
-        om = jnp.linalg.inv(om_inv)
+        om = _chol_logdet_inv(om_inv)[1]
         vm = jnp.where(cobs, v + jnp.einsum("tj,jk,tk->t", g_mat, om, g_mat), 1.0)
         z = jnp.where(cobs, t.cens * (t.y - t.mean) / jnp.sqrt(vm), 0.0)
         val = val + jnp.sum(jnp.where(cobs, -2.0 * jax.scipy.special.log_ndtr(z), 0.0))

@@ -76,6 +76,10 @@ class Problem:
     - `eta_labels`, `subject_ids`: labels of the q random effects and the N subjects.
     - `penalty(theta) -> scalar` on the -2LL scale (default 0), reported apart from the OFV.
     - `obs_terms` must give `mask`, `gaussian` and `cens` that do not depend on theta or eta.
+    - `cache_token`: a string that determines every function above and the data completely
+      (set by `model_problem` from the model text, data and options); with it, a fit stores the
+      traced evaluation program on disk and a later process reuses it instead of tracing the
+      model again. None (the default) for problems built from arbitrary Python functions.
     """
 
     obs_terms: Callable[[Mapping[str, jax.Array], jax.Array, Any], ObsTerms]
@@ -88,6 +92,7 @@ class Problem:
     eta_labels: tuple[str, ...]
     subject_ids: tuple
     penalty: Callable[[Mapping[str, jax.Array]], jax.Array] = _zero_penalty
+    cache_token: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "param_info", tuple(self.param_info))

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from ..errors import OptionError
 from ..likelihood import InnerOptions, cond_parts, newton_lm
@@ -363,8 +363,8 @@ def npde(fit, *, n_sim: int = 1000, seed: int = 0) -> pd.DataFrame:
             "ENDPOINT": np.asarray(b.population.endpoints, dtype=object)[a.obs_endpoint][mask],
             "DV": np.asarray(b.binding.data.obs_dv)[mask],
             "PD": pd_[mask],
-            "NPD": norm.ppf(pd_[mask]),
+            "NPD": ndtri(pd_[mask]),
             "PDE": pde[mask],
-            "NPDE": norm.ppf(pde[mask]),
+            "NPDE": ndtri(pde[mask]),
         }
     )
