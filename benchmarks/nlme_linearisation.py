@@ -29,7 +29,7 @@ import pandas as pd
 import scipy.optimize
 
 import deepnlme as dn
-from deepnlme._validation import CASES, reference_dir, reference_summary, reference_values
+from deepnlme._validation import CASES, fit_at_reference, reference_dir, reference_summary
 
 LOG2PI = float(np.log(2 * np.pi))
 
@@ -101,15 +101,7 @@ def _row(n: int) -> dict:
 
     case = CASES[f"synth_N{n}_combined"]
     model, pop = case.load_model(), case.population()
-    ours_at_nlme = dn.fit(
-        model,
-        pop,
-        dn.FOCEI(),
-        init=reference_values(case, model),
-        max_iter=0,
-        covariance=None,
-        progress=False,
-    ).m2ll
+    ours_at_nlme = fit_at_reference(case, model, pop).m2ll
     focei = dn.fit(model, pop, dn.FOCEI(), progress=False, covariance=None)
 
     vg = jax.jit(jax.value_and_grad(lambda x, e: total(x, e)[0]))

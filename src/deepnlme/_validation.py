@@ -266,3 +266,19 @@ def reference_values(case: Case, model) -> dict:
         else:
             values[q.name] = v
     return values
+
+
+def fit_at_reference(case: Case, model, population):
+    """Our FOCEI evaluated at nlme's estimates, without iterating (`max_iter=0`)."""
+    from .estimation._model_fit import fit
+    from .likelihood import FOCEI
+
+    return fit(
+        model,
+        population,
+        FOCEI(),
+        init=reference_values(case, model),
+        max_iter=0,
+        covariance=None,
+        progress=False,
+    )

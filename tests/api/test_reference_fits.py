@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import deepnlme as dn
-from deepnlme._validation import CASES, TOL_M2LL, compare, reference_summary, reference_values
+from deepnlme._validation import CASES, TOL_M2LL, compare, fit_at_reference, reference_summary
 
 FAST_CASES = ["theoph_kclv_mg_diag", "pheno_nm_prop", "pheno_nm_add", "indometh_fm2"]
 
@@ -33,15 +33,7 @@ def test_estimates_match_nlme_within_reference_tolerances(case_fit):
     # REFERENCE.md: a better optimum under the same approximation is not a failure. Show that
     # it is one: our objective at nlme's estimates reproduces nlme's -2LL, and ours is lower.
     nlme_m2ll = float(reference_summary(case.fit_id)["m2LL"])
-    at_nlme = dn.fit(
-        model,
-        pop,
-        dn.FOCEI(),
-        init=reference_values(case, model),
-        max_iter=0,
-        covariance=None,
-        progress=False,
-    )
+    at_nlme = fit_at_reference(case, model, pop)
     assert abs(at_nlme.m2ll - nlme_m2ll) <= TOL_M2LL, (at_nlme.m2ll, nlme_m2ll)
     assert fit.m2ll < nlme_m2ll - TOL_M2LL, (
         f"{case.fit_id}: outside tolerance and not a better optimum:\n{bad.to_string()}"
