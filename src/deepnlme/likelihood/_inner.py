@@ -104,15 +104,27 @@ def implicit_eta(
     theta: object,
     eta0: jax.Array,
     options: InnerOptions,
+    starts: jax.Array | None = None,
 ) -> tuple[jax.Array, InnerResult]:
     """The EBE as a differentiable function of `theta` (implicit function theorem).
 
     Solves with `newton_lm` on stopped values, then returns eta* - H^-1 grad(eta*; theta) with
     H held constant: its value is one more Newton step, and its derivative in theta is
-    -H^-1 d(grad)/dtheta, the implicit-function-theorem derivative of the mode.
+    -H^-1 d(grad)/dtheta, the implicit-function-theorem derivative of the mode. With
+    `starts` (``[K, q]``), K more searches start there and the lowest mode of all is kept.
     """
     theta_c = jax.lax.stop_gradient(theta)
-    res = newton_lm(lambda e: fun_theta(e, theta_c), jax.lax.stop_gradient(eta0), options)
+    eta0 = jax.lax.stop_gradient(eta0)
+    res = newton_lm(lambda e: fun_theta(e, theta_c), eta0, options)
+    if starts is not None:
+        others = jax.vmap(lambda e0: newton_lm(lambda e: fun_theta(e, theta_c), e0, options))(
+            jax.lax.stop_gradient(starts)
+        )
+        values = jnp.where(jnp.isfinite(others.value), others.value, jnp.inf)
+        k = jnp.argmin(values)
+        best = jax.tree_util.tree_map(lambda a: a[k], others)
+        take = values[k] < jnp.where(jnp.isfinite(res.value), res.value, jnp.inf)
+        res = jax.tree_util.tree_map(lambda a, b: jnp.where(take, b, a), res, best)
     eta_hat = jax.lax.stop_gradient(res.eta)
     hess = jax.lax.stop_gradient(res.hess)
     grad = jax.jacfwd(fun_theta)(eta_hat, theta)  # forward: cheaper than reverse here

@@ -26,14 +26,27 @@ class InnerOptions:
     - `tol`: convergence when the Newton decrement g'(H + lam I)^-1 g of the step just taken
       (on the -2LL scale) is below `tol`; default 1e-14. The returned EBEs then carry one more
       Newton step, so they are accurate to about `tol` squared.
+    - `multistart`: besides the previous EBEs, start the search from eta = 0 and from
+      +-1.5 SD of Omega along each random effect (2q + 1 more searches, batched), and keep the
+      mode with the highest conditional density. Where a subject's conditional density has
+      several modes (networks that take random effects as inputs), a search from the previous
+      EBEs alone can stay in a worse one, and the objective then jumps between evaluations.
+      None (default): on for models with network parameters, off otherwise; True or False:
+      always or never. The inner solve costs 2q + 2 times as much with it.
     """
 
     max_iter: int = 50
     tol: float = 1e-14
+    multistart: bool | None = None
 
     def __post_init__(self) -> None:
         _check_range("InnerOptions", "max_iter", self.max_iter, 1, 10_000, integer=True)
         _check_range("InnerOptions", "tol", self.tol, 0.0, 1.0)
+        if self.multistart not in (None, True, False):
+            raise OptionError(
+                "InnerOptions: option `multistart` must be None, True or False; got "
+                f"{self.multistart!r}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

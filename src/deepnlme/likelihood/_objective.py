@@ -93,6 +93,7 @@ def subject_m2ll(
     eta_in: jax.Array,
     subj,
     has_other: bool,
+    multistart: bool = False,
 ) -> tuple[jax.Array, SubjectOut]:
     """One subject's objective contribution (OFV scale) under `method`.
 
@@ -150,7 +151,12 @@ def subject_m2ll(
         gp, xp = cond_parts(obs(th, e, subj), vv)
         return gp + xp + e @ oi @ e
 
-    eta, res = implicit_eta(inner, (theta, om_inv, v0), eta_in, method.inner)
+    starts = None
+    if multistart:  # eta = 0 and +-1.5 SD of Omega along each axis
+        sd = jnp.sqrt(jnp.clip(jnp.diag(_chol_logdet_inv(om_inv)[1]), 0.0, None))
+        axes = 1.5 * sd[:, None] * jnp.eye(q, dtype=eta_in.dtype)
+        starts = jnp.concatenate([zeros[None, :], axes, -axes])
+    eta, res = implicit_eta(inner, (theta, om_inv, v0), eta_in, method.inner, starts)
 
     if isinstance(method, LaplaceI):
 
@@ -215,6 +221,15 @@ def make_evaluator(problem: Problem, method: Method, free: Sequence[int], struct
             "non-Gaussian (Poisson/Bernoulli/...); use LaplaceI() for these models"
         )
     joint = isinstance(method, JointMAP)
+    inner = getattr(method, "inner", None)
+    multistart = bool(
+        inner is not None
+        and (
+            inner.multistart
+            if inner.multistart is not None
+            else any(p.kind == "network" for p in problem.param_info)
+        )
+    )
 
     def theta_of(z, base_u):
         u = base_u.at[free].set(z)
@@ -225,7 +240,9 @@ def make_evaluator(problem: Problem, method: Method, free: Sequence[int], struct
 
     def one(z, base_u, eta_i, subj):
         theta, om_inv, om_logdet = theta_of(z, base_u)
-        return subject_m2ll(method, problem, theta, om_inv, om_logdet, eta_i, subj, has_other)
+        return subject_m2ll(
+            method, problem, theta, om_inv, om_logdet, eta_i, subj, has_other, multistart
+        )
 
     # Reverse mode for the outer gradient. (Forward mode over the subject terms was faster for
     # a few parameters, but its tangents pass through the batched EBE while-loop, and such
