@@ -23,6 +23,7 @@ from deepnlme.likelihood import (
     newton_lm,
     probe,
 )
+from deepnlme.likelihood._inner import implicit_eta
 
 _EVALUATORS: dict = {}
 
@@ -167,3 +168,29 @@ def test_inner_options_validated():
         FOCEI(inner=InnerOptions(tol=-1.0))
     with pytest.raises(OptionError, match="option `inner` must be an InnerOptions"):
         FOCE(inner=5)
+
+
+def test_multistart_keeps_the_lowest_mode():
+    # two modes: near eta = -1 (lower) and near eta = +1; a search from +1 stays there
+    def fun(e, th):
+        return (e[0] ** 2 - 1.0) ** 2 + th * e[0]
+
+    th = jnp.asarray(0.3)
+    warm, _ = implicit_eta(fun, th, jnp.array([1.0]), InnerOptions())
+    assert float(warm[0]) > 0.5
+    starts = jnp.array([[0.0], [1.5], [-1.5]])
+    best, res = implicit_eta(fun, th, jnp.array([1.0]), InnerOptions(), starts)
+    assert float(best[0]) < -0.5 and bool(res.converged)
+    # the implicit derivative of the kept mode: d eta/d th = -1 / f''(eta) at the mode
+    d = jax.grad(lambda t: implicit_eta(fun, t, jnp.array([1.0]), InnerOptions(), starts)[0][0])
+    e = float(best[0])
+    np.testing.assert_allclose(float(d(th)), -1.0 / (12.0 * e * e - 4.0), rtol=1e-8)
+
+
+def test_multistart_gradient_against_finite_differences(oral):
+    _fd_check(oral, FOCEI(inner=InnerOptions(multistart=True)))
+
+
+def test_multistart_option_validated():
+    with pytest.raises(OptionError, match="`multistart` must be None, True or False; got 1"):
+        InnerOptions(multistart=1)

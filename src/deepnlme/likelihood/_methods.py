@@ -42,7 +42,7 @@ class InnerOptions:
     def __post_init__(self) -> None:
         _check_range("InnerOptions", "max_iter", self.max_iter, 1, 10_000, integer=True)
         _check_range("InnerOptions", "tol", self.tol, 0.0, 1.0)
-        if self.multistart not in (None, True, False):
+        if not (self.multistart is None or isinstance(self.multistart, bool)):
             raise OptionError(
                 "InnerOptions: option `multistart` must be None, True or False; got "
                 f"{self.multistart!r}"
