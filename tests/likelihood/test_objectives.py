@@ -194,3 +194,11 @@ def test_multistart_gradient_against_finite_differences(oral):
 def test_multistart_option_validated():
     with pytest.raises(OptionError, match="`multistart` must be None, True or False; got 1"):
         InnerOptions(multistart=1)
+
+
+def test_inner_steps_are_bounded():
+    # the mode is 10 away; with steps of at most 0.5 the search needs at least 20 of them
+    res = newton_lm(lambda e: jnp.sum((e - 10.0) ** 2), jnp.zeros(1), InnerOptions(), 0.5)
+    assert bool(res.converged)
+    np.testing.assert_allclose(res.eta, [10.0], atol=1e-10)
+    assert int(res.n_iter) >= 20

@@ -40,7 +40,10 @@ def _vgh(fun: Callable[[jax.Array], jax.Array], eta: jax.Array):
 
 
 def newton_lm(
-    fun: Callable[[jax.Array], jax.Array], eta0: jax.Array, options: InnerOptions
+    fun: Callable[[jax.Array], jax.Array],
+    eta0: jax.Array,
+    options: InnerOptions,
+    max_step: jax.Array | None = None,
 ) -> InnerResult:
     """Minimise `fun` (one subject's -2 log p(y, eta), no gradient flows) from `eta0`.
 
@@ -48,6 +51,11 @@ def newton_lm(
     objective does not increase (and is finite), and lam shrinks tenfold; otherwise lam grows
     tenfold. Converged when the Newton decrement -g'd of an accepted step is below `tol`.
     A non-finite start falls back to eta = 0. Works under `vmap` (fixed shapes, while_loop).
+
+    `max_step` (``[q]``) bounds each component of a step (the step is shortened, keeping its
+    direction). Far from the mode a Newton step can land at random effects many SDs out,
+    where an ODE model turns stiff and one subject's solve holds up the whole batch; bounded
+    steps avoid such trial points and change nothing near the mode.
     """
     q = eta0.shape[0]
     dtype = eta0.dtype
@@ -79,8 +87,11 @@ def newton_lm(
         step = damped_newton_step(g, h, lam)
         step_ok = jnp.all(jnp.isfinite(step))
         step = jnp.where(step_ok, step, 0.0)
+        decrement = -jnp.dot(g, step)
+        if max_step is not None:
+            step = step / jnp.maximum(1.0, jnp.max(jnp.abs(step) / max_step))
         stuck = (lam > 1e12 * (1.0 + jnp.mean(jnp.abs(jnp.diag(h))))) | (first & ~finite)
-        return eta, v, g, h, eta + step, lam, it + 1, done | stuck, -jnp.dot(g, step)
+        return eta, v, g, h, eta + step, lam, it + 1, done | stuck, decrement
 
     inf = jnp.asarray(jnp.inf, dtype=dtype)
     state = (
@@ -105,6 +116,7 @@ def implicit_eta(
     eta0: jax.Array,
     options: InnerOptions,
     starts: jax.Array | None = None,
+    max_step: jax.Array | None = None,
 ) -> tuple[jax.Array, InnerResult]:
     """The EBE as a differentiable function of `theta` (implicit function theorem).
 
@@ -115,11 +127,13 @@ def implicit_eta(
     """
     theta_c = jax.lax.stop_gradient(theta)
     eta0 = jax.lax.stop_gradient(eta0)
-    res = newton_lm(lambda e: fun_theta(e, theta_c), eta0, options)
+    if max_step is not None:
+        max_step = jax.lax.stop_gradient(max_step)
+    res = newton_lm(lambda e: fun_theta(e, theta_c), eta0, options, max_step)
     if starts is not None:
-        others = jax.vmap(lambda e0: newton_lm(lambda e: fun_theta(e, theta_c), e0, options))(
-            jax.lax.stop_gradient(starts)
-        )
+        others = jax.vmap(
+            lambda e0: newton_lm(lambda e: fun_theta(e, theta_c), e0, options, max_step)
+        )(jax.lax.stop_gradient(starts))
         values = jnp.where(jnp.isfinite(others.value), others.value, jnp.inf)
         k = jnp.argmin(values)
         best = jax.tree_util.tree_map(lambda a: a[k], others)

@@ -76,6 +76,11 @@ def _chol_logdet_inv(m: jax.Array) -> tuple[jax.Array, jax.Array]:
     return logdet_inv(m)
 
 
+def max_step_of(sd: jax.Array) -> jax.Array:
+    """The largest step of the EBE search per random effect: 2 SD of Omega, at least 0.5."""
+    return jnp.maximum(2.0 * sd, 0.5)
+
+
 class SubjectOut(NamedTuple):
     """Per-subject auxiliary output of an evaluation."""
 
@@ -151,12 +156,14 @@ def subject_m2ll(
         gp, xp = cond_parts(obs(th, e, subj), vv)
         return gp + xp + e @ oi @ e
 
+    sd = jnp.sqrt(jnp.clip(jnp.diag(_chol_logdet_inv(om_inv)[1]), 0.0, None))
     starts = None
     if multistart:  # eta = 0 and +-1.5 SD of Omega along each axis
-        sd = jnp.sqrt(jnp.clip(jnp.diag(_chol_logdet_inv(om_inv)[1]), 0.0, None))
         axes = 1.5 * sd[:, None] * jnp.eye(q, dtype=eta_in.dtype)
         starts = jnp.concatenate([zeros[None, :], axes, -axes])
-    eta, res = implicit_eta(inner, (theta, om_inv, v0), eta_in, method.inner, starts)
+    eta, res = implicit_eta(
+        inner, (theta, om_inv, v0), eta_in, method.inner, starts, max_step_of(sd)
+    )
 
     if isinstance(method, LaplaceI):
 

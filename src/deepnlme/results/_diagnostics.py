@@ -17,6 +17,7 @@ from scipy.special import ndtri
 from ..errors import OptionError
 from ..likelihood import InnerOptions, cond_parts, newton_lm
 from ..likelihood._from_model import batched, binding_of, model_problem
+from ..likelihood._objective import max_step_of
 from ..solve._subject import raise_failed_solves
 from ._simulate import inverse_transform, prediction_frame
 
@@ -81,7 +82,8 @@ def _posthoc_ebes(problem, fit, theta) -> jax.Array:
                 gp, xp = cond_parts(obs(theta, e, subj), v0)
                 return gp + xp + e @ om_inv @ e
 
-            return newton_lm(f, jnp.zeros(q), inner_opts).eta
+            sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
+            return newton_lm(f, jnp.zeros(q), inner_opts, max_step_of(sd)).eta
 
         per[foce] = jax.jit(jax.vmap(one, in_axes=(None, 0)))
     return per[foce](theta, problem.subjects)
