@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import weakref
@@ -80,24 +81,19 @@ def _compiled(problem: Problem, method: Method, free: tuple[int, ...], args) -> 
     return compiled, time.perf_counter() - t0
 
 
+@functools.cache
 def _source_digest() -> str:
     """A digest of deepnlme's own source files (a stored program is only reused by the code
     that traced it)."""
-    global _SOURCE_DIGEST
-    if _SOURCE_DIGEST is None:
-        import hashlib
-        from pathlib import Path
+    import hashlib
+    from pathlib import Path
 
-        h = hashlib.sha256()
-        root = Path(__file__).resolve().parents[1]
-        for f in sorted(root.rglob("*.py")):
-            h.update(str(f.relative_to(root)).encode())
-            h.update(f.read_bytes())
-        _SOURCE_DIGEST = h.hexdigest()
-    return _SOURCE_DIGEST
-
-
-_SOURCE_DIGEST: str | None = None
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
 
 
 def _export_path(problem, method, free, args, options, unroll, structure):
@@ -126,14 +122,9 @@ def _export_path(problem, method, free, args, options, unroll, structure):
     return Path(cache_dir) / "deepnlme-programs" / f"{digest}.jaxexport"
 
 
-_SERIALIZABLE = False
-
-
+@functools.cache
 def _register_serialization() -> None:
     """Name the tuple types that enter and leave an evaluation for jax.export (once)."""
-    global _SERIALIZABLE
-    if _SERIALIZABLE:
-        return
     from ..likelihood._objective import Evaluation
     from ..solve._doses import DoseEvents
     from ..solve._subject import SubjectData
@@ -142,16 +133,13 @@ def _register_serialization() -> None:
         jax.export.register_namedtuple_serialization(
             cls, serialized_name=f"deepnlme.{cls.__name__}"
         )
-    _SERIALIZABLE = True
 
 
 def _read_export(path):
     _register_serialization()
     try:
         return jax.export.deserialize(bytearray(path.read_bytes()))
-    except FileNotFoundError:
-        return None
-    except Exception:  # a damaged or foreign file: trace again (and overwrite it)
+    except Exception:  # missing, damaged or foreign: trace again (and overwrite it)
         return None
 
 

@@ -72,10 +72,6 @@ def cond_parts(t: ObsTerms, var: jax.Array | None = None) -> tuple[jax.Array, ja
     return gpart, cpart + opart
 
 
-def _chol_logdet_inv(m: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return logdet_inv(m)
-
-
 def max_step_of(sd: jax.Array) -> jax.Array:
     """The largest step of the EBE search per random effect: 2 SD of Omega, at least 0.5."""
     return jnp.maximum(2.0 * sd, 0.5)
@@ -93,6 +89,7 @@ def subject_m2ll(
     method: Method,
     problem: Problem,
     theta: dict,
+    om: jax.Array,
     om_inv: jax.Array,
     om_logdet: jax.Array,
     eta_in: jax.Array,
@@ -134,7 +131,7 @@ def subject_m2ll(
         r = jnp.where(gobs, t.y - t.mean, 0.0)
         m = om_inv + g_mat.T @ (w[:, None] * g_mat)
         b = g_mat.T @ (w * r)
-        ld_m, m_inv = _chol_logdet_inv(m)
+        ld_m, m_inv = logdet_inv(m)
         val = (
             jnp.sum(jnp.where(gobs, jnp.log(v) - 2.0 * t.logjac, 0.0))
             + jnp.sum(w * r * r)
@@ -142,7 +139,6 @@ def subject_m2ll(
             + om_logdet
             + ld_m
         )
-        om = _chol_logdet_inv(om_inv)[1]
         vm = jnp.where(cobs, v + jnp.einsum("tj,jk,tk->t", g_mat, om, g_mat), 1.0)
         z = jnp.where(cobs, t.cens * (t.y - t.mean) / jnp.sqrt(vm), 0.0)
         val = val + jnp.sum(jnp.where(cobs, -2.0 * jax.scipy.special.log_ndtr(z), 0.0))
@@ -156,7 +152,7 @@ def subject_m2ll(
         gp, xp = cond_parts(obs(th, e, subj), vv)
         return gp + xp + e @ oi @ e
 
-    sd = jnp.sqrt(jnp.clip(jnp.diag(_chol_logdet_inv(om_inv)[1]), 0.0, None))
+    sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
     starts = None
     if multistart:  # eta = 0 and +-1.5 SD of Omega along each axis
         axes = 1.5 * sd[:, None] * jnp.eye(q, dtype=eta_in.dtype)
@@ -196,7 +192,7 @@ def subject_m2ll(
             h_half = h_half + 0.5 * jax.hessian(lambda e: cond_parts(obs(theta, e, subj), v0)[1])(
                 eta
             )
-    ld_m, m_inv = _chol_logdet_inv(om_inv + h_half)
+    ld_m, m_inv = logdet_inv(om_inv + h_half)
     val = cval + eta @ om_inv @ eta + om_logdet + ld_m
     return val, SubjectOut(eta, m_inv, res.converged)
 
@@ -242,13 +238,13 @@ def make_evaluator(problem: Problem, method: Method, free: Sequence[int], struct
         u = base_u.at[free].set(z)
         theta = problem.unpack(u)
         om = problem.omega(theta)
-        om_logdet, om_inv = _chol_logdet_inv(om)
-        return theta, om_inv, om_logdet
+        om_logdet, om_inv = logdet_inv(om)
+        return theta, om, om_inv, om_logdet
 
     def one(z, base_u, eta_i, subj):
-        theta, om_inv, om_logdet = theta_of(z, base_u)
+        theta, om, om_inv, om_logdet = theta_of(z, base_u)
         return subject_m2ll(
-            method, problem, theta, om_inv, om_logdet, eta_i, subj, has_other, multistart
+            method, problem, theta, om, om_inv, om_logdet, eta_i, subj, has_other, multistart
         )
 
     # Reverse mode for the outer gradient. (Forward mode over the subject terms was faster for
