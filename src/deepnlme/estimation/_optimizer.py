@@ -47,6 +47,8 @@ def minimize(
     memory: int = 10,
     learning_rate: float = 1e-2,
     t_start: float | None = None,
+    hessian_guess: Callable[[], np.ndarray | None] | None = None,
+    guess_iters: int = 5,
 ) -> OptResult:
     """Minimise `fun` (returning value and gradient) from `x0`.
 
@@ -88,6 +90,8 @@ def minimize(
 
     n = x.size
     hinv = None  # BFGS inverse Hessian
+    if method == "bfgs" and hessian_guess is not None:
+        hinv = _inverse_if_pd(hessian_guess())
     s_list: list[np.ndarray] = []
     y_list: list[np.ndarray] = []
     adam_m = np.zeros(n)
@@ -118,6 +122,8 @@ def minimize(
             alpha = 1.0
             if hinv is None and not s_list:
                 alpha = min(1.0, 0.1 / max(np.max(np.abs(d)), 1e-300))
+            elif it == 1:  # a step from an initial Hessian: at most 2 units per parameter
+                alpha = min(1.0, 2.0 / max(np.max(np.abs(d)), 1e-300))
             accepted = False
             for _ in range(40):
                 x_try = x + alpha * d
@@ -147,14 +153,21 @@ def minimize(
             sy = float(s @ y)
             if sy > 1e-12 * math.sqrt(float(s @ s) * float(y @ y)):
                 if method == "bfgs":
+                    guess = None
+                    if hessian_guess is not None and it < guess_iters:
+                        guess = _inverse_if_pd(hessian_guess())
                     if hinv is None:
                         hinv = np.eye(n) * (sy / float(y @ y))
                     rho = 1.0 / sy
                     hy = hinv @ y
                     hinv = (
-                        hinv
-                        - rho * (np.outer(s, hy) + np.outer(hy, s))
-                        + (rho * rho * float(y @ hy) + rho) * np.outer(s, s)
+                        guess
+                        if guess is not None
+                        else (
+                            hinv
+                            - rho * (np.outer(s, hy) + np.outer(hy, s))
+                            + (rho * rho * float(y @ hy) + rho) * np.outer(s, s)
+                        )
                     )
                 else:
                     s_list.append(s)
@@ -185,6 +198,19 @@ def minimize(
             message = f"time limit of {time_limit:g} s reached after {it} iterations"
             break
     return OptResult(x, f, g, it, n_eval, converged, message, history)
+
+
+def _inverse_if_pd(h: np.ndarray | None) -> np.ndarray | None:
+    """The inverse of a symmetric `h` when it is finite and well conditioned, else None."""
+    if h is None:
+        return None
+    h = 0.5 * (np.asarray(h, dtype=np.float64) + np.asarray(h, dtype=np.float64).T)
+    if h.ndim != 2 or not np.all(np.isfinite(h)):
+        return None
+    eig, vec = np.linalg.eigh(h)
+    if eig[0] <= 1e-8 * max(eig[-1], 1e-300):
+        return None
+    return (vec / eig) @ vec.T
 
 
 def _two_loop(g: np.ndarray, s_list: list[np.ndarray], y_list: list[np.ndarray]) -> np.ndarray:

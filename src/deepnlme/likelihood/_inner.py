@@ -70,12 +70,11 @@ def newton_lm(
         return (~state[7]) & (state[6] <= options.max_iter)
 
     def body(state):
-        eta, v, g, h, cand, lam, it, _, dec = state
+        eta, v, g, h, cand, lam, it, _, _ = state
         v_new, g_new, h_new = _vgh(fun, cand)
         finite = jnp.isfinite(v_new) & jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(h_new))
         accept = finite & (v_new <= v + 1e-12 * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0))))
         first = it == 0
-        done = accept & (dec < options.tol) & ~first
         scale = 1e-6 * (1.0 + jnp.mean(jnp.abs(jnp.diag(jnp.where(accept, h_new, h)))))
         lam = jnp.where(
             accept, jnp.where(lam > 1e-10 * scale, lam / 10.0, 0.0), jnp.maximum(lam * 10, scale)
@@ -88,6 +87,9 @@ def newton_lm(
         step_ok = jnp.all(jnp.isfinite(step))
         step = jnp.where(step_ok, step, 0.0)
         decrement = -jnp.dot(g, step)
+        # converged at the point just accepted when its own Newton decrement is below tol
+        # (the implicit step of `implicit_eta` then takes that last Newton step)
+        done = accept & (decrement < options.tol)
         if max_step is not None:
             step = step / jnp.maximum(1.0, jnp.max(jnp.abs(step) / max_step))
         stuck = (lam > 1e12 * (1.0 + jnp.mean(jnp.abs(jnp.diag(h))))) | (first & ~finite)

@@ -23,7 +23,7 @@ class InnerOptions:
     **Arguments**
 
     - `max_iter`: Newton iterations at most (per outer evaluation), default 50.
-    - `tol`: convergence when the Newton decrement g'(H + lam I)^-1 g of the step just taken
+    - `tol`: convergence when the Newton decrement g'(H + lam I)^-1 g at the current EBE
       (on the -2LL scale) is below `tol`; default 1e-14. The returned EBEs then carry one more
       Newton step, so they are accurate to about `tol` squared.
     - `multistart`: besides the previous EBEs, start the search from eta = 0 and from
