@@ -94,9 +94,13 @@ def _bound(model, population, ode_options: OdeOptions):
     def obs_terms(theta, eta, subj):
         return obs_terms_from_prediction(predictor.predict(theta, eta, subj), subj)
 
+    def obs_terms_near(theta, eta, subj, eta_c):
+        return obs_terms_from_prediction(predictor.predict(theta, eta, subj, eta_c), subj)
+
     problem = Problem(
         cache_token=_cache_token(bound, binding, solver_options),
         obs_terms=obs_terms,
+        obs_terms_near=obs_terms_near if predictor.expandable else None,
         subjects=binding.data,
         omega=cm.omega,
         unpack=cm.unpack,

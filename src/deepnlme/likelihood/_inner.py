@@ -119,6 +119,7 @@ def implicit_eta(
     options: InnerOptions,
     starts: jax.Array | None = None,
     max_step: jax.Array | None = None,
+    fun_near: Callable[[jax.Array], Callable[[jax.Array, object], jax.Array]] | None = None,
 ) -> tuple[jax.Array, InnerResult]:
     """The EBE as a differentiable function of `theta` (implicit function theorem).
 
@@ -126,6 +127,8 @@ def implicit_eta(
     H held constant: its value is one more Newton step, and its derivative in theta is
     -H^-1 d(grad)/dtheta, the implicit-function-theorem derivative of the mode. With
     `starts` (``[K, q]``), K more searches start there and the lowest mode of all is kept.
+    `fun_near(eta_c)`, when given, is a surrogate of `fun_theta` exact to second order at
+    eta_c, used for the differentiated step (which needs no more).
     """
     theta_c = jax.lax.stop_gradient(theta)
     eta0 = jax.lax.stop_gradient(eta0)
@@ -143,6 +146,7 @@ def implicit_eta(
         res = jax.tree_util.tree_map(lambda a, b: jnp.where(take, b, a), res, best)
     eta_hat = jax.lax.stop_gradient(res.eta)
     hess = jax.lax.stop_gradient(res.hess)
-    grad = jax.jacfwd(fun_theta)(eta_hat, theta)  # forward: cheaper than reverse here
+    fun = fun_theta if fun_near is None else fun_near(eta_hat)
+    grad = jax.jacfwd(fun)(eta_hat, theta)  # forward: cheaper than reverse here
     step = solve(hess, grad)
     return eta_hat - step, res

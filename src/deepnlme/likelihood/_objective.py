@@ -103,6 +103,18 @@ def subject_m2ll(
     """
     q = eta_in.shape[0]
     obs = problem.obs_terms
+    # derivatives of at most second order in (theta, eta) at the EBE: the surrogate is exact
+    # (LaplaceI differentiates a Hessian, and non-Gaussian terms enter FOCE(I) by theirs: third
+    # order, so those keep the model itself)
+    near = problem.obs_terms_near
+    use_near = near is not None and not has_other and not isinstance(method, LaplaceI)
+
+    def obs_at(eta_c):
+        if not use_near:
+            return obs
+        eta_c = jax.lax.stop_gradient(eta_c)
+        return lambda th, e, s: near(th, e, s, eta_c)
+
     zeros = jnp.zeros(q, dtype=eta_in.dtype)
     nan_cov = jnp.full((q, q), jnp.nan, dtype=eta_in.dtype)
 
@@ -117,9 +129,10 @@ def subject_m2ll(
         return val, SubjectOut(eta_in, nan_cov, jnp.asarray(True))
 
     if isinstance(method, FO):
+        obs0 = obs_at(zeros)
 
         def mv0(e):
-            t = obs(theta, e, subj)
+            t = obs0(theta, e, subj)
             return t.mean, t
 
         g_mat, t = jax.jacfwd(mv0, has_aux=True)(zeros)
@@ -147,10 +160,15 @@ def subject_m2ll(
     # FOCE, FOCEI, LaplaceI: Laplace's formula at the EBE.
     v0 = obs(theta, zeros, subj).var if isinstance(method, FOCE) else None
 
-    def inner(e, p):
-        th, oi, vv = p
-        gp, xp = cond_parts(obs(th, e, subj), vv)
-        return gp + xp + e @ oi @ e
+    def inner_with(obs_fn):
+        def inner(e, p):
+            th, oi, vv = p
+            gp, xp = cond_parts(obs_fn(th, e, subj), vv)
+            return gp + xp + e @ oi @ e
+
+        return inner
+
+    inner = inner_with(obs)
 
     sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
     starts = None
@@ -158,8 +176,15 @@ def subject_m2ll(
         axes = 1.5 * sd[:, None] * jnp.eye(q, dtype=eta_in.dtype)
         starts = jnp.concatenate([zeros[None, :], axes, -axes])
     eta, res = implicit_eta(
-        inner, (theta, om_inv, v0), eta_in, method.inner, starts, max_step_of(sd)
+        inner,
+        (theta, om_inv, v0),
+        eta_in,
+        method.inner,
+        starts,
+        max_step_of(sd),
+        (lambda eta_c: inner_with(obs_at(eta_c))) if use_near else None,
     )
+    obs_hat = obs_at(eta)  # expanded about the returned EBE (its value)
 
     if isinstance(method, LaplaceI):
 
@@ -176,7 +201,7 @@ def subject_m2ll(
     else:
 
         def mv(e):
-            t = obs(theta, e, subj)
+            t = obs_hat(theta, e, subj)
             return (t.mean, t.var), t
 
         (g_mat, dv), t = jax.jacfwd(mv, has_aux=True)(eta)

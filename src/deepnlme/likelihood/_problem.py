@@ -76,6 +76,12 @@ class Problem:
     - `eta_labels`, `subject_ids`: labels of the q random effects and the N subjects.
     - `penalty(theta) -> scalar` on the -2LL scale (default 0), reported apart from the OFV.
     - `obs_terms` must give `mask`, `gaussian` and `cens` that do not depend on theta or eta.
+    - `obs_terms_near(theta, eta, subj, eta_c) -> ObsTerms` (optional): the same terms, equal
+      to `obs_terms` in value at eta = eta_c and in every derivative of first and second order
+      in (theta, eta) there, but cheaper to differentiate (no derivative flows through the
+      value of `eta_c`). FO, FOCE and FOCEI use it for their exact outer gradients, which need
+      no derivative of higher order; `model_problem` sets it for closed-form models (the solve
+      replaced by its second-order expansion in the PK and dosing parameters).
     - `cache_token`: a string that determines every function above and the data completely
       (set by `model_problem` from the model text, data and options); with it, a fit stores the
       traced evaluation program on disk and a later process reuses it instead of tracing the
@@ -93,6 +99,7 @@ class Problem:
     subject_ids: tuple
     penalty: Callable[[Mapping[str, jax.Array]], jax.Array] = _zero_penalty
     cache_token: str | None = None
+    obs_terms_near: Callable[..., ObsTerms] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "param_info", tuple(self.param_info))

@@ -22,6 +22,7 @@ from ..model._distributions import ObsDist
 from ._closed_form import closed_form_amounts
 from ._doses import DoseEvents, DoseFeatures
 from ._ode import OdeOptions, ode_states
+from ._taylor import dependent_leaves, taylor2
 
 
 class SubjectData(NamedTuple):
@@ -231,16 +232,55 @@ class SubjectPredictor:
         )
         return sol.states, sol.ok, sol.fail_time
 
+    @property
+    def expandable(self) -> bool:
+        """True when `predict(..., eta_c=...)` expands the solve (closed form with dynamics)."""
+        return self.use_closed_form and self.model.compiled.has_dynamics
+
+    def states_near(self, theta, eta, sd: SubjectData, eta_c):
+        """`states`, with the closed-form amounts replaced by their second-order Taylor
+        expansion in the individual PK and dosing parameters about their values at
+        (theta, eta_c) (values only: no derivative flows through `eta_c` or that point).
+
+        Equal to `states` in value at eta = eta_c and in every derivative of first and second
+        order in (theta, eta) there, and much cheaper to differentiate (see `_taylor`).
+        """
+        cm = self.model.compiled
+        cov0 = sd.cov_value[0]
+
+        def inputs(th, e, cov):
+            ind0 = cm.pre(th, e, cov)
+            return cm.closed_form_params(ind0), cm.dosing(th, e, cov, ind0)
+
+        def amounts(psi):
+            cfp, dosing = psi
+            return closed_form_amounts(
+                cm.closed_form, cfp, dosing, sd.doses, sd.obs_time, features=self.features
+            )
+
+        varying = dependent_leaves(inputs, (theta, eta, cov0), dep=(0, 1))
+        center = jax.lax.stop_gradient(inputs(theta, eta_c, cov0))
+        x = taylor2(amounts, inputs(theta, eta, cov0), center, varying)
+        ok = jnp.all(jnp.isfinite(jnp.where(sd.obs_mask[:, None], x, 0.0)))
+        return x, ok, jnp.asarray(jnp.nan)
+
     def _individual(self, theta, eta, sd: SubjectData):
         cm = self.model.compiled
         if self.time_varying:
             return jax.vmap(lambda c: cm.pre(theta, eta, c))(sd.obs_cov), True
         return cm.pre(theta, eta, sd.cov_value[0]), False
 
-    def predict(self, theta, eta, sd: SubjectData) -> Prediction:
-        """Observation distributions of one subject at its observation times."""
+    def predict(self, theta, eta, sd: SubjectData, eta_c=None) -> Prediction:
+        """Observation distributions of one subject at its observation times.
+
+        With `eta_c` (and `expandable`), the solve is its second-order expansion about eta_c
+        (`states_near`).
+        """
         cm = self.model.compiled
-        x, ok, fail_time = self.states(theta, eta, sd)
+        if eta_c is not None and self.expandable:
+            x, ok, fail_time = self.states_near(theta, eta, sd, eta_c)
+        else:
+            x, ok, fail_time = self.states(theta, eta, sd)
         ind, per_obs = self._individual(theta, eta, sd)
         ind_axis = 0 if per_obs else None
 
