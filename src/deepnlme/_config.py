@@ -47,3 +47,29 @@ def _enable_cache() -> None:
 
 
 _enable_cache()
+
+
+# XLA's newer (MLIR) fusion emitters on the CPU take about 40% longer to compile deepnlme's
+# evaluation programs than the classic emitters, and the programs run no faster (jaxlib
+# 0.10.2: Theoph FOCEI 2.77 -> 1.66 s, synthetic N=10000 6.25 -> 4.70 s; see
+# docs/estimation.md "Compilation"). Older jaxlibs lack the option and some future one may
+# drop it, so it is passed per compilation and left out where XLA refuses it.
+_CLASSIC_EMITTERS = {"xla_cpu_use_fusion_emitters": False}
+_OPTION_REFUSED: list[bool] = []
+
+
+def compile_lowered(lowered, optimise: bool = True):
+    """Compile a `jax.stages.Lowered` with deepnlme's compiler options.
+
+    `optimise=False` compiles without LLVM optimisation (-O0): about half the compile time,
+    for programs that run once or on little data.
+    """
+    options = {} if optimise else {"xla_backend_optimization_level": 0}
+    if not _OPTION_REFUSED:
+        try:
+            return lowered.compile(compiler_options={**options, **_CLASSIC_EMITTERS})
+        except Exception as err:  # noqa: BLE001 (XLA's error type differs between versions)
+            if "xla_cpu_use_fusion_emitters" not in str(err):
+                raise
+            _OPTION_REFUSED.append(True)
+    return lowered.compile(compiler_options=options) if options else lowered.compile()

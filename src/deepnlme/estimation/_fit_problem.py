@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from .._config import compile_lowered
 from ..errors import OptionError
 from ..likelihood import (
     LOG2PI,
@@ -63,7 +64,8 @@ def _compiled(problem: Problem, method: Method, free: tuple[int, ...], args) -> 
         return cache[key], 0.0
     t0 = time.perf_counter()
     structure = _structure(problem)
-    options = _xla_options(structure.n_obs)
+    optimise = structure.n_obs > _FAST_COMPILE_OBS
+    options = {"optimise": optimise}
     unroll = problem.n_subjects >= _UNROLL_SUBJECTS
     path = _export_path(problem, method, free, args, options, unroll, structure)
     exported = _read_export(path) if path is not None else None
@@ -76,7 +78,7 @@ def _compiled(problem: Problem, method: Method, free: tuple[int, ...], args) -> 
                 lowered = jax.jit(evaluate).lower(*args)
     if exported is not None:
         lowered = jax.jit(exported.call).lower(*args)
-    compiled = lowered.compile(compiler_options=options)
+    compiled = compile_lowered(lowered, optimise)
     cache[key] = compiled
     return compiled, time.perf_counter() - t0
 
@@ -177,10 +179,6 @@ _FAST_COMPILE_OBS = 5_000
 # instead of calling LAPACK once per subject (see likelihood/_small.py): a quarter off each
 # evaluation at 10,000 subjects, for about a second more compilation.
 _UNROLL_SUBJECTS = 2_000
-
-
-def _xla_options(n_obs: int) -> dict[str, Any]:
-    return {"xla_backend_optimization_level": 0} if n_obs <= _FAST_COMPILE_OBS else {}
 
 
 def _post_functions(problem: Problem):

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._config import compile_lowered
 from ..errors import OptionError
 from ._inner import implicit_eta
 from ._methods import FO, FOCE, FOCEI, JointMAP, LaplaceI, Method, NaivePooled
@@ -37,7 +38,7 @@ def probe(problem: Problem) -> Structure:
     # compiled without LLVM optimisation (half the compile time)
     fun = jax.jit(jax.vmap(lambda th, s: problem.obs_terms(th, eta, s), in_axes=(None, 0)))
     lowered = fun.lower(theta, problem.subjects)
-    compiled = lowered.compile(compiler_options={"xla_backend_optimization_level": 0})
+    compiled = compile_lowered(lowered, optimise=False)
     terms = compiled(theta, problem.subjects)
     mask = np.asarray(terms.mask, dtype=bool)
     gauss = np.asarray(terms.gaussian, dtype=bool) & mask
