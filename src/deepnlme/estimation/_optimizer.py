@@ -122,8 +122,8 @@ def minimize(
             alpha = 1.0
             if hinv is None and not s_list:
                 alpha = min(1.0, 0.1 / max(np.max(np.abs(d)), 1e-300))
-            elif it == 1:  # a step from an initial Hessian: at most 2 units per parameter
-                alpha = min(1.0, 2.0 / max(np.max(np.abs(d)), 1e-300))
+            elif it == 1:  # a first step from a Hessian guess: at most 1 unit per parameter
+                alpha = min(1.0, 1.0 / max(np.max(np.abs(d)), 1e-300))
             accepted = False
             for _ in range(40):
                 x_try = x + alpha * d
