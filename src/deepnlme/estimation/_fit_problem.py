@@ -645,7 +645,7 @@ def _shrinkage(problem, eta, omega, method) -> dict[str, float]:
 
 
 def _add_shrinkage(table, problem, shrink, estimates) -> pd.DataFrame:
-    theta = problem.unpack(jnp.asarray(problem.pack(estimates)))
+    theta = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in estimates.items()}
     var_names = [p.name for p in problem.param_info if p.kind == "variance"]
     diag_rows = {}
     if var_names and problem.n_eta:

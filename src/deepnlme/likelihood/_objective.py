@@ -32,14 +32,18 @@ class Structure(NamedTuple):
 
 def probe(problem: Problem) -> Structure:
     """Evaluate the observation terms once (eta = 0) and count the kinds of observation."""
-    theta = problem.unpack(jnp.asarray(problem.init_u()))
+    u = jnp.asarray(problem.init_u())
     eta = jnp.zeros(problem.n_eta)
     # jitted: one small compile is much cheaper than running the model op by op; run once, so
     # compiled without LLVM optimisation (half the compile time)
-    fun = jax.jit(jax.vmap(lambda th, s: problem.obs_terms(th, eta, s), in_axes=(None, 0)))
-    lowered = fun.lower(theta, problem.subjects)
+    fun = jax.jit(
+        lambda uu, subjects: jax.vmap(lambda s: problem.obs_terms(problem.unpack(uu), eta, s))(
+            subjects
+        )
+    )
+    lowered = fun.lower(u, problem.subjects)
     compiled = compile_lowered(lowered, optimise=False)
-    terms = compiled(theta, problem.subjects)
+    terms = compiled(u, problem.subjects)
     mask = np.asarray(terms.mask, dtype=bool)
     gauss = np.asarray(terms.gaussian, dtype=bool) & mask
     cens = np.asarray(terms.cens) != 0

@@ -111,7 +111,9 @@ class Problem:
         missing = [n for n in names if n not in self.init]
         if missing:
             raise ValueError(f"Problem: no initial value for parameter(s) {missing}")
-        u0 = np.asarray(self.pack(self.init))
+        # shapes only (abstract evaluation): running pack/unpack/omega op by op here would
+        # compile a dozen one-operation programs before the first fit
+        u0 = jax.eval_shape(self.pack, self.init)
         if u0.ndim != 1 or u0.size != sum(p.size for p in self.param_info):
             raise ValueError(
                 f"Problem: pack(init) has shape {u0.shape}, but param_info sizes add up to "
@@ -124,7 +126,7 @@ class Problem:
             raise ValueError(
                 f"Problem: every array in `subjects` needs leading axis N={n}; got shapes {bad}"
             )
-        q = np.shape(self.omega(self.unpack(jnp.asarray(u0))))
+        q = jax.eval_shape(lambda u: self.omega(self.unpack(u)), u0).shape
         if q != (len(self.eta_labels), len(self.eta_labels)):
             raise ValueError(
                 f"Problem: omega(theta) has shape {q}, but there are {len(self.eta_labels)} "
@@ -151,7 +153,7 @@ class Problem:
 
     def init_u(self) -> np.ndarray:
         """The initial unconstrained vector."""
-        return np.asarray(self.pack(self.init), dtype=np.float64)
+        return np.asarray(jax.jit(self.pack)(self.init), dtype=np.float64)
 
 
 @dataclasses.dataclass(frozen=True)
