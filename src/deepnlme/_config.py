@@ -49,11 +49,12 @@ def _enable_cache() -> None:
 _enable_cache()
 
 
-# XLA's newer (MLIR) fusion emitters on the CPU take about 40% longer to compile deepnlme's
+# XLA's newer (MLIR) fusion emitters on the CPU take 35-55% longer to compile deepnlme's
 # evaluation programs than the classic emitters, and the programs run no faster (jaxlib
-# 0.10.2: Theoph FOCEI 2.77 -> 1.66 s, synthetic N=10000 6.25 -> 4.70 s; see
-# docs/estimation.md "Compilation"). Older jaxlibs lack the option and some future one may
-# drop it, so it is passed per compilation and left out where XLA refuses it.
+# 0.10.2: Theoph FOCEI 3.13 vs 2.02 s, synthetic N=10000 7.35 vs 5.50 s;
+# benchmarks/bench_compile_options.py, docs/estimation.md "Compilation"). Older jaxlibs lack
+# the option and some future one may drop it, so it is passed per compilation and left out
+# where XLA refuses it.
 _CLASSIC_EMITTERS = {"xla_cpu_use_fusion_emitters": False}
 _OPTION_REFUSED: list[bool] = []
 

@@ -33,3 +33,22 @@ def test_guess_must_be_finite_and_positive_definite():
     assert _inverse_if_pd(np.diag([1.0, 0.0])) is None
     assert _inverse_if_pd(np.diag([1.0, np.nan])) is None
     np.testing.assert_allclose(_inverse_if_pd(A), np.linalg.inv(A), rtol=1e-12)
+
+
+def test_a_stalled_ofv_with_a_large_gradient_is_not_convergence():
+    # a huge OFV that changes by a relative 1e-13 per step while the gradient stays 2e3
+    def fun(x):
+        return 1e15 + 2e3 * float(np.sum(x)), 2e3 * np.ones_like(x)
+
+    res = minimize(fun, np.array([0.01, 0.02]), max_iter=50)
+    assert not res.converged and "not converged" in res.message
+
+
+def test_a_tiny_first_step_with_a_large_gradient_does_not_stop_on_xtol():
+    scale = np.array([1e12, 1.0])
+
+    def fun(x):
+        return 0.5 * float(np.sum(scale * x * x)), scale * x
+
+    res = minimize(fun, np.array([1.0, 100.0]), method="lbfgs", gtol=1e-8, max_iter=200)
+    assert res.converged and np.max(np.abs(res.x)) < 1e-6, res.message

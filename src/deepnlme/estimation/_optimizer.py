@@ -52,9 +52,12 @@ def minimize(
 ) -> OptResult:
     """Minimise `fun` (returning value and gradient) from `x0`.
 
-    Converged when max|g| < gtol, or the relative decrease of f over an iteration is below
-    ftol, or the largest step component is below xtol. A trial point where f is not finite is
-    treated as a failed line-search step (the step is halved).
+    Converged when max|g| < gtol, or the relative decrease of f over two successive
+    iterations is below ftol, or the largest component of a full (not shortened) step is below
+    xtol while f has settled. A stop on ftol with max|g| still above 1000 max(gtol, 1e-3) is
+    reported as not converged (f stalled away from a stationary point), and such a gradient
+    rules out a stop on xtol. A trial point where f is not finite is treated as a failed
+    line-search step (the step is shortened).
     """
     t0 = time.perf_counter() if t_start is None else t_start
     x = np.asarray(x0, dtype=np.float64).copy()
@@ -110,6 +113,7 @@ def minimize(
                 message = "Adam reached a point where the objective is not finite"
                 break
             x_new = x + step
+            full_step = True
         else:
             if method == "bfgs":
                 d = -(g if hinv is None else hinv @ g)
@@ -124,6 +128,7 @@ def minimize(
                 alpha = min(1.0, 0.1 / max(np.max(np.abs(d)), 1e-300))
             elif it == 1:  # a first step from a Hessian guess: at most 1 unit per parameter
                 alpha = min(1.0, 1.0 / max(np.max(np.abs(d)), 1e-300))
+            alpha_first = alpha
             accepted = False
             for _ in range(40):
                 x_try = x + alpha * d
@@ -148,6 +153,7 @@ def minimize(
                 )
                 break
             x_new, f_new, g_new = x_try, f_try, g_try
+            full_step = alpha == alpha_first
             s = x_new - x
             y = g_new - g
             sy = float(s @ y)
@@ -190,8 +196,20 @@ def minimize(
         if method != "adam" and small_f >= 2:
             message = f"relative OFV change below ftol {ftol:g} in two successive iterations"
             converged = True
+            if gmax > 1e3 * max(gtol, 1e-3):  # the OFV stalled far from a stationary point
+                message += (
+                    f", but max|gradient| is still {gmax:.3g}: the line search makes no "
+                    "progress (a non-smooth objective, or EBEs that jump between modes?); "
+                    "not converged"
+                )
+                converged = False
             break
-        if method != "adam" and step_max < xtol:
+        # a small step counts as convergence only when it is the step first tried (a step
+        # the line search had to shorten says the direction was poor), the OFV has settled
+        # and the gradient is not far from zero (a quasi-Newton scaling fitted to one
+        # strongly curved direction can make a step tiny while the gradient is large)
+        settled = abs(df) <= ftol * max(1.0, abs(f)) and gmax <= 1e3 * max(gtol, 1e-3)
+        if method != "adam" and step_max < xtol and full_step and settled:
             message, converged = f"largest parameter step {step_max:.3g} < xtol {xtol:g}", True
             break
         if elapsed > time_limit:
