@@ -398,9 +398,17 @@ def fit_problem(
         if joint:
             g = np.concatenate([g, ev.grad_eta.ravel()])
         else:
-            ok = np.all(np.isfinite(ev.eta), axis=1)
-            state["eta"] = np.where(ok[:, None], ev.eta, state["eta"])
+            state["eta_last"] = ev.eta
         return f, g
+
+    def on_accept():
+        # the EBEs of an accepted point become the warm start of the next evaluations; those of
+        # rejected trial points do not, so every trial of one line search starts its EBE
+        # search from the same EBEs (with several modes per subject, a search started
+        # elsewhere can end in another mode, and the OFV would change under the line search)
+        if not joint:
+            ok = np.all(np.isfinite(state["eta_last"]), axis=1)
+            state["eta"] = np.where(ok[:, None], state["eta_last"], state["eta"])
 
     def hessian_guess():
         # BHHH at the point evaluated last (the accepted one): 1/2 sum_i (g_i - mean g)
@@ -427,6 +435,7 @@ def fit_problem(
         learning_rate=getattr(method, "learning_rate", 1e-2),
         t_start=t_run0,
         hessian_guess=hessian_guess,
+        on_accept=on_accept,
     )
     z_hat = res.x[:p]
     eta_hat_in = res.x[p:].reshape(n, q) if joint else state["eta"]

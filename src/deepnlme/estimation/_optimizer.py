@@ -49,6 +49,7 @@ def minimize(
     t_start: float | None = None,
     hessian_guess: Callable[[], np.ndarray | None] | None = None,
     guess_iters: int = 5,
+    on_accept: Callable[[], None] | None = None,
 ) -> OptResult:
     """Minimise `fun` (returning value and gradient) from `x0`.
 
@@ -57,7 +58,8 @@ def minimize(
     xtol while f has settled. A stop on ftol with max|g| still above 1000 max(gtol, 1e-3) is
     reported as not converged (f stalled away from a stationary point), and such a gradient
     rules out a stop on xtol. A trial point where f is not finite is treated as a failed
-    line-search step (the step is shortened).
+    line-search step (the step is shortened). `on_accept()` is called after each accepted
+    step, whose point is then the one `fun` evaluated last.
     """
     t0 = time.perf_counter() if t_start is None else t_start
     x = np.asarray(x0, dtype=np.float64).copy()
@@ -86,6 +88,8 @@ def minimize(
             "check the initial estimates",
             history,
         )
+    if on_accept is not None:  # the start is the first accepted point
+        on_accept()
     if g.size == 0:
         return OptResult(x, f, g, 0, n_eval, True, "no free parameters", history)
     if np.max(np.abs(g)) < gtol:
@@ -114,6 +118,8 @@ def minimize(
                 break
             x_new = x + step
             full_step = True
+            if on_accept is not None:
+                on_accept()
         else:
             if method == "bfgs":
                 d = -(g if hinv is None else hinv @ g)
@@ -154,6 +160,8 @@ def minimize(
                 break
             x_new, f_new, g_new = x_try, f_try, g_try
             full_step = alpha == alpha_first
+            if on_accept is not None:
+                on_accept()
             s = x_new - x
             y = g_new - g
             sy = float(s @ y)
