@@ -3,7 +3,8 @@
     python benchmarks/bench_compile_options.py CASE VARIANT[,VARIANT...]
 
 CASE is a reference fit id (theoph_kclv_mg_diag, synth_N10000_combined, ...); VARIANT is one of
-O0 (LLVM -O0), O0+classic (-O0 and xla_cpu_use_fusion_emitters=False), classic, default.
+O0 (LLVM -O0), O0+classic (-O0 and xla_cpu_use_fusion_emitters=False), O1+classic,
+classic, default.
 The program is traced once; each variant is compiled from the same lowering with JAX's
 persistent cache off (a repeated variant hits the in-memory cache and shows 0). The warm time
 is the median of 3 evaluations from the EBEs of a first one.
@@ -27,7 +28,14 @@ from deepnlme.likelihood._small import unrolled
 
 O0 = {"xla_backend_optimization_level": 0}
 CLASSIC = {"xla_cpu_use_fusion_emitters": False}
-VARIANTS = {"O0": O0, "O0+classic": {**O0, **CLASSIC}, "classic": CLASSIC, "default": {}}
+O1 = {"xla_backend_optimization_level": 1}
+VARIANTS = {
+    "O0": O0,
+    "O0+classic": {**O0, **CLASSIC},
+    "O1+classic": {**O1, **CLASSIC},
+    "classic": CLASSIC,
+    "default": {},
+}
 
 
 def main() -> None:
