@@ -52,3 +52,18 @@ def test_a_tiny_first_step_with_a_large_gradient_does_not_stop_on_xtol():
 
     res = minimize(fun, np.array([1.0, 100.0]), method="lbfgs", gtol=1e-8, max_iter=200)
     assert res.converged and np.max(np.abs(res.x)) < 1e-6, res.message
+
+
+def test_on_accept_follows_each_accepted_point():
+    seen = []
+    last = {}
+
+    def fun(x):
+        last["x"] = x.copy()
+        return _quadratic(x)
+
+    res = minimize(fun, np.ones(3), gtol=1e-10, on_accept=lambda: seen.append(last["x"]))
+    # the start, then every accepted step, and each time the point evaluated last is the one
+    assert len(seen) == res.n_iter + 1
+    np.testing.assert_array_equal(seen[0], np.ones(3))
+    np.testing.assert_array_equal(seen[-1], res.x)
