@@ -117,7 +117,6 @@ def minimize(
                 message = "Adam reached a point where the objective is not finite"
                 break
             x_new = x + step
-            full_step = True
             if on_accept is not None:
                 on_accept()
         else:
@@ -170,19 +169,18 @@ def minimize(
                     guess = None
                     if hessian_guess is not None and it < guess_iters:
                         guess = _inverse_if_pd(hessian_guess())
-                    if hinv is None:
-                        hinv = np.eye(n) * (sy / float(y @ y))
-                    rho = 1.0 / sy
-                    hy = hinv @ y
-                    hinv = (
-                        guess
-                        if guess is not None
-                        else (
+                    if guess is not None:
+                        hinv = guess
+                    else:
+                        if hinv is None:
+                            hinv = np.eye(n) * (sy / float(y @ y))
+                        rho = 1.0 / sy
+                        hy = hinv @ y
+                        hinv = (
                             hinv
                             - rho * (np.outer(s, hy) + np.outer(hy, s))
                             + (rho * rho * float(y @ hy) + rho) * np.outer(s, s)
                         )
-                    )
                 else:
                     s_list.append(s)
                     y_list.append(y)
@@ -193,6 +191,7 @@ def minimize(
         df = f - f_new
         x, f, g = x_new, f_new, g_new
         gmax = float(np.max(np.abs(g)))
+        far_from_stationary = gmax > 1e3 * max(gtol, 1e-3)
         elapsed = time.perf_counter() - t0
         history.append((it, f, gmax, elapsed))
         if progress:
@@ -204,7 +203,7 @@ def minimize(
         if method != "adam" and small_f >= 2:
             message = f"relative OFV change below ftol {ftol:g} in two successive iterations"
             converged = True
-            if gmax > 1e3 * max(gtol, 1e-3):  # the OFV stalled far from a stationary point
+            if far_from_stationary:  # the OFV stalled
                 message += (
                     f", but max|gradient| is still {gmax:.3g}: the line search makes no "
                     "progress (a non-smooth objective, or EBEs that jump between modes?); "
@@ -216,7 +215,7 @@ def minimize(
         # the line search had to shorten says the direction was poor), the OFV has settled
         # and the gradient is not far from zero (a quasi-Newton scaling fitted to one
         # strongly curved direction can make a step tiny while the gradient is large)
-        settled = abs(df) <= ftol * max(1.0, abs(f)) and gmax <= 1e3 * max(gtol, 1e-3)
+        settled = abs(df) <= ftol * max(1.0, abs(f)) and not far_from_stationary
         if method != "adam" and step_max < xtol and full_step and settled:
             message, converged = f"largest parameter step {step_max:.3g} < xtol {xtol:g}", True
             break

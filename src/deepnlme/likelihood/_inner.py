@@ -49,7 +49,7 @@ def newton_lm(
 
     Steps solve (H + lam I) d = -g with the exact Hessian; a step is accepted when the
     objective does not increase (and is finite), and lam shrinks tenfold; otherwise lam grows
-    tenfold. Converged when the Newton decrement -g'd of an accepted step is below `tol`.
+    tenfold. Converged at an accepted point whose own Newton decrement -g'd is below `tol`.
     A non-finite start falls back to eta = 0. Works under `vmap` (fixed shapes, while_loop).
 
     `max_step` (``[q]``) bounds each component of a step (the step is shortened, keeping its
@@ -70,7 +70,7 @@ def newton_lm(
         return (~state[7]) & (state[6] <= options.max_iter)
 
     def body(state):
-        eta, v, g, h, cand, lam, it, _, _ = state
+        eta, v, g, h, cand, lam, it, _ = state
         v_new, g_new, h_new = _vgh(fun, cand)
         finite = jnp.isfinite(v_new) & jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(h_new))
         accept = finite & (v_new <= v + 1e-12 * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0))))
@@ -93,7 +93,7 @@ def newton_lm(
         if max_step is not None:
             step = step / jnp.maximum(1.0, jnp.max(jnp.abs(step) / max_step))
         stuck = (lam > 1e12 * (1.0 + jnp.mean(jnp.abs(jnp.diag(h))))) | (first & ~finite)
-        return eta, v, g, h, eta + step, lam, it + 1, done | stuck, decrement
+        return eta, v, g, h, eta + step, lam, it + 1, done | stuck
 
     inf = jnp.asarray(jnp.inf, dtype=dtype)
     state = (
@@ -105,9 +105,8 @@ def newton_lm(
         jnp.asarray(0.0, dtype),
         jnp.asarray(0),
         jnp.asarray(False),
-        inf,
     )
-    eta, v, g, h, _, lam, it, done, _ = jax.lax.while_loop(cond, body, state)
+    eta, v, g, h, _, lam, it, done = jax.lax.while_loop(cond, body, state)
     converged = done & jnp.isfinite(v)
     return InnerResult(eta, v, g, h, it, converged)
 

@@ -199,16 +199,8 @@ class SubjectPredictor:
         ind0 = cm.pre(theta, eta, cov0)
         dosing = cm.dosing(theta, eta, cov0, ind0)
         if self.use_closed_form:
-            x = closed_form_amounts(
-                cm.closed_form,
-                cm.closed_form_params(ind0),
-                dosing,
-                sd.doses,
-                sd.obs_time,
-                features=self.features,
-            )
-            ok = jnp.all(jnp.isfinite(jnp.where(sd.obs_mask[:, None], x, 0.0)))
-            return x, ok, jnp.asarray(jnp.nan)
+            x = self._closed_form_amounts((cm.closed_form_params(ind0), dosing), sd)
+            return x, self._solve_ok(x, sd), jnp.asarray(jnp.nan)
         x0 = cm.init(theta, eta, cov0, ind0)
 
         def seg_fn(cov):
@@ -252,17 +244,32 @@ class SubjectPredictor:
             ind0 = cm.pre(th, e, cov)
             return cm.closed_form_params(ind0), cm.dosing(th, e, cov, ind0)
 
-        def amounts(psi):
-            cfp, dosing = psi
-            return closed_form_amounts(
-                cm.closed_form, cfp, dosing, sd.doses, sd.obs_time, features=self.features
-            )
-
         varying = dependent_leaves(inputs, (theta, eta, cov0), dep=(0, 1))
         center = jax.lax.stop_gradient(inputs(theta, eta_c, cov0))
-        x = taylor2(amounts, inputs(theta, eta, cov0), center, varying)
-        ok = jnp.all(jnp.isfinite(jnp.where(sd.obs_mask[:, None], x, 0.0)))
-        return x, ok, jnp.asarray(jnp.nan)
+        x = taylor2(
+            lambda psi: self._closed_form_amounts(psi, sd),
+            inputs(theta, eta, cov0),
+            center,
+            varying,
+        )
+        return x, self._solve_ok(x, sd), jnp.asarray(jnp.nan)
+
+    def _closed_form_amounts(self, psi, sd: SubjectData) -> jax.Array:
+        """Closed-form amounts ``[T, S]`` from psi = (closed-form parameters, dosing)."""
+        cfp, dosing = psi
+        return closed_form_amounts(
+            self.model.compiled.closed_form,
+            cfp,
+            dosing,
+            sd.doses,
+            sd.obs_time,
+            features=self.features,
+        )
+
+    @staticmethod
+    def _solve_ok(x, sd: SubjectData) -> jax.Array:
+        """True when every amount at a real observation is finite."""
+        return jnp.all(jnp.isfinite(jnp.where(sd.obs_mask[:, None], x, 0.0)))
 
     def _individual(self, theta, eta, sd: SubjectData):
         cm = self.model.compiled
