@@ -391,14 +391,11 @@ def fit_problem(
         else:
             z, eta = x, state["eta"]
         ev = evaluate(z, eta)
+        state["ev_last"] = ev
         f = float(np.sum(ev.m2ll_i) + ev.penalty)
         g = np.sum(ev.grad_i, axis=0) + ev.penalty_grad
-        state["grad_i"] = np.asarray(ev.grad_i)
-        state["penalised"] = bool(np.any(ev.penalty_grad != 0))
         if joint:
             g = np.concatenate([g, ev.grad_eta.ravel()])
-        else:
-            state["eta_last"] = ev.eta
         return f, g
 
     def on_accept():
@@ -406,18 +403,21 @@ def fit_problem(
         # rejected trial points do not, so every trial of one line search starts its EBE
         # search from the same EBEs (with several modes per subject, a search started
         # elsewhere can end in another mode, and the OFV would change under the line search)
+        state["ev"] = state["ev_last"]
         if not joint:
-            ok = np.all(np.isfinite(state["eta_last"]), axis=1)
-            state["eta"] = np.where(ok[:, None], state["eta_last"], state["eta"])
+            eta_new = state["ev"].eta
+            ok = np.all(np.isfinite(eta_new), axis=1)
+            state["eta"] = np.where(ok[:, None], eta_new, state["eta"])
 
     def hessian_guess():
-        # BHHH at the point evaluated last (the accepted one): 1/2 sum_i (g_i - mean g)
-        # (g_i - mean g)' approximates the Hessian of the OFV (sum of -2 log L_i), as each
-        # subject's gradient g_i is exact; with fewer than 2p subjects, or a penalty
-        # (networks), BFGS starts from a scaled identity instead
-        g_i = state.get("grad_i")
-        if joint or g_i is None or n < 2 * p or state.get("penalised", False):
+        # BHHH at the accepted point: 1/2 sum_i (g_i - mean g) (g_i - mean g)' approximates
+        # the Hessian of the OFV (sum of -2 log L_i), as each subject's gradient g_i is exact;
+        # with fewer than 2p subjects, or a penalty (networks), BFGS starts from a scaled
+        # identity instead
+        ev = state.get("ev")
+        if joint or ev is None or n < 2 * p or np.any(ev.penalty_grad != 0):
             return None
+        g_i = np.asarray(ev.grad_i)
         d = g_i - g_i.mean(axis=0)
         return 0.5 * (d.T @ d) * n / max(n - 1, 1)
 
@@ -438,11 +438,17 @@ def fit_problem(
         on_accept=on_accept,
     )
     z_hat = res.x[:p]
-    eta_hat_in = res.x[p:].reshape(n, q) if joint else state["eta"]
-    ev = evaluate(z_hat, eta_hat_in)
-    if not joint:  # one more evaluation from the final EBEs: the EBEs are then at their mode
-        state["eta"] = np.where(np.all(np.isfinite(ev.eta), axis=1)[:, None], ev.eta, eta_hat_in)
-        ev = evaluate(z_hat, state["eta"])
+    # the result is the last accepted point, which `fun` evaluated last before accepting it:
+    # its evaluation (EBE search warm-started from the previous accepted EBEs, run to its
+    # tolerance) is the final one; only when that is missing or some subject's EBE search
+    # failed there is the point evaluated again, from the EBEs carried so far
+    ev = state.get("ev")
+    if ev is None or not np.all(np.isfinite(ev.eta)):
+        eta_hat_in = res.x[p:].reshape(n, q) if joint else state["eta"]
+        ev = evaluate(z_hat, eta_hat_in)
+        if not joint:
+            ok = np.all(np.isfinite(ev.eta), axis=1)
+            state["eta"] = np.where(ok[:, None], ev.eta, eta_hat_in)
     t_run = time.perf_counter() - t_run0
 
     u_hat = u0.copy()
@@ -542,23 +548,35 @@ def fit_problem(
     )
 
 
-def _covariance_step(grad_eval, z_hat, ev, cov_pos, kind) -> tuple[np.ndarray | None, str]:
-    """R = 1/2 Hessian of the OFV (central differences of the exact gradient), S = sum of
-    outer products of the per-subject scores; returns the covariance of z[cov_pos]."""
+def _covariance_step(
+    grad_eval, z_hat, ev, cov_pos, kind, differences="forward", rel_step=1e-5
+) -> tuple[np.ndarray | None, str]:
+    """R = 1/2 Hessian of the OFV, S = sum of outer products of the per-subject scores;
+    returns the covariance of z[cov_pos].
+
+    R comes from differences of the exact gradient: forward by default (one evaluation per
+    parameter, from the gradient at the estimate in `ev`), with steps 1e-5 max(1, |z|). Their
+    O(h) error moves the standard errors by less than 1e-4 relative against central
+    differences, which cost twice as many evaluations
+    (tests/estimation/test_fit_problem.py::test_forward_difference_covariance_matches_central)."""
     k = len(cov_pos)
     scores = -0.5 * np.asarray(ev.grad_i)[:, cov_pos]  # per-subject d logL / dz
     s_mat = scores.T @ scores
     r_mat = None
     if kind in ("sandwich", "r"):
         hess = np.zeros((k, k))
+        g0 = np.sum(np.asarray(ev.grad_i), axis=0)[cov_pos]
         for col, pos in enumerate(cov_pos):
-            h = 1e-4 * max(1.0, abs(z_hat[pos]))
+            h = rel_step * max(1.0, abs(z_hat[pos]))
             zp, zm = z_hat.copy(), z_hat.copy()
             zp[pos] += h
             zm[pos] -= h
             gp = np.sum(grad_eval(zp).grad_i, axis=0)[cov_pos]
-            gm = np.sum(grad_eval(zm).grad_i, axis=0)[cov_pos]
-            hess[:, col] = (gp - gm) / (2 * h)
+            if differences == "central":
+                gm = np.sum(grad_eval(zm).grad_i, axis=0)[cov_pos]
+                hess[:, col] = (gp - gm) / (2 * h)
+            else:
+                hess[:, col] = (gp - g0) / h
         r_mat = 0.25 * (hess + hess.T)  # 1/2 Hessian of the OFV = -Hessian of logL
         if not np.all(np.isfinite(r_mat)):
             return None, "failed: the R matrix (Hessian) has non-finite entries"
