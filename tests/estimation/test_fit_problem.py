@@ -213,3 +213,20 @@ def test_bad_problem_is_refused(linear):
             subject_ids=(1, 2, 3),
         )
     assert jnp.asarray(0.0) == 0.0
+
+
+def test_a_stall_names_the_subjects_that_carry_the_gradient():
+    from types import SimpleNamespace as NS
+
+    from deepnlme.estimation._fit_problem import _explain_stall
+
+    prob = NS(n_subjects=4, subject_ids=(11, 12, 13, 14))
+    res = NS(stalled=True, message="relative OFV change below ftol ...; not converged")
+    grads = np.array([[1.0, 2.0], [3e3, 1e3], [0.5, 0.1], [2.0, 1.0]])
+    msg = _explain_stall(res, NS(grad_i=grads), prob, joint=False)
+    assert msg.startswith(res.message)
+    assert "come mostly from ID 12 (100.0%)" in msg and "ID 11" not in msg
+    spread = np.ones((4, 2))
+    assert _explain_stall(res, NS(grad_i=spread), prob, joint=False) == res.message
+    done = NS(stalled=False, message="maximum number of iterations reached")
+    assert _explain_stall(done, NS(grad_i=grads), prob, joint=False) == done.message

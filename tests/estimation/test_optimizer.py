@@ -41,7 +41,9 @@ def test_a_stalled_ofv_with_a_large_gradient_is_not_convergence():
         return 1e15 + 2e3 * float(np.sum(x)), 2e3 * np.ones_like(x)
 
     res = minimize(fun, np.array([0.01, 0.02]), max_iter=50)
-    assert not res.converged and "not converged" in res.message
+    assert not res.converged and "not converged" in res.message and res.stalled
+    capped = minimize(fun, np.array([0.01, 0.02]), max_iter=1)
+    assert not capped.converged and not capped.stalled
 
 
 def test_a_tiny_first_step_with_a_large_gradient_does_not_stop_on_xtol():
@@ -52,6 +54,7 @@ def test_a_tiny_first_step_with_a_large_gradient_does_not_stop_on_xtol():
 
     res = minimize(fun, np.array([1.0, 100.0]), method="lbfgs", gtol=1e-8, max_iter=200)
     assert res.converged and np.max(np.abs(res.x)) < 1e-6, res.message
+    assert not res.stalled
 
 
 def test_on_accept_follows_each_accepted_point():

@@ -187,6 +187,28 @@ def test_multistart_keeps_the_lowest_mode():
     np.testing.assert_allclose(float(d(th)), -1.0 / (12.0 * e * e - 4.0), rtol=1e-8)
 
 
+def test_multistart_keeps_the_mode_with_the_lowest_score():
+    # the same two modes; a score that prefers large eta keeps the higher mode near +1, and
+    # ties keep the search from the warm start
+    def fun(e, th):
+        return (e[0] ** 2 - 1.0) ** 2 + th * e[0]
+
+    th = jnp.asarray(0.3)
+    starts = jnp.array([[0.0], [1.5], [-1.5]])
+    best, _ = implicit_eta(
+        fun, th, jnp.array([-1.0]), InnerOptions(), starts, score=lambda e: -e[0]
+    )
+    assert float(best[0]) > 0.5
+    tie, _ = implicit_eta(
+        fun, th, jnp.array([1.0]), InnerOptions(), starts, score=lambda e: 0.0 * e[0]
+    )
+    assert float(tie[0]) > 0.5
+    tie, _ = implicit_eta(
+        fun, th, jnp.array([-1.0]), InnerOptions(), starts, score=lambda e: 0.0 * e[0]
+    )
+    assert float(tie[0]) < -0.5
+
+
 def test_multistart_gradient_against_finite_differences(oral):
     _fd_check(oral, FOCEI(inner=InnerOptions(multistart=True)))
 

@@ -529,7 +529,7 @@ def fit_problem(
         eta_cov=np.asarray(ev.eta_cov),
         shrinkage=shrink,
         converged=bool(res.converged),
-        message=res.message,
+        message=_explain_stall(res, ev, problem, joint),
         n_iter=res.n_iter,
         n_eval=res.n_eval,
         history=history,
@@ -545,6 +545,30 @@ def fit_problem(
         inner_converged=bool(np.all(ev.inner_ok)),
         problem=problem,
         _table=table,
+    )
+
+
+def _explain_stall(res, ev, problem, joint) -> str:
+    """The optimiser's message; for a fit that stalled (the OFV stopped decreasing away from a
+    stationary point), also the subjects that carry most of the gradient when a few do (a
+    subject whose EBE sits where its conditional mode splits or vanishes has a gradient many
+    orders above the others')."""
+    if not res.stalled or joint or problem.n_subjects < 2:
+        return res.message
+    g2 = np.sum(np.square(np.asarray(ev.grad_i, dtype=np.float64)), axis=1)
+    total = float(np.sum(g2))
+    if not (np.isfinite(total) and total > 0):
+        return res.message
+    order = np.argsort(-g2)
+    if g2[order[0]] < 0.5 * total:
+        return res.message
+    ids = list(problem.subject_ids)
+    top = [f"ID {ids[i]} ({100 * g2[i] / total:.1f}%)" for i in order[:3] if g2[i] >= 0.1 * total]
+    return (
+        f"{res.message}; the per-subject gradients at the last point come mostly from "
+        f"{', '.join(top)} (share of their summed squares): check the EBEs of these subjects "
+        "(a mode of the conditional density that splits or vanishes as the parameters move "
+        "makes the objective non-smooth there)"
     )
 
 

@@ -23,6 +23,7 @@ class OptResult:
     converged: bool
     message: str
     history: list[tuple[int, float, float, float]]
+    stalled: bool = False  # stopped as f stalled away from a stationary point
 
 
 def _progress_line(it: int, f: float, gmax: float, elapsed: float) -> str:
@@ -104,6 +105,7 @@ def minimize(
     adam_m = np.zeros(n)
     adam_v = np.zeros(n)
     message, converged, it = "maximum number of iterations reached", False, 0
+    stalled = False
     small_f = 0
     for it in range(1, max_iter + 1):
         if method == "adam":
@@ -156,6 +158,7 @@ def minimize(
                     "line search could not decrease the OFV (at the limit of numerical "
                     f"precision?); max|gradient| = {np.max(np.abs(g)):.3g}"
                 )
+                stalled = True
                 break
             x_new, f_new, g_new = x_try, f_try, g_try
             full_step = alpha == alpha_first
@@ -209,7 +212,7 @@ def minimize(
                     "progress (a non-smooth objective, or EBEs that jump between modes?); "
                     "not converged"
                 )
-                converged = False
+                converged, stalled = False, True
             break
         # a small step counts as convergence only when it is the step first tried (a step
         # the line search had to shorten says the direction was poor), the OFV has settled
@@ -222,7 +225,7 @@ def minimize(
         if elapsed > time_limit:
             message = f"time limit of {time_limit:g} s reached after {it} iterations"
             break
-    return OptResult(x, f, g, it, n_eval, converged, message, history)
+    return OptResult(x, f, g, it, n_eval, converged, message, history, stalled)
 
 
 def _inverse_if_pd(h: np.ndarray | None) -> np.ndarray | None:

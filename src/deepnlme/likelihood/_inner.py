@@ -119,13 +119,20 @@ def implicit_eta(
     starts: jax.Array | None = None,
     max_step: jax.Array | None = None,
     fun_near: Callable[[jax.Array], Callable[[jax.Array, object], jax.Array]] | None = None,
+    score: Callable[[jax.Array], jax.Array] | None = None,
 ) -> tuple[jax.Array, InnerResult]:
     """The EBE as a differentiable function of `theta` (implicit function theorem).
 
     Solves with `newton_lm` on stopped values, then returns eta* - H^-1 grad(eta*; theta) with
     H held constant: its value is one more Newton step, and its derivative in theta is
     -H^-1 d(grad)/dtheta, the implicit-function-theorem derivative of the mode. With
-    `starts` (``[K, q]``), K more searches start there and the lowest mode of all is kept.
+    `starts` (``[K, q]``), K more searches start there, and of all the modes found the one
+    with the lowest `score(eta)` is kept (default: the lowest inner objective; ties keep the
+    search from `eta0`). The marginal methods score a mode by the subject's contribution to
+    the objective they minimise, so that the objective is the minimum over modes of smooth
+    functions, continuous in theta: chosen by the inner objective alone, a mode could be
+    swapped for another of about the same inner objective but a different Laplace term, and
+    the objective would jump.
     `fun_near(eta_c)`, when given, is a surrogate of `fun_theta` exact to second order at
     eta_c, used for the differentiated step (which needs no more).
     """
@@ -138,11 +145,12 @@ def implicit_eta(
         others = jax.vmap(
             lambda e0: newton_lm(lambda e: fun_theta(e, theta_c), e0, options, max_step)
         )(jax.lax.stop_gradient(starts))
-        values = jnp.where(jnp.isfinite(others.value), others.value, jnp.inf)
-        k = jnp.argmin(values)
-        best = jax.tree_util.tree_map(lambda a: a[k], others)
-        take = values[k] < jnp.where(jnp.isfinite(res.value), res.value, jnp.inf)
-        res = jax.tree_util.tree_map(lambda a, b: jnp.where(take, b, a), res, best)
+        found = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), res, others)
+        values = found.value if score is None else jax.vmap(score)(found.eta)
+        values = jax.lax.stop_gradient(values)
+        values = jnp.where(jnp.isfinite(values) & jnp.isfinite(found.value), values, jnp.inf)
+        k = jnp.argmin(values)  # the first of equals: the search from eta0
+        res = jax.tree_util.tree_map(lambda a: a[k], found)
     eta_hat = jax.lax.stop_gradient(res.eta)
     hess = jax.lax.stop_gradient(res.hess)
     fun = fun_theta if fun_near is None else fun_near(eta_hat)

@@ -28,9 +28,10 @@ class InnerOptions:
       Newton step, so they are accurate to about `tol` squared.
     - `multistart`: besides the previous EBEs, start the search from eta = 0 and from
       +-1.5 SD of Omega along each random effect (2q + 1 more searches, batched), and keep the
-      mode with the highest conditional density. Where a subject's conditional density has
-      several modes (networks that take random effects as inputs), a search from the previous
-      EBEs alone can stay in a worse one, and the objective then jumps between evaluations.
+      mode with the lowest contribution to the method's objective (ties: the mode found from
+      the previous EBEs). Where a subject's conditional density has several modes (networks
+      that take random effects as inputs), a search from the previous EBEs alone can stay in
+      a worse one.
       None (default): on for models with network parameters, off otherwise; True or False:
       always or never. The inner solve costs 2q + 2 times as much with it.
     """

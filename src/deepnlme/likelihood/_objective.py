@@ -175,11 +175,52 @@ def subject_m2ll(
 
     inner = inner_with(obs)
 
+    def laplace(th, e, obs_e):
+        """The subject's contribution and the conditional covariance of eta, at mode e."""
+        if isinstance(method, LaplaceI):
+
+            def cond_total(x):
+                gp, xp = cond_parts(obs(th, x, subj))
+                return gp + xp
+
+            def gh(x):
+                val, grad = jax.value_and_grad(cond_total)(x)
+                return grad, val
+
+            hess, cval = jax.jacfwd(gh, has_aux=True)(e)
+            h_half = 0.25 * (hess + hess.T)
+        else:
+
+            def mv(x):
+                t = obs_e(th, x, subj)
+                return (t.mean, t.var), t
+
+            (g_mat, dv), t = jax.jacfwd(mv, has_aux=True)(e)
+            gp, xp = cond_parts(t, v0)
+            cval = gp + xp
+            gobs = t.mask & t.gaussian & (t.cens == 0)
+            v = jnp.where(gobs, t.var if v0 is None else v0, 1.0)
+            w = jnp.where(gobs, 1.0 / v, 0.0)
+            h_half = g_mat.T @ (w[:, None] * g_mat)
+            if isinstance(method, FOCEI):
+                h_half = h_half + 0.5 * dv.T @ ((w * w)[:, None] * dv)
+            if has_other:
+                h_half = h_half + 0.5 * jax.hessian(lambda x: cond_parts(obs(th, x, subj), v0)[1])(
+                    e
+                )
+        ld_m, m_inv = logdet_inv(om_inv + h_half)
+        return cval + e @ om_inv @ e + om_logdet + ld_m, m_inv
+
     sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
-    starts = None
+    starts = score = None
     if multistart:  # eta = 0 and +-1.5 SD of Omega along each axis
         axes = 1.5 * sd[:, None] * jnp.eye(q, dtype=eta_in.dtype)
         starts = jnp.concatenate([zeros[None, :], axes, -axes])
+        theta_c = jax.lax.stop_gradient(theta)
+
+        def score(e):  # modes compete by their contribution to the objective
+            return laplace(theta_c, e, obs)[0]
+
     eta, res = implicit_eta(
         inner,
         (theta, om_inv, v0),
@@ -188,42 +229,9 @@ def subject_m2ll(
         starts,
         max_step_of(sd),
         (lambda eta_c: inner_with(obs_at(eta_c))) if use_near else None,
+        score,
     )
-    obs_hat = obs_at(eta)  # expanded about the returned EBE (its value)
-
-    if isinstance(method, LaplaceI):
-
-        def cond_total(e):
-            gp, xp = cond_parts(obs(theta, e, subj))
-            return gp + xp
-
-        def gh(e):
-            val, grad = jax.value_and_grad(cond_total)(e)
-            return grad, val
-
-        hess, cval = jax.jacfwd(gh, has_aux=True)(eta)
-        h_half = 0.25 * (hess + hess.T)
-    else:
-
-        def mv(e):
-            t = obs_hat(theta, e, subj)
-            return (t.mean, t.var), t
-
-        (g_mat, dv), t = jax.jacfwd(mv, has_aux=True)(eta)
-        gp, xp = cond_parts(t, v0)
-        cval = gp + xp
-        gobs = t.mask & t.gaussian & (t.cens == 0)
-        v = jnp.where(gobs, t.var if v0 is None else v0, 1.0)
-        w = jnp.where(gobs, 1.0 / v, 0.0)
-        h_half = g_mat.T @ (w[:, None] * g_mat)
-        if isinstance(method, FOCEI):
-            h_half = h_half + 0.5 * dv.T @ ((w * w)[:, None] * dv)
-        if has_other:
-            h_half = h_half + 0.5 * jax.hessian(lambda e: cond_parts(obs(theta, e, subj), v0)[1])(
-                eta
-            )
-    ld_m, m_inv = logdet_inv(om_inv + h_half)
-    val = cval + eta @ om_inv @ eta + om_logdet + ld_m
+    val, m_inv = laplace(theta, eta, obs_at(eta))  # expanded about the returned EBE (its value)
     return val, SubjectOut(eta, m_inv, res.converged)
 
 
