@@ -41,7 +41,13 @@ def _log_rmse(dv, pred):
 
 
 def held_out(model, fit, test, method):
-    """(PRED RMSE, IPRED RMSE) of log(DV) on the test population."""
+    """(PRED RMSE, IPRED RMSE) of log(DV) on the test population.
+
+    The EBEs of the test subjects are those of `method` (FOCE for a JointMAP fit: its etas
+    are parameters of the training fit, and the test subjects' modes are taken as FOCE's).
+    """
+    if isinstance(method, dn.JointMAP | dn.NaivePooled):
+        method = dn.FOCE()
     pred = dn.model_predict(model, test, fit)
     est = {k: v for k, v in fit.estimates.items()}
     post = dn.fit(
@@ -71,7 +77,7 @@ def run(folder: Path, train, test, fits: dict, title: str, command: str) -> str:
         p, i = held_out(model, fit, test, steps[-1][0])
         names = " then ".join(type(m).__name__ for m, _ in steps)
         n_par = sum(np.size(v) for v in fit.problem.init.values())
-        rows.append((label, names, n_par, fit.ofv, fit.converged, secs, p, i))
+        rows.append((label, names, n_par, fit.ofv, fit.converged, secs, p, i, fit.message))
         print(
             f"{label}: {names}, OFV {fit.ofv:.2f}, {secs:.1f} s, test PRED {p:.4f} IPRED {i:.4f}",
             flush=True,
@@ -87,11 +93,15 @@ def run(folder: Path, train, test, fits: dict, title: str, command: str) -> str:
         "test RMSE log PRED | test RMSE log IPRED | PRED / true | IPRED / true |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, names, n_par, ofv, conv, secs, p, i in rows:
+    for label, names, n_par, ofv, conv, secs, p, i, _ in rows:
         lines.append(
-            f"| {label} | {names} | {n_par} | {ofv:.2f} | {conv} | {secs:.1f} | {p:.4f} | "
+            f"| {label} | {names} | {n_par} | {ofv:.2f}"
+            f"{' (joint objective)' if names.endswith('JointMAP') else ''} | {conv} | {secs:.1f} | "
+            f"{p:.4f} | "
             f"{i:.4f} | {p / true_p:.2f} | {i / true_i:.2f} |"
         )
+    lines += ["", "The last fit's message, per model:", ""]
+    lines += [f"- {row[0]}: {row[8]}" for row in rows]
     text = "\n".join(lines) + "\n"
     print(text)
     return text
