@@ -403,3 +403,27 @@ def test_subset_for_resampling(theoph):
     assert isinstance(sub, Population) and sub.ids == (3, 3, 1)
     np.testing.assert_array_equal(sub.arrays().obs_dv[0], theoph.arrays().obs_dv[2])
     np.testing.assert_array_equal(sub.arrays().obs_dv[2], theoph.arrays().obs_dv[0])
+
+
+def test_numeric_and_label_columns_parse_the_same_on_both_paths():
+    # a column of finite numbers is converted in one pass; a column with missing markers or
+    # padding goes cell by cell; both give the same numbers and masks
+    from deepnlme.data._table import RawTable, parse_labels, parse_numeric
+
+    frame = pd.DataFrame(
+        {
+            "A": [" 1.5", "2 ", "1e3", "+3"],
+            "B": ["1.5", ".", "NA", " 4"],
+            "C": [" 7", "x", "", "8"],
+        },
+        dtype=str,
+    )
+    table = RawTable(frame, np.arange(1, 5), None, None, "test")
+    values, missing, bad = parse_numeric(table, "A")
+    np.testing.assert_array_equal(values, [1.5, 2.0, 1000.0, 3.0])
+    assert not missing.any() and not bad.any()
+    values, missing, bad = parse_numeric(table, "B")
+    np.testing.assert_array_equal(missing, [False, True, True, False])
+    assert values[0] == 1.5 and values[3] == 4.0 and not bad.any()
+    labels, missing = parse_labels(table, "C")
+    assert labels == ["7", "x", None, "8"] and missing.tolist() == [False, False, True, False]

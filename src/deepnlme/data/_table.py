@@ -143,6 +143,13 @@ def parse_numeric(table: RawTable, column: str) -> tuple[np.ndarray, np.ndarray,
         bad = np.isinf(values)
         return values, missing, bad
     if pd.api.types.is_string_dtype(raw.dtype) and not raw.isna().any():
+        try:  # the common case, a column of finite numbers, in one vectorised pass
+            values = pd.to_numeric(raw, errors="raise").to_numpy(dtype=float)
+        except (ValueError, TypeError):
+            values = None
+        if values is not None and np.all(np.isfinite(values)):
+            none = np.zeros(len(raw), dtype=bool)
+            return values, none, none.copy()
         text = raw.astype(str).str.strip()
         missing_s = text.isin(_MISSING_STRINGS)
         cleaned = text.where(~missing_s, None)
@@ -156,6 +163,13 @@ def parse_numeric(table: RawTable, column: str) -> tuple[np.ndarray, np.ndarray,
 
 def parse_labels(table: RawTable, column: str) -> tuple[list, np.ndarray]:
     """Cells of a column as Python values (stripped strings or numbers) and the missing mask."""
-    cleaned = table.frame[column].map(_clean)
+    raw = table.frame[column]
+    if pd.api.types.is_string_dtype(raw.dtype) and not raw.isna().any():
+        text = raw.astype(str).str.strip()
+        missing = text.isin(_MISSING_STRINGS).to_numpy()
+        values = text.to_numpy(dtype=object)
+        values[missing] = None
+        return list(values), missing
+    cleaned = raw.map(_clean)
     missing = cleaned.isna().to_numpy()
     return list(cleaned.to_numpy(dtype=object)), missing

@@ -9,10 +9,10 @@ and ``sd`` on the transformed scale; the density of y includes the Jacobian log|
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax.scipy.special import gammaln, xlog1py, xlogy
@@ -21,11 +21,18 @@ from jax.scipy.stats import norm
 _F = jnp.float64
 
 
-class ObsDist(eqx.Module):
-    """The distribution of one observation (see the module docstring for the fields)."""
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["mean", "sd", "lam", "rate", "p", "pred"],
+    meta_fields=["family", "transform"],
+)
+@dataclass(frozen=True)
+class ObsDist:
+    """The distribution of one observation (see the module docstring for the fields); a
+    pytree whose `family` and `transform` are static."""
 
-    family: str = eqx.field(static=True)
-    transform: str | None = eqx.field(static=True)
+    family: str
+    transform: str | None
     mean: jax.Array
     sd: jax.Array
     lam: jax.Array
