@@ -394,3 +394,13 @@ def closed_form_amounts(
     amounts = jnp.einsum("ktd,ksd->ts", jnp.stack(coeffs), cols)
     bad_seen = jnp.any(res.bad[None, :] & (obs_time[:, None] > res.time[None, :]), axis=1)
     return jnp.where(bad_seen[:, None], jnp.nan, amounts)
+
+
+# Traced once per argument shape and reused as one call in every trace that needs the amounts
+# (the EBE search, the implicit step, the Laplace term and the Taylor surrogates each trace it,
+# under vmap and nested forward derivatives): JAX then transforms the stored program instead of
+# running the Python of the dosing superposition again, which shortened the tracing of a FOCEI
+# evaluation of Theoph noticeably. Compiled code is the same (the call is inlined).
+closed_form_amounts_jit = jax.jit(
+    closed_form_amounts, static_argnums=(0,), static_argnames=("features",)
+)

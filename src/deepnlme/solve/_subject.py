@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import DataError, ModelError, SolveError
 from ..model._distributions import ObsDist
-from ._closed_form import closed_form_amounts
+from ._closed_form import closed_form_amounts_jit
 from ._doses import DoseEvents, DoseFeatures
 from ._ode import OdeOptions, ode_states
 from ._taylor import dependent_leaves, taylor2
@@ -257,7 +257,7 @@ class SubjectPredictor:
     def _closed_form_amounts(self, psi, sd: SubjectData) -> jax.Array:
         """Closed-form amounts ``[T, S]`` from psi = (closed-form parameters, dosing)."""
         cfp, dosing = psi
-        return closed_form_amounts(
+        return closed_form_amounts_jit(
             self.model.compiled.closed_form,
             cfp,
             dosing,
