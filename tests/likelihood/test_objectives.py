@@ -213,6 +213,32 @@ def test_multistart_gradient_against_finite_differences(oral):
     _fd_check(oral, FOCEI(inner=InnerOptions(multistart=True)))
 
 
+def test_multistart_searches_can_be_warm_started_from_their_modes(oral):
+    # eta [N, 2q + 2, q] holding the warm start and the fixed starts gives the evaluation of
+    # eta [N, q]; started again from the modes it returns, it gives the same objective
+    method = FOCEI(inner=InnerOptions(multistart=True))
+    ev, u0 = _evaluator(oral, method)
+    n, q = oral.n_subjects, oral.n_eta
+    plain = ev(jnp.asarray(u0), jnp.asarray(u0), jnp.zeros((n, q)), oral.subjects)
+    sd = np.sqrt(np.diag(np.asarray(oral.omega(oral.unpack(jnp.asarray(u0))))))
+    axes = 1.5 * sd[:, None] * np.eye(q)
+    starts = np.concatenate([np.zeros((2, q)), axes, -axes])  # warm start 0, then the fixed ones
+    full = ev(
+        jnp.asarray(u0),
+        jnp.asarray(u0),
+        jnp.asarray(np.broadcast_to(starts, (n, 2 * q + 2, q))),
+        oral.subjects,
+    )
+    np.testing.assert_allclose(np.asarray(full.m2ll_i), np.asarray(plain.m2ll_i), rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(full.grad_i), np.asarray(plain.grad_i), rtol=1e-10, atol=1e-12
+    )
+    assert full.modes.shape == (n, 2 * q + 2, q) and plain.modes.shape == (n, 2 * q + 2, q)
+    np.testing.assert_allclose(np.asarray(full.modes[:, 0]), np.asarray(full.eta), atol=1e-6)
+    again = ev(jnp.asarray(u0), jnp.asarray(u0), full.modes, oral.subjects)
+    np.testing.assert_allclose(np.asarray(again.m2ll_i), np.asarray(full.m2ll_i), rtol=1e-10)
+
+
 def test_multistart_option_validated():
     with pytest.raises(OptionError, match="`multistart` must be None, True or False; got 1"):
         InnerOptions(multistart=1)

@@ -25,6 +25,7 @@ from ..likelihood import (
     Structure,
     make_evaluator,
     probe,
+    uses_multistart,
 )
 from ..likelihood._small import unrolled
 from ._fit import Fit
@@ -374,11 +375,20 @@ def fit_problem(
     base = jnp.asarray(u0)
     subjects = problem.subjects
     z0 = u0[list(free)]
+    # with a multistart EBE search, every search is warm-started where it ended at the last
+    # accepted point (`Evaluation.modes`), not from the same fixed points each time: on study
+    # 1's network model one evaluation took 42 s from fixed starts, the searches running from
+    # scratch. Every _RESEED accepted steps the extra searches restart from eta = 0 and
+    # +-1.5 SD of Omega, so a mode that all of them left can be found again.
+    tracked = uses_multistart(problem, method)
+    eta_start = np.asarray(eta0, dtype=np.float64)
+    if tracked:
+        eta_start = _with_fixed_starts(problem, u0, eta_start)
     compiled, t_compile = _compiled(
-        problem, method, free, (jnp.asarray(z0), base, jnp.asarray(eta0), subjects)
+        problem, method, free, (jnp.asarray(z0), base, jnp.asarray(eta_start), subjects)
     )
     t_run0 = time.perf_counter()
-    state = {"eta": np.asarray(eta0, dtype=np.float64)}
+    state = {"eta": eta_start, "accepted": 0}
     p = len(free)
 
     def evaluate(z: np.ndarray, eta: np.ndarray):
@@ -391,7 +401,7 @@ def fit_problem(
         else:
             z, eta = x, state["eta"]
         ev = evaluate(z, eta)
-        state["ev_last"] = ev
+        state["ev_last"], state["z_last"] = ev, z
         f = float(np.sum(ev.m2ll_i) + ev.penalty)
         g = np.sum(ev.grad_i, axis=0) + ev.penalty_grad
         if joint:
@@ -404,10 +414,14 @@ def fit_problem(
         # search from the same EBEs (with several modes per subject, a search started
         # elsewhere can end in another mode, and the OFV would change under the line search)
         state["ev"] = state["ev_last"]
-        if not joint:
-            eta_new = state["ev"].eta
-            ok = np.all(np.isfinite(eta_new), axis=1)
-            state["eta"] = np.where(ok[:, None], eta_new, state["eta"])
+        if joint:
+            return
+        state["eta"] = _carried(state["eta"], state["ev"], tracked)
+        state["accepted"] += 1
+        if tracked and state["accepted"] % _RESEED == 0:
+            u = u0.copy()
+            u[list(free)] = state["z_last"]
+            state["eta"] = _with_fixed_starts(problem, u, state["eta"][:, 0])
 
     def hessian_guess():
         # BHHH at the accepted point: 1/2 sum_i (g_i - mean g) (g_i - mean g)' approximates
@@ -447,8 +461,7 @@ def fit_problem(
         eta_hat_in = res.x[p:].reshape(n, q) if joint else state["eta"]
         ev = evaluate(z_hat, eta_hat_in)
         if not joint:
-            ok = np.all(np.isfinite(ev.eta), axis=1)
-            state["eta"] = np.where(ok[:, None], ev.eta, eta_hat_in)
+            state["eta"] = _carried(eta_hat_in, ev, tracked)
     t_run = time.perf_counter() - t_run0
 
     u_hat = u0.copy()
@@ -546,6 +559,28 @@ def fit_problem(
         problem=problem,
         _table=table,
     )
+
+
+# accepted steps between restarts of the extra EBE searches from their fixed points
+_RESEED = 10
+
+
+def _with_fixed_starts(problem, u, eta) -> np.ndarray:
+    """``[N, 2q + 2, q]``: each subject's `eta` ``[N, q]`` first, then eta = 0 and +-1.5 SD of
+    Omega(u) along each random effect (the starts of the multistart search)."""
+    omega = np.asarray(_post_functions(problem)[0](jnp.asarray(u))[1])
+    n, q = eta.shape
+    axes = 1.5 * np.sqrt(np.clip(np.diag(omega), 0.0, None))[:, None] * np.eye(q)
+    starts = np.concatenate([np.zeros((1, q)), axes, -axes])
+    return np.concatenate([eta[:, None, :], np.broadcast_to(starts, (n, 2 * q + 1, q))], axis=1)
+
+
+def _carried(eta_in, ev, tracked) -> np.ndarray:
+    """The warm starts for the next evaluation: the EBEs found (with multistart, the end
+    point of every search, the kept mode first), except where a search ended non-finite."""
+    new = ev.modes if tracked else ev.eta
+    ok = np.all(np.isfinite(new), axis=-1, keepdims=True)
+    return np.where(ok, new, eta_in)
 
 
 def _explain_stall(res, ev, problem, joint) -> str:

@@ -19,6 +19,7 @@ from ._objective import cond_parts as cond_parts
 from ._objective import make_evaluator as make_evaluator
 from ._objective import probe as probe
 from ._objective import subject_m2ll as subject_m2ll
+from ._objective import uses_multistart as uses_multistart
 from ._problem import PARAM_KINDS as PARAM_KINDS
 from ._problem import ObsTerms as ObsTerms
 from ._problem import Param as Param

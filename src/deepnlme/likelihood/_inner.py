@@ -120,7 +120,8 @@ def implicit_eta(
     max_step: jax.Array | None = None,
     fun_near: Callable[[jax.Array], Callable[[jax.Array, object], jax.Array]] | None = None,
     score: Callable[[jax.Array], jax.Array] | None = None,
-) -> tuple[jax.Array, InnerResult]:
+    return_found: bool = False,
+):
     """The EBE as a differentiable function of `theta` (implicit function theorem).
 
     Solves with `newton_lm` on stopped values, then returns eta* - H^-1 grad(eta*; theta) with
@@ -135,6 +136,10 @@ def implicit_eta(
     the objective would jump.
     `fun_near(eta_c)`, when given, is a surrogate of `fun_theta` exact to second order at
     eta_c, used for the differentiated step (which needs no more).
+
+    Returns ``(eta, res)``; with `return_found`, also the end points of all searches
+    ``[K + 1, q]``, the kept mode first and the search from `eta0`'s in its place (what a
+    caller tracks to warm-start every search next time).
     """
     theta_c = jax.lax.stop_gradient(theta)
     eta0 = jax.lax.stop_gradient(eta0)
@@ -151,9 +156,15 @@ def implicit_eta(
         values = jnp.where(jnp.isfinite(values) & jnp.isfinite(found.value), values, jnp.inf)
         k = jnp.argmin(values)  # the first of equals: the search from eta0
         res = jax.tree_util.tree_map(lambda a: a[k], found)
+        rows = jnp.arange(values.shape[0])
+        found_eta = found.eta[jnp.where(rows == 0, k, jnp.where(rows == k, 0, rows))]
+    else:
+        found_eta = res.eta[None]
     eta_hat = jax.lax.stop_gradient(res.eta)
     hess = jax.lax.stop_gradient(res.hess)
     fun = fun_theta if fun_near is None else fun_near(eta_hat)
     grad = jax.jacfwd(fun)(eta_hat, theta)  # forward: cheaper than reverse here
     step = solve(hess, grad)
+    if return_found:
+        return eta_hat - step, res, jax.lax.stop_gradient(found_eta)
     return eta_hat - step, res

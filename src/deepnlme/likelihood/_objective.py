@@ -83,11 +83,13 @@ def max_step_of(sd: jax.Array) -> jax.Array:
 
 
 class SubjectOut(NamedTuple):
-    """Per-subject auxiliary output of an evaluation."""
+    """Per-subject auxiliary output of an evaluation (`modes`: the end points of the EBE
+    searches ``[K + 1, q]``, the kept mode first; ``[1, q]`` without multistart)."""
 
     eta: jax.Array
     eta_cov: jax.Array
     inner_ok: jax.Array
+    modes: jax.Array
 
 
 def subject_m2ll(
@@ -105,7 +107,13 @@ def subject_m2ll(
     """One subject's objective contribution (OFV scale) under `method`.
 
     `eta_in` is the warm start of the EBE (marginal methods) or the eta itself (JointMAP).
+    With `multistart`, `eta_in` may also be ``[K + 1, q]``: the warm start and the starts of
+    the K other searches (the modes they found last time, which the fit tracks); a ``[q]``
+    `eta_in` starts them at eta = 0 and +-1.5 SD of Omega along each random effect.
     """
+    tracked = eta_in.ndim == 2
+    track_starts = eta_in[1:] if tracked else None
+    eta_in = eta_in[0] if tracked else eta_in
     q = eta_in.shape[0]
     obs = problem.obs_terms
     # derivatives of at most second order in (theta, eta) at the EBE: the surrogate is exact
@@ -126,12 +134,12 @@ def subject_m2ll(
     if isinstance(method, NaivePooled) or (q == 0 and not isinstance(method, JointMAP)):
         # (without random effects every marginal method is the exact likelihood)
         gp, xp = cond_parts(obs(theta, zeros, subj))
-        return gp + xp, SubjectOut(zeros, jnp.zeros((q, q)), jnp.asarray(True))
+        return gp + xp, SubjectOut(zeros, jnp.zeros((q, q)), jnp.asarray(True), zeros[None])
 
     if isinstance(method, JointMAP):
         gp, xp = cond_parts(obs(theta, eta_in, subj))
         val = gp + xp + eta_in @ om_inv @ eta_in + om_logdet + q * LOG2PI
-        return val, SubjectOut(eta_in, nan_cov, jnp.asarray(True))
+        return val, SubjectOut(eta_in, nan_cov, jnp.asarray(True), eta_in[None])
 
     if isinstance(method, FO):
         obs0 = obs_at(zeros)
@@ -160,7 +168,7 @@ def subject_m2ll(
         vm = jnp.where(cobs, v + jnp.einsum("tj,jk,tk->t", g_mat, om, g_mat), 1.0)
         z = jnp.where(cobs, t.cens * (t.y - t.mean) / jnp.sqrt(vm), 0.0)
         val = val + jnp.sum(jnp.where(cobs, -2.0 * jax.scipy.special.log_ndtr(z), 0.0))
-        return val, SubjectOut(m_inv @ b, m_inv, jnp.asarray(True))
+        return val, SubjectOut(m_inv @ b, m_inv, jnp.asarray(True), (m_inv @ b)[None])
 
     # FOCE, FOCEI, LaplaceI: Laplace's formula at the EBE.
     v0 = obs(theta, zeros, subj).var if isinstance(method, FOCE) else None
@@ -213,15 +221,17 @@ def subject_m2ll(
 
     sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
     starts = score = None
-    if multistart:  # eta = 0 and +-1.5 SD of Omega along each axis
+    if multistart:  # tracked modes, or eta = 0 and +-1.5 SD of Omega along each axis
         axes = 1.5 * sd[:, None] * jnp.eye(q, dtype=eta_in.dtype)
         starts = jnp.concatenate([zeros[None, :], axes, -axes])
+        if tracked:
+            starts = track_starts
         theta_c = jax.lax.stop_gradient(theta)
 
         def score(e):  # modes compete by their contribution to the objective
             return laplace(theta_c, e, obs)[0]
 
-    eta, res = implicit_eta(
+    eta, res, found = implicit_eta(
         inner,
         (theta, om_inv, v0),
         eta_in,
@@ -230,9 +240,10 @@ def subject_m2ll(
         max_step_of(sd),
         (lambda eta_c: inner_with(obs_at(eta_c))) if use_near else None,
         score,
+        return_found=True,
     )
     val, m_inv = laplace(theta, eta, obs_at(eta))  # expanded about the returned EBE (its value)
-    return val, SubjectOut(eta, m_inv, res.converged)
+    return val, SubjectOut(eta, m_inv, res.converged, found)
 
 
 class Evaluation(NamedTuple):
@@ -246,13 +257,27 @@ class Evaluation(NamedTuple):
     grad_eta: jax.Array  # [N, q] (JointMAP only; zeros otherwise)
     penalty: jax.Array
     penalty_grad: jax.Array  # [p_free]
+    modes: jax.Array  # [N, K + 1, q] end points of the EBE searches, the kept mode first
+
+
+def uses_multistart(problem: Problem, method: Method) -> bool:
+    """Whether `method`'s EBE search starts from several points for `problem`
+    (`InnerOptions.multistart`; None: when the model has network parameters)."""
+    inner = getattr(method, "inner", None)
+    if inner is None:
+        return False
+    if inner.multistart is not None:
+        return bool(inner.multistart)
+    return any(p.kind == "network" for p in problem.param_info)
 
 
 def make_evaluator(problem: Problem, method: Method, free: Sequence[int], structure: Structure):
     """Build `evaluate(z, base_u, eta, subjects) -> Evaluation` (not yet jitted).
 
     `z` holds the free entries `free` of the unconstrained vector; `base_u` supplies the others.
-    Per-subject terms are vmapped; gradients include the EBEs' dependence on z.
+    `eta` is ``[N, q]``, or ``[N, K + 1, q]`` with multistart (the warm starts of every
+    search: `Evaluation.modes` of the previous evaluation). Per-subject terms are vmapped;
+    gradients include the EBEs' dependence on z.
     """
     free = np.asarray(free, dtype=np.int64)
     has_other = structure.n_cens + structure.n_other > 0
@@ -262,15 +287,7 @@ def make_evaluator(problem: Problem, method: Method, free: Sequence[int], struct
             "non-Gaussian (Poisson/Bernoulli/...); use LaplaceI() for these models"
         )
     joint = isinstance(method, JointMAP)
-    inner = getattr(method, "inner", None)
-    multistart = bool(
-        inner is not None
-        and (
-            inner.multistart
-            if inner.multistart is not None
-            else any(p.kind == "network" for p in problem.param_info)
-        )
-    )
+    multistart = uses_multistart(problem, method)
 
     def theta_of(z, base_u):
         u = base_u.at[free].set(z)
@@ -301,6 +318,8 @@ def make_evaluator(problem: Problem, method: Method, free: Sequence[int], struct
         else:
             grad_z, grad_eta = grads, jnp.zeros_like(eta)
         pen, pen_grad = jax.value_and_grad(penalty)(z, base_u)
-        return Evaluation(vals, grad_z, aux.eta, aux.eta_cov, aux.inner_ok, grad_eta, pen, pen_grad)
+        return Evaluation(
+            vals, grad_z, aux.eta, aux.eta_cov, aux.inner_ok, grad_eta, pen, pen_grad, aux.modes
+        )
 
     return evaluate
