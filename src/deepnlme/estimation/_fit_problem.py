@@ -24,6 +24,7 @@ from ..likelihood import (
     Problem,
     Structure,
     make_evaluator,
+    multistart_points,
     probe,
     uses_multistart,
 )
@@ -568,10 +569,9 @@ _RESEED = 10
 def _with_fixed_starts(problem, u, eta) -> np.ndarray:
     """``[N, 2q + 2, q]``: each subject's `eta` ``[N, q]`` first, then eta = 0 and +-1.5 SD of
     Omega(u) along each random effect (the starts of the multistart search)."""
-    omega = np.asarray(_post_functions(problem)[0](jnp.asarray(u))[1])
+    omega = _post_functions(problem)[0](jnp.asarray(u))[1]
     n, q = eta.shape
-    axes = 1.5 * np.sqrt(np.clip(np.diag(omega), 0.0, None))[:, None] * np.eye(q)
-    starts = np.concatenate([np.zeros((1, q)), axes, -axes])
+    starts = np.asarray(multistart_points(omega))
     return np.concatenate([eta[:, None, :], np.broadcast_to(starts, (n, 2 * q + 1, q))], axis=1)
 
 
@@ -627,11 +627,12 @@ def _covariance_step(
         g0 = np.sum(np.asarray(ev.grad_i), axis=0)[cov_pos]
         for col, pos in enumerate(cov_pos):
             h = rel_step * max(1.0, abs(z_hat[pos]))
-            zp, zm = z_hat.copy(), z_hat.copy()
+            zp = z_hat.copy()
             zp[pos] += h
-            zm[pos] -= h
             gp = np.sum(grad_eval(zp).grad_i, axis=0)[cov_pos]
             if differences == "central":
+                zm = z_hat.copy()
+                zm[pos] -= h
                 gm = np.sum(grad_eval(zm).grad_i, axis=0)[cov_pos]
                 hess[:, col] = (gp - gm) / (2 * h)
             else:

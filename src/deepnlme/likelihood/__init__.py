@@ -17,6 +17,7 @@ from ._objective import Evaluation as Evaluation
 from ._objective import Structure as Structure
 from ._objective import cond_parts as cond_parts
 from ._objective import make_evaluator as make_evaluator
+from ._objective import multistart_points as multistart_points
 from ._objective import probe as probe
 from ._objective import subject_m2ll as subject_m2ll
 from ._objective import uses_multistart as uses_multistart

@@ -82,6 +82,15 @@ def max_step_of(sd: jax.Array) -> jax.Array:
     return jnp.maximum(2.0 * sd, 0.5)
 
 
+def multistart_points(om: jax.Array) -> jax.Array:
+    """The fixed starts ``[2q + 1, q]`` of the extra EBE searches: eta = 0, then +1.5 and
+    -1.5 SD of Omega along each random effect."""
+    q = om.shape[0]
+    sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
+    axes = 1.5 * sd[:, None] * jnp.eye(q, dtype=sd.dtype)
+    return jnp.concatenate([jnp.zeros((1, q), dtype=sd.dtype), axes, -axes])
+
+
 class SubjectOut(NamedTuple):
     """Per-subject auxiliary output of an evaluation (`modes`: the end points of the EBE
     searches ``[K + 1, q]``, the kept mode first; ``[1, q]`` without multistart)."""
@@ -221,11 +230,8 @@ def subject_m2ll(
 
     sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
     starts = score = None
-    if multistart:  # tracked modes, or eta = 0 and +-1.5 SD of Omega along each axis
-        axes = 1.5 * sd[:, None] * jnp.eye(q, dtype=eta_in.dtype)
-        starts = jnp.concatenate([zeros[None, :], axes, -axes])
-        if tracked:
-            starts = track_starts
+    if multistart:  # the tracked modes, or the fixed starts
+        starts = track_starts if tracked else multistart_points(om)
         theta_c = jax.lax.stop_gradient(theta)
 
         def score(e):  # modes compete by their contribution to the objective
