@@ -150,11 +150,7 @@ def parse_numeric(table: RawTable, column: str) -> tuple[np.ndarray, np.ndarray,
         if values is not None and np.all(np.isfinite(values)):
             none = np.zeros(len(raw), dtype=bool)
             return values, none, none.copy()
-        text = raw.astype(str).str.strip()
-        missing_s = text.isin(_MISSING_STRINGS)
-        cleaned = text.where(~missing_s, None)
-    else:
-        cleaned = raw.map(_clean)
+    cleaned = _cleaned(raw)
     missing = cleaned.isna().to_numpy()
     values = pd.to_numeric(cleaned, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     bad = (np.isnan(values) & ~missing) | np.isinf(values)
@@ -163,13 +159,17 @@ def parse_numeric(table: RawTable, column: str) -> tuple[np.ndarray, np.ndarray,
 
 def parse_labels(table: RawTable, column: str) -> tuple[list, np.ndarray]:
     """Cells of a column as Python values (stripped strings or numbers) and the missing mask."""
-    raw = table.frame[column]
+    cleaned = _cleaned(table.frame[column])
+    missing = cleaned.isna().to_numpy()
+    values = cleaned.to_numpy(dtype=object)
+    values[missing] = None
+    return list(values), missing
+
+
+def _cleaned(raw: pd.Series) -> pd.Series:
+    """Cells stripped, with the missing markers (and empty cells) as missing values: in one
+    vectorised pass for a column of text without missing values, else cell by cell."""
     if pd.api.types.is_string_dtype(raw.dtype) and not raw.isna().any():
         text = raw.astype(str).str.strip()
-        missing = text.isin(_MISSING_STRINGS).to_numpy()
-        values = text.to_numpy(dtype=object)
-        values[missing] = None
-        return list(values), missing
-    cleaned = raw.map(_clean)
-    missing = cleaned.isna().to_numpy()
-    return list(cleaned.to_numpy(dtype=object)), missing
+        return text.where(~text.isin(_MISSING_STRINGS), None)
+    return raw.map(_clean)
