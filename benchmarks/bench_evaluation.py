@@ -5,10 +5,12 @@
 - synth10000: FOCEI on the synthetic N=10000 reference data (closed form), the evaluation
   from eta = 0 and then from its own EBEs (warm, median of 3).
 - study1: FOCE of the true Michaelis-Menten ODE model of examples/deepnlme_dynamics on its
-  60-subject training set, the same two timings.
+  training set (as `study.py` last wrote it), the same two timings.
 - study1net: FOCE of study 1's DeepNLME model (network in the ODE, multistart EBE search) on
   its training set: from eta = 0 with the fixed extra starts, then (once each) from its EBEs
   with the fixed extra starts and from the modes every search found (as a fit tracks them).
+- study1map: JointMAP of study 1's DeepNLME model on its training set (the joint objective's
+  value and gradient in the parameters and every eta), at eta = 0 and again (median of 3).
 
 Compilation is timed apart and excluded. The script uses only `model_problem` and the
 fit's own compiled evaluator, so it runs unchanged on earlier versions of deepnlme.
@@ -44,7 +46,11 @@ def _case(name: str):
         folder = ROOT / "examples" / "deepnlme_dynamics"
         model = dn.load_model(folder / "deepnlme.model")
         return model, dn.read_data(folder / "train.csv"), dn.FOCE()
-    raise SystemExit(f"unknown case {name!r}; use synth10000, study1 or study1net")
+    if name == "study1map":
+        folder = ROOT / "examples" / "deepnlme_dynamics"
+        model = dn.load_model(folder / "deepnlme.model")
+        return model, dn.read_data(folder / "train.csv"), dn.JointMAP()
+    raise SystemExit(f"unknown case {name!r}; use synth10000, study1, study1net or study1map")
 
 
 def _tracked(name: str, problem, method, u) -> None:

@@ -1,5 +1,6 @@
-"""The second-order surrogate of the closed-form solve: exact to second order, and the objective
-and gradient of FO/FOCE/FOCEI unchanged by it."""
+"""The Taylor surrogates of the solve (closed form: second order; ODE: second order in pairs
+with a random effect): exact where they must be, and the objective and gradient of
+FO/FOCE/FOCEI unchanged by them."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import numpy as np
 import pytest
 
 import deepnlme as dn
+from deepnlme._config import compile_lowered
 from deepnlme.likelihood import make_evaluator, probe
 from deepnlme.likelihood._from_model import model_problem
-from deepnlme.solve._taylor import dependent_leaves, taylor2
+from deepnlme.solve._taylor import dependent_leaves, taylor2, taylor_mixed, used_leaves
 
 
 def _f(p):
@@ -109,3 +111,102 @@ def test_surrogate_leaves_objective_and_gradient_unchanged(method):
     np.testing.assert_allclose(outs[0].m2ll_i, outs[1].m2ll_i, rtol=1e-12)
     np.testing.assert_allclose(outs[0].grad_i, outs[1].grad_i, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(outs[0].eta, outs[1].eta, rtol=1e-12, atol=1e-14)
+
+
+def test_taylor_mixed_is_exact_except_in_second_derivatives_without_a_flagged_leaf():
+    a_c, b_c = jnp.array([0.7, 1.3]), jnp.array(0.4)
+
+    def sur(a, b):
+        center = jax.lax.stop_gradient((a_c, b_c))
+        return taylor_mixed(_f, (a, b), center, (True, True), (False, True))
+
+    exact = lambda a, b: _f((a, b))  # noqa: E731
+    np.testing.assert_allclose(sur(a_c, b_c), exact(a_c, b_c), rtol=1e-14)
+    for argnums in (0, 1):
+        np.testing.assert_allclose(
+            jax.jacfwd(sur, argnums)(a_c, b_c), jax.jacfwd(exact, argnums)(a_c, b_c), rtol=1e-13
+        )
+    # second derivatives with b in them are exact; those in a alone are left out (zero)
+    np.testing.assert_allclose(
+        jax.hessian(sur, 1)(a_c, b_c), jax.hessian(exact, 1)(a_c, b_c), rtol=1e-12, atol=1e-14
+    )
+    mixed = jax.jacfwd(jax.jacfwd(sur, 1), 0)(a_c, b_c)
+    np.testing.assert_allclose(mixed, jax.jacfwd(jax.jacfwd(exact, 1), 0)(a_c, b_c), rtol=1e-12)
+    assert float(jnp.max(jnp.abs(jax.hessian(sur, 0)(a_c, b_c)))) == 0.0
+    assert float(jnp.max(jnp.abs(jax.hessian(exact, 0)(a_c, b_c)))) > 0.1
+    # aux output at the center
+    out, aux = taylor_mixed(
+        lambda p: (_f(p), p[1] * 2.0), (a_c, b_c), (a_c, b_c), (True, True), (False, True), True
+    )
+    assert float(aux) == 0.8
+
+
+def test_used_leaves_looks_inside_nested_jit():
+    inner = jax.jit(lambda th, e: th["a"] * 2.0 + e[0])
+
+    def fn(th, e):
+        return {"x": inner(th, e), "y": jnp.sin(th["c"])}
+
+    flags = used_leaves(fn, ({"a": jnp.ones(()), "b": jnp.ones(2), "c": jnp.ones(())}, jnp.ones(3)))
+    assert flags == (True, False, True, True)
+    assert used_leaves(lambda th, e: inner(th, e), ({"a": 1.0, "b": 2.0}, jnp.ones(2))) == (
+        True,
+        False,
+        True,
+    )
+
+
+_ODE = """
+param:
+    tcl = Real(init=-1.0)
+    tv = Real(init=2.3)
+    tvmax = Real(init=0.5)
+    km = Positive(init=2.0)
+    tunused = Real(init=0.5)
+    omega = PDiag(init=[0.04, 0.04, 0.09])
+    sigma = Positive(init=0.1)
+random:
+    eta ~ MvNormal(omega)
+pre:
+    cl = exp(tcl + eta[0])
+    v = exp(tv + eta[1])
+    vmax = exp(tvmax + eta[2])
+    other = tunused * 2
+dynamics:
+    Central' = -cl / v * Central - vmax * (Central / v) / (km + Central / v)
+derived:
+    conc = Central / v
+    DV ~ Combined(conc, sigma, 0.1)
+"""
+
+
+def test_ode_surrogate_leaves_objective_and_gradient_unchanged():
+    """An ODE model (Michaelis-Menten elimination): the expansion of the solve and the EBE
+    searches' forward-mode solve against the plain solve differentiated in reverse mode.
+    FOCEI, whose Hessian term has the most derivatives in it (FOCE's residual variance at
+    eta = 0, and networks in the dynamics, go the same way: tests/nn and tests/api check
+    their gradients against finite differences; one compilation here costs ~20 s)."""
+    method = dn.FOCEI()
+    pop = dn.datasets.load("theophylline")
+    pop = pop.subset(pop.ids[:3])
+    problem, predictor = model_problem(dn.load_model(_ODE), pop)
+    assert predictor.expandable and not predictor.use_closed_form
+    assert problem.obs_terms_search is not None and problem.solves_ode
+    plain = dataclasses.replace(
+        problem, obs_terms_near=None, obs_terms_search=None, cache_token=None
+    )
+    free = tuple(range(problem.init_u().size))
+    u = jnp.asarray(problem.init_u() + np.linspace(-0.05, 0.05, len(free)))
+    eta = jnp.full((problem.n_subjects, problem.n_eta), 0.05)
+    outs = []
+    for pr in (problem, plain):
+        fn = jax.jit(make_evaluator(pr, method, free, probe(pr)))
+        ev = compile_lowered(fn.lower(u, u, eta, pr.subjects), optimise=False)
+        outs.append(ev(u, u, eta, pr.subjects))
+    np.testing.assert_allclose(outs[0].m2ll_i, outs[1].m2ll_i, rtol=1e-11)
+    scale = float(jnp.max(jnp.abs(outs[1].grad_i)))
+    np.testing.assert_allclose(outs[0].grad_i, outs[1].grad_i, rtol=1e-8, atol=1e-10 * scale)
+    np.testing.assert_allclose(outs[0].eta, outs[1].eta, rtol=1e-10, atol=1e-12)
+    # the unused parameter takes no part in the expansion, and its gradient is zero
+    k = [p.name for p in problem.param_info].index("tunused")
+    assert float(jnp.max(jnp.abs(outs[0].grad_i[:, k]))) == 0.0

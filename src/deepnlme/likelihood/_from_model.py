@@ -94,13 +94,23 @@ def _bound(model, population, ode_options: OdeOptions):
     def obs_terms(theta, eta, subj):
         return obs_terms_from_prediction(predictor.predict(theta, eta, subj), subj)
 
-    def obs_terms_near(theta, eta, subj, eta_c):
-        return obs_terms_from_prediction(predictor.predict(theta, eta, subj, eta_c), subj)
+    def obs_terms_near(theta, eta, subj, eta_c, first_order=False):
+        pred = predictor.predict(theta, eta, subj, eta_c, first_order)
+        return obs_terms_from_prediction(pred, subj)
+
+    search = None
+    if not predictor.use_closed_form and bound.compiled.has_dynamics:
+        forward = predictor.forward_only
+
+        def search(theta, eta, subj):
+            return obs_terms_from_prediction(forward.predict(theta, eta, subj), subj)
 
     problem = Problem(
         cache_token=_cache_token(bound, binding, solver_options),
         obs_terms=obs_terms,
         obs_terms_near=obs_terms_near if predictor.expandable else None,
+        obs_terms_search=search,
+        solves_ode=search is not None,
         subjects=binding.data,
         omega=cm.omega,
         unpack=cm.unpack,

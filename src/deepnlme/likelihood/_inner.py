@@ -121,6 +121,7 @@ def implicit_eta(
     fun_near: Callable[[jax.Array], Callable[[jax.Array, object], jax.Array]] | None = None,
     score: Callable[[jax.Array], jax.Array] | None = None,
     return_found: bool = False,
+    fun_search: Callable[[jax.Array, object], jax.Array] | None = None,
 ):
     """The EBE as a differentiable function of `theta` (implicit function theorem).
 
@@ -136,6 +137,8 @@ def implicit_eta(
     the objective would jump.
     `fun_near(eta_c)`, when given, is a surrogate of `fun_theta` exact to second order at
     eta_c, used for the differentiated step (which needs no more).
+    `fun_search`, when given, equals `fun_theta` and is what the searches evaluate (they need
+    only forward derivatives in eta: a cheaper computation may serve).
 
     Returns ``(eta, res)``; with `return_found`, also the end points of all searches
     ``[K + 1, q]``, the kept mode first and the search from `eta0`'s in its place (what a
@@ -145,10 +148,11 @@ def implicit_eta(
     eta0 = jax.lax.stop_gradient(eta0)
     if max_step is not None:
         max_step = jax.lax.stop_gradient(max_step)
-    res = newton_lm(lambda e: fun_theta(e, theta_c), eta0, options, max_step)
+    search = fun_theta if fun_search is None else fun_search
+    res = newton_lm(lambda e: search(e, theta_c), eta0, options, max_step)
     if starts is not None:
         others = jax.vmap(
-            lambda e0: newton_lm(lambda e: fun_theta(e, theta_c), e0, options, max_step)
+            lambda e0: newton_lm(lambda e: search(e, theta_c), e0, options, max_step)
         )(jax.lax.stop_gradient(starts))
         found = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), res, others)
         values = found.value if score is None else jax.vmap(score)(found.eta)

@@ -137,16 +137,24 @@ def subject_m2ll(
         eta_c = jax.lax.stop_gradient(eta_c)
         return lambda th, e, s: near(th, e, s, eta_c)
 
+    def obs_first(th, e, s):
+        """`obs` where only its value and first derivatives are used: an ODE solve's
+        first-order expansion at the point itself (forward mode; no reverse pass through the
+        solve)."""
+        if near is None or not problem.solves_ode:
+            return obs(th, e, s)
+        return near(th, e, s, jax.lax.stop_gradient(e), first_order=True)
+
     zeros = jnp.zeros(q, dtype=eta_in.dtype)
     nan_cov = jnp.full((q, q), jnp.nan, dtype=eta_in.dtype)
 
     if isinstance(method, NaivePooled) or (q == 0 and not isinstance(method, JointMAP)):
         # (without random effects every marginal method is the exact likelihood)
-        gp, xp = cond_parts(obs(theta, zeros, subj))
+        gp, xp = cond_parts(obs_first(theta, zeros, subj))
         return gp + xp, SubjectOut(zeros, jnp.zeros((q, q)), jnp.asarray(True), zeros[None])
 
     if isinstance(method, JointMAP):
-        gp, xp = cond_parts(obs(theta, eta_in, subj))
+        gp, xp = cond_parts(obs_first(theta, eta_in, subj))
         val = gp + xp + eta_in @ om_inv @ eta_in + om_logdet + q * LOG2PI
         return val, SubjectOut(eta_in, nan_cov, jnp.asarray(True), eta_in[None])
 
@@ -180,7 +188,7 @@ def subject_m2ll(
         return val, SubjectOut(m_inv @ b, m_inv, jnp.asarray(True), (m_inv @ b)[None])
 
     # FOCE, FOCEI, LaplaceI: Laplace's formula at the EBE.
-    v0 = obs(theta, zeros, subj).var if isinstance(method, FOCE) else None
+    v0 = obs_first(theta, zeros, subj).var if isinstance(method, FOCE) else None
 
     def inner_with(obs_fn):
         def inner(e, p):
@@ -191,6 +199,7 @@ def subject_m2ll(
         return inner
 
     inner = inner_with(obs)
+    search_obs = problem.obs_terms_search or obs  # forward derivatives in eta only
 
     def laplace(th, e, obs_e):
         """The subject's contribution and the conditional covariance of eta, at mode e."""
@@ -235,7 +244,7 @@ def subject_m2ll(
         theta_c = jax.lax.stop_gradient(theta)
 
         def score(e):  # modes compete by their contribution to the objective
-            return laplace(theta_c, e, obs)[0]
+            return laplace(theta_c, e, search_obs)[0]
 
     eta, res, found = implicit_eta(
         inner,
@@ -247,6 +256,7 @@ def subject_m2ll(
         (lambda eta_c: inner_with(obs_at(eta_c))) if use_near else None,
         score,
         return_found=True,
+        fun_search=inner_with(search_obs) if problem.obs_terms_search else None,
     )
     val, m_inv = laplace(theta, eta, obs_at(eta))  # expanded about the returned EBE (its value)
     return val, SubjectOut(eta, m_inv, res.converged, found)

@@ -81,7 +81,18 @@ class Problem:
       in (theta, eta) there, but cheaper to differentiate (no derivative flows through the
       value of `eta_c`). FO, FOCE and FOCEI use it for their exact outer gradients, which need
       no derivative of higher order; `model_problem` sets it for closed-form models (the solve
-      replaced by its second-order expansion in the PK and dosing parameters).
+      replaced by its second-order expansion in the PK and dosing parameters). An expansion
+      may leave out second derivatives in theta alone (no random effect in them): none of
+      these gradients needs them (`model_problem`'s expansion of an ODE solve does so). A
+      keyword `first_order=True` asks only for the value and first derivatives (JointMAP,
+      NaivePooled and FOCE's residual variance at eta = 0 use it for ODE models).
+    - `obs_terms_search(theta, eta, subj) -> ObsTerms` (optional): the same terms, computed
+      in a way that need only support forward-mode derivatives. The EBE searches use it (they
+      run on stopped values and take forward derivatives in eta only); `model_problem` sets it
+      for ODE models (the solve with diffrax's forward mode, much cheaper to compile and run
+      than a solve that also supports reverse mode).
+    - `solves_ode`: True when the observation terms integrate an ODE (set by `model_problem`):
+      evaluations are costly, and a fit compiles them fully optimised at any data size.
     - `cache_token`: a string that determines every function above and the data completely
       (set by `model_problem` from the model text, data and options); with it, a fit stores the
       traced evaluation program on disk and a later process reuses it instead of tracing the
@@ -100,6 +111,8 @@ class Problem:
     penalty: Callable[[Mapping[str, jax.Array]], jax.Array] = _zero_penalty
     cache_token: str | None = None
     obs_terms_near: Callable[..., ObsTerms] | None = None
+    obs_terms_search: Callable[..., ObsTerms] | None = None
+    solves_ode: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "param_info", tuple(self.param_info))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -22,7 +23,7 @@ from ..model._distributions import ObsDist
 from ._closed_form import closed_form_amounts_jit
 from ._doses import DoseEvents, DoseFeatures
 from ._ode import OdeOptions, ode_states
-from ._taylor import dependent_leaves, taylor2
+from ._taylor import dependent_leaves, mixed_coefficients, mixed_polynomial, taylor2, used_leaves
 
 
 class SubjectData(NamedTuple):
@@ -164,6 +165,13 @@ class Prediction(NamedTuple):
     fail_time: jax.Array
 
 
+# The ODE solve is expanded (`SubjectPredictor.states_near`) when it depends on at most this
+# many parameter and random-effect entries: the expansion's forward cost grows with their
+# number times (1 + q), while reverse mode through the solve does not. Study 1's network model
+# (about 30 entries) gains from it; the crossover has not been measured.
+_MAX_ODE_EXPANSION = 64
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class SubjectPredictor:
     """Predictions of one subject for a compiled model (pure; vmap over subjects).
@@ -201,6 +209,20 @@ class SubjectPredictor:
         if self.use_closed_form:
             x = self._closed_form_amounts((cm.closed_form_params(ind0), dosing), sd)
             return x, self._solve_ok(x, sd), jnp.asarray(jnp.nan)
+        return self._ode_jit(theta, eta, sd)
+
+    @functools.cached_property
+    def _ode_jit(self):
+        # a nested jit: traced once per shape, and each transformation of it (the derivatives
+        # FOCE takes in several places) is made once from the stored program instead of
+        # tracing the solve again
+        return jax.jit(self._ode_solve)
+
+    def _ode_solve(self, theta, eta, sd: SubjectData):
+        cm = self.model.compiled
+        cov0 = sd.cov_value[0]
+        ind0 = cm.pre(theta, eta, cov0)
+        dosing = cm.dosing(theta, eta, cov0, ind0)
         x0 = cm.init(theta, eta, cov0, ind0)
 
         def seg_fn(cov):
@@ -226,17 +248,27 @@ class SubjectPredictor:
 
     @property
     def expandable(self) -> bool:
-        """True when `predict(..., eta_c=...)` expands the solve (closed form with dynamics)."""
-        return self.use_closed_form and self.model.compiled.has_dynamics
+        """True when `predict(..., eta_c=...)` expands the solve (a model with dynamics)."""
+        return self.model.compiled.has_dynamics
 
-    def states_near(self, theta, eta, sd: SubjectData, eta_c):
-        """`states`, with the closed-form amounts replaced by their second-order Taylor
-        expansion in the individual PK and dosing parameters about their values at
-        (theta, eta_c) (values only: no derivative flows through `eta_c` or that point).
+    def states_near(self, theta, eta, sd: SubjectData, eta_c, first_order: bool = False):
+        """`states`, replaced by a Taylor expansion about (theta, eta_c) (values only: no
+        derivative flows through `eta_c` or that point).
 
-        Equal to `states` in value at eta = eta_c and in every derivative of first and second
-        order in (theta, eta) there, and much cheaper to differentiate (see `_taylor`).
+        Equal to `states` in value at eta = eta_c and in every derivative of first order and
+        of second order with a random effect in it, and much cheaper to differentiate (see
+        `_taylor`):
+
+        - closed form: the amounts expanded to second order in the individual PK and dosing
+          parameters (a few inputs; exact in every second derivative);
+        - ODE: the solve expanded in the parameters it uses and the random effects, second
+          order only in pairs with a random effect (`taylor_mixed`), computed by forward
+          sensitivities (diffrax's forward mode) so that no reverse pass enters the solve;
+          with `first_order`, only the value and first derivatives (no second-order terms).
+          Beyond `_MAX_ODE_EXPANSION` entries, the solve itself.
         """
+        if not self.use_closed_form:
+            return self._ode_states_near(theta, eta, sd, eta_c, first_order)
         cm = self.model.compiled
         cov0 = sd.cov_value[0]
 
@@ -253,6 +285,59 @@ class SubjectPredictor:
             varying,
         )
         return x, self._solve_ok(x, sd), jnp.asarray(jnp.nan)
+
+    @functools.cached_property
+    def forward_only(self) -> SubjectPredictor:
+        """This predictor with ODE solves that support forward-mode derivatives only
+        (diffrax's forward mode: cheaper to trace, compile and run than the default adjoint).
+        One object per predictor, so that its nested jit is traced once."""
+        if self.ode_options.adjoint == "forward":
+            return self
+        return dataclasses.replace(
+            self, ode_options=dataclasses.replace(self.ode_options, adjoint="forward")
+        )
+
+    def _ode_flags(
+        self, theta, eta, sd: SubjectData, first_order: bool
+    ) -> tuple[list[bool], list[bool]]:
+        """Leaves of (theta, eta) the expansion of the ODE solve varies (the parameters the
+        solve uses, and the random effects), and those of second order (the random effects;
+        none for a first-order expansion)."""
+        used = used_leaves(lambda th, e: self.states(th, e, sd)[0], (theta, eta))
+        n_theta = len(jax.tree_util.tree_leaves(theta))
+        is_eta = [i >= n_theta for i in range(len(used))]
+        second = [r and not first_order for r in is_eta]
+        return [u or r for u, r in zip(used, is_eta)], second
+
+    @functools.cached_property
+    def _ode_expansions(self) -> dict:
+        # the coefficients at a (stopped) point, as one nested jit per order: each place that
+        # expands the solve binds the same traced program (no derivative is taken through it)
+        forward = self.forward_only
+
+        def make(first_order):
+            def coefficients(theta, eta, sd):
+                def solve(x):
+                    states, ok, fail_time = forward.states(x[0], x[1], sd)
+                    return states, (ok, fail_time)
+
+                varying, second = self._ode_flags(theta, eta, sd, first_order)
+                return mixed_coefficients(solve, (theta, eta), varying, second, has_aux=True)
+
+            return jax.jit(coefficients)
+
+        return {order: make(order) for order in (False, True)}
+
+    def _ode_states_near(self, theta, eta, sd: SubjectData, eta_c, first_order: bool):
+        varying, second = self._ode_flags(theta, eta, sd, first_order)
+        leaves = jax.tree_util.tree_leaves((theta, eta))
+        n = sum(int(np.size(a)) for a, v in zip(leaves, varying) if v)
+        if n > _MAX_ODE_EXPANSION:  # differentiate the solve itself (cost not growing with n)
+            return self.states(theta, eta, sd)
+        center = jax.lax.stop_gradient((theta, eta_c))
+        val, jac, hess, (ok, fail_time) = self._ode_expansions[first_order](*center, sd)
+        states = mixed_polynomial((val, jac, hess), (theta, eta), center, varying, second)
+        return states, ok & self._solve_ok(states, sd), fail_time
 
     def _closed_form_amounts(self, psi, sd: SubjectData) -> jax.Array:
         """Closed-form amounts ``[T, S]`` from psi = (closed-form parameters, dosing)."""
@@ -277,15 +362,17 @@ class SubjectPredictor:
             return jax.vmap(lambda c: cm.pre(theta, eta, c))(sd.obs_cov), True
         return cm.pre(theta, eta, sd.cov_value[0]), False
 
-    def predict(self, theta, eta, sd: SubjectData, eta_c=None) -> Prediction:
+    def predict(
+        self, theta, eta, sd: SubjectData, eta_c=None, first_order: bool = False
+    ) -> Prediction:
         """Observation distributions of one subject at its observation times.
 
-        With `eta_c` (and `expandable`), the solve is its second-order expansion about eta_c
-        (`states_near`).
+        With `eta_c` (and `expandable`), the solve is its expansion about eta_c
+        (`states_near`; `first_order` for an ODE solve's first-order expansion).
         """
         cm = self.model.compiled
         if eta_c is not None and self.expandable:
-            x, ok, fail_time = self.states_near(theta, eta, sd, eta_c)
+            x, ok, fail_time = self.states_near(theta, eta, sd, eta_c, first_order)
         else:
             x, ok, fail_time = self.states(theta, eta, sd)
         ind, per_obs = self._individual(theta, eta, sd)

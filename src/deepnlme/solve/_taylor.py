@@ -19,6 +19,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def dependent_leaves(fn: Callable[..., Any], args: Sequence[Any], dep: Sequence[int]) -> tuple:
@@ -82,3 +83,134 @@ def taylor2(f: Callable[[Any], jax.Array], x: Any, x_c: Any, varying: Sequence[b
     jac = jnp.where(finite, jac, 0.0)
     hess = jnp.where(finite[:, None] & finite[None, :], hess, 0.0)
     return val + jac @ d + 0.5 * jnp.einsum("...ij,i,j->...", hess, d, d)
+
+
+def used_leaves(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[bool, ...]:
+    """Which leaves of the arguments `args` the outputs of `fn(*args)` depend on.
+
+    Found from the traced program (abstract values), backwards from the outputs: an equation
+    with a needed output needs all its inputs (conservative: never says unused for a leaf that
+    is used). Leaves in the order of ``jax.tree_util.tree_leaves(args)``.
+    """
+
+    def abstract(a):
+        return jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a))
+
+    abstract_args = [jax.tree_util.tree_map(abstract, a) for a in args]
+    closed = jax.make_jaxpr(lambda *a: jax.tree_util.tree_leaves(fn(*a)))(*abstract_args)
+    return _needed_inputs(closed.jaxpr, [True] * len(closed.jaxpr.outvars))
+
+
+def _needed_inputs(jaxpr, out_needed: Sequence[bool]) -> tuple[bool, ...]:
+    """Backward liveness: which inputs of `jaxpr` the flagged outputs depend on (through
+    nested jit calls; any other equation with a needed output needs all its inputs)."""
+    needed = {id(v) for v, f in zip(jaxpr.outvars, out_needed) if f and not hasattr(v, "val")}
+    for eqn in reversed(jaxpr.eqns):
+        outs = [id(v) in needed for v in eqn.outvars]
+        if not any(outs):
+            continue
+        sub = eqn.params.get("jaxpr") if eqn.primitive.name in ("pjit", "jit") else None
+        if sub is not None and len(sub.jaxpr.invars) == len(eqn.invars):
+            flags = _needed_inputs(sub.jaxpr, outs)
+        else:
+            flags = [True] * len(eqn.invars)
+        needed.update(id(v) for v, f in zip(eqn.invars, flags) if f and not hasattr(v, "val"))
+    return tuple(id(v) in needed for v in jaxpr.invars)
+
+
+def taylor_mixed(
+    f: Callable[[Any], Any],
+    x: Any,
+    x_c: Any,
+    varying: Sequence[bool],
+    second: Sequence[bool],
+    has_aux: bool = False,
+):
+    """`f(x)` replaced by its Taylor polynomial about `x_c`, second order only where a
+    `second` leaf takes part.
+
+    `varying` and `second` flag leaves of `x` (leaf order; `second` a subset of `varying`):
+    the polynomial holds the value, every first derivative in the varying leaves, and the
+    second derivatives in which at least one `second` leaf takes part; second derivatives
+    among the other leaves are left out (zero). For an objective whose gradient in theta
+    needs derivatives in (theta, eta) of second order only with an eta in them (FO, FOCE and
+    FOCEI), flagging the random effects as `second` loses nothing, and the expansion costs
+    (1 + q)(1 + n) forward tangents instead of (1 + n)^2 for n varying entries and q random
+    effects. `x_c` must carry no derivative. With `has_aux`, `f` returns ``(out, aux)`` and
+    the aux at `x_c` is returned as well.
+    """
+    coef = mixed_coefficients(f, x_c, varying, second, has_aux)
+    out = mixed_polynomial(coef[:3], x, x_c, varying, second)
+    return (out, coef[3]) if has_aux else out
+
+
+def _flat(leaves, idx) -> jax.Array:
+    return jnp.concatenate([jnp.ravel(jnp.asarray(leaves[i], jnp.float64)) for i in idx])
+
+
+def _second_flags(leaves, varying, second) -> np.ndarray:
+    idx = [i for i, v in enumerate(varying) if v]
+    return np.concatenate(
+        [np.full(int(np.size(leaves[i])), bool(second[i])) for i in idx] or [np.zeros(0, bool)]
+    )
+
+
+def mixed_coefficients(
+    f: Callable[[Any], Any],
+    x_c: Any,
+    varying: Sequence[bool],
+    second: Sequence[bool],
+    has_aux: bool = False,
+) -> tuple:
+    """The coefficients ``(value, jac, hess, aux)`` of `taylor_mixed` at `x_c`: `jac` in
+    every varying entry (last axis, leaf order), `hess[..., i, j]` the second derivative in
+    varying entry i and the j-th `second` entry. Computed in forward mode (jacfwd over the
+    `second` entries of jacfwd over all varying entries)."""
+    leaves_c, treedef = jax.tree_util.tree_flatten(x_c)
+    idx = [i for i, v in enumerate(varying) if v]
+    sizes = [int(jnp.size(leaves_c[i])) for i in idx]
+    if not idx:
+        out = f(x_c)
+        out, aux = out if has_aux else (out, None)
+        return out, jnp.zeros(jnp.shape(out) + (0,)), jnp.zeros(jnp.shape(out) + (0, 0)), aux
+    z_c = _flat(leaves_c, idx)
+    sec = np.flatnonzero(_second_flags(leaves_c, varying, second))
+
+    def g(zz):
+        new = list(leaves_c)
+        start = 0
+        for i, s in zip(idx, sizes):
+            new[i] = zz[start : start + s].reshape(jnp.shape(leaves_c[i]))
+            start += s
+        out = f(jax.tree_util.tree_unflatten(treedef, new))
+        return out if has_aux else (out, None)
+
+    def first_with_value(zs):
+        zz = z_c.at[sec].set(zs)
+
+        def gv(v):
+            out, aux = g(v)
+            return out, (out, aux)
+
+        jac, (val, aux) = jax.jacfwd(gv, has_aux=True)(zz)
+        return jac, (jac, val, aux)
+
+    hess, (jac, val, aux) = jax.jacfwd(first_with_value, has_aux=True)(z_c[sec])
+    return val, jac, hess, aux
+
+
+def mixed_polynomial(coef, x: Any, x_c: Any, varying: Sequence[bool], second: Sequence[bool]):
+    """The polynomial of `taylor_mixed` from its coefficients ``(value, jac, hess)`` about
+    `x_c`, at `x`."""
+    val, jac, hess = coef
+    leaves = jax.tree_util.tree_leaves(x)
+    leaves_c = jax.tree_util.tree_leaves(x_c)
+    idx = [i for i, v in enumerate(varying) if v]
+    if not idx:
+        return val
+    is_second = _second_flags(leaves_c, varying, second)
+    d = _flat(leaves, idx) - _flat(leaves_c, idx)
+    sec = np.flatnonzero(is_second)
+    # hess[..., i, j] = d2 f / dz_i dz_sec[j]; a pair of two `second` entries appears twice
+    weight = jnp.asarray(np.where(is_second, 0.5, 1.0))
+    return val + jac @ d + jnp.einsum("...ij,i,j->...", hess, weight * d, d[sec])
