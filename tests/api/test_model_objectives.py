@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
@@ -136,3 +138,31 @@ def test_models_without_random_effects_give_the_exact_likelihood(method):
     assert fit.estimates["s"] == pytest.approx(y.std(), rel=1e-4)  # ML estimate (ddof 0)
     expect = y.size * (np.log(2 * np.pi * y.var()) + 1.0)
     assert fit.m2ll == pytest.approx(expect, rel=1e-9)
+
+
+def test_kinds_of_observation_counted_from_the_data_as_the_model_gives_them():
+    """`model_problem` counts Gaussian, censored and other observations from the data and the
+    model's distributions, without evaluating the model; the count equals the evaluated one."""
+    df = pd.DataFrame(
+        dict(
+            ID=[1, 1, 1, 1, 2, 2, 2],
+            TIME=[1, 2, 3, 4, 1, 2, 3],
+            DV=[5.2, 1.0, 1, 0, 6.0, 0, 3.3],
+            DVID=["CP", "CP", "EVT", "EVT", "CP", "EVT", "CP"],
+            EVID=0,
+            MDV=0,
+            CENS=[0, 1, 0, 0, 0, 0, 0],
+        )
+    )
+    pop = dn.read_data(df, endpoint="DVID")
+    model = dn.load_model(
+        "param:\n    mu = Real(init=4.0)\n    s = Positive(init=1.5)\n"
+        "derived:\n    CP ~ Normal(mu, s)\n    EVT ~ Bernoulli(logistic(mu - 4))\n"
+    )
+    problem, _ = model_problem(model, pop)
+    assert problem.obs_kinds is not None
+    counted = probe(problem)
+    evaluated = probe(dataclasses.replace(problem, obs_kinds=None))
+    assert (counted.n_obs, counted.n_gauss, counted.n_cens, counted.n_other) == (7, 3, 1, 3)
+    assert counted[:4] == evaluated[:4]
+    np.testing.assert_array_equal(counted.obs_per_subject, evaluated.obs_per_subject)

@@ -186,6 +186,33 @@ _FAST_COMPILE_OBS = 5_000
 _UNROLL_SUBJECTS = 2_000
 
 
+def _run_once_jit(fn):
+    """`jax.jit(fn)`, compiled with deepnlme's options for programs that run a few times on
+    little data (-O0, classic emitters: about half the compile time); one compilation per
+    argument structure and shapes."""
+    jitted = jax.jit(fn)
+    compiled: dict = {}
+
+    def call(*args):
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        key = (
+            tree,
+            tuple(
+                (
+                    np.shape(a),
+                    str(getattr(a, "dtype", type(a).__name__)),
+                    getattr(a, "weak_type", isinstance(a, (int, float))),
+                )
+                for a in leaves
+            ),
+        )
+        if key not in compiled:
+            compiled[key] = compile_lowered(jitted.lower(*args), optimise=False)
+        return compiled[key](*args)
+
+    return call
+
+
 def _post_functions(problem: Problem):
     """Jitted host-side helpers of the report (one small compile each, instead of many eager
     operations): declared values, Omega and the Jacobian of the declared values."""
@@ -197,16 +224,16 @@ def _post_functions(problem: Problem):
             vals = problem.unpack(u)
             return jnp.concatenate([jnp.ravel(vals[name]) for name in order])
 
-        @jax.jit
+        @_run_once_jit
         def values(u):
             vals = problem.unpack(u)
             return vals, problem.omega(vals)
 
-        @jax.jit
+        @_run_once_jit
         def declared_jac(u, cols):
             return jax.jacfwd(lambda zc: flat(u.at[cols].set(zc)))(u[cols])
 
-        @jax.jit
+        @_run_once_jit
         def omega_jac(var_vals, other):
             return jax.jacfwd(lambda vv: problem.omega({**other, **vv}))(var_vals)
 

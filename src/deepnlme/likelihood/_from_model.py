@@ -7,8 +7,9 @@ import weakref
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ..model._distributions import obs_logpdf, transform_obs
+from ..model._distributions import DISTRIBUTIONS, obs_logpdf, transform_obs
 from ..nn import model_penalty, resolve_scaling
 from ..solve._ode import OdeOptions
 from ..solve._subject import SubjectData, SubjectPredictor, bind_population
@@ -105,8 +106,17 @@ def _bound(model, population, ode_options: OdeOptions):
         def search(theta, eta, subj):
             return obs_terms_from_prediction(forward.predict(theta, eta, subj), subj)
 
+    def obs_kinds():
+        # as obs_terms_from_prediction gives them: each observation's output decides its family
+        data = binding.data
+        normal = np.array([DISTRIBUTIONS[o.dist].family == "normal" for o in _observations(cm)])
+        mask = np.asarray(data.obs_mask, dtype=bool)
+        gaussian = normal[np.asarray(data.obs_output)] & mask
+        return mask, gaussian, np.where(mask, np.asarray(data.obs_cens), 0)
+
     problem = Problem(
         cache_token=_cache_token(bound, binding, solver_options),
+        obs_kinds=obs_kinds,
         obs_terms=obs_terms,
         obs_terms_near=obs_terms_near if predictor.expandable else None,
         obs_terms_search=search,
@@ -123,6 +133,13 @@ def _bound(model, population, ode_options: OdeOptions):
     )
     per_model[key] = (weakref.ref(population), problem, predictor, binding)
     return per_model[key]
+
+
+def _observations(cm) -> list:
+    """The model's `~` statements, in the order of its outputs."""
+    from ..model._ir import Observation
+
+    return [s for s in cm.ir.derived if isinstance(s, Observation)]
 
 
 def _cache_token(model, binding, ode_options) -> str:

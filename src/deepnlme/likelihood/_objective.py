@@ -31,7 +31,11 @@ class Structure(NamedTuple):
 
 
 def probe(problem: Problem) -> Structure:
-    """Evaluate the observation terms once (eta = 0) and count the kinds of observation."""
+    """Count the kinds of observation: from `Problem.obs_kinds` when the problem has it,
+    otherwise by evaluating the observation terms once (eta = 0)."""
+    if problem.obs_kinds is not None:
+        mask, gauss, cens = (np.asarray(a) for a in problem.obs_kinds())
+        return _structure_of(mask.astype(bool), gauss.astype(bool), cens)
     u = jnp.asarray(problem.init_u())
     eta = jnp.zeros(problem.n_eta)
     # jitted: one small compile is much cheaper than running the model op by op; run once, so
@@ -44,9 +48,14 @@ def probe(problem: Problem) -> Structure:
     lowered = fun.lower(u, problem.subjects)
     compiled = compile_lowered(lowered, optimise=False)
     terms = compiled(u, problem.subjects)
-    mask = np.asarray(terms.mask, dtype=bool)
-    gauss = np.asarray(terms.gaussian, dtype=bool) & mask
-    cens = np.asarray(terms.cens) != 0
+    return _structure_of(
+        np.asarray(terms.mask, dtype=bool), np.asarray(terms.gaussian, dtype=bool), terms.cens
+    )
+
+
+def _structure_of(mask: np.ndarray, gauss: np.ndarray, cens) -> Structure:
+    gauss = gauss & mask
+    cens = (np.asarray(cens) != 0) & mask
     return Structure(
         n_obs=int(mask.sum()),
         n_gauss=int((gauss & ~cens).sum()),

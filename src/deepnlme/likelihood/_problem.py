@@ -91,6 +91,9 @@ class Problem:
       run on stopped values and take forward derivatives in eta only); `model_problem` sets it
       for ODE models (the solve with diffrax's forward mode, much cheaper to compile and run
       than a solve that also supports reverse mode).
+    - `obs_kinds() -> (mask, gaussian, cens)` (optional): the arrays ``[N, T]`` that
+      `obs_terms` gives for these fields (they depend on the data only); with it a fit counts
+      the kinds of observation without evaluating the model (`model_problem` sets it).
     - `solves_ode`: True when the observation terms integrate an ODE (set by `model_problem`):
       evaluations are costly, and a fit compiles them fully optimised at any data size.
     - `cache_token`: a string that determines every function above and the data completely
@@ -113,6 +116,7 @@ class Problem:
     obs_terms_near: Callable[..., ObsTerms] | None = None
     obs_terms_search: Callable[..., ObsTerms] | None = None
     solves_ode: bool = False
+    obs_kinds: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "param_info", tuple(self.param_info))

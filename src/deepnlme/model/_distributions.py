@@ -147,6 +147,11 @@ class DistSpec:
     formula: str
 
     @property
+    def family(self) -> str:
+        """The family of the distributions it builds ("normal", "poisson", "bernoulli")."""
+        return jax.eval_shape(lambda: self.build(*[1.0] * len(self.argnames))).family
+
+    @property
     def signature(self) -> str:
         return f"{self.name}({', '.join(self.argnames)})"
 
