@@ -23,26 +23,34 @@ def _f(p):
     return jnp.stack([jnp.exp(-a[0] * b) * jnp.sin(a[1]), a[0] ** 3 / (1.0 + b * b)])
 
 
+def _exact(a, b):
+    return _f((a, b))
+
+
+def _check_value_and_first_derivatives(sur, a_c, b_c):
+    np.testing.assert_allclose(sur(a_c, b_c), _exact(a_c, b_c), rtol=1e-14)
+    for argnums in (0, 1):
+        np.testing.assert_allclose(
+            jax.jacfwd(sur, argnums)(a_c, b_c), jax.jacfwd(_exact, argnums)(a_c, b_c), rtol=1e-13
+        )
+
+
 def test_taylor2_matches_value_first_and_second_derivatives():
     a_c, b_c = jnp.array([0.7, 1.3]), jnp.array(0.4)
 
     def sur(a, b):
         return taylor2(_f, (a, b), jax.lax.stop_gradient((a_c, b_c)), (True, True))
 
-    exact = lambda a, b: _f((a, b))  # noqa: E731
-    np.testing.assert_allclose(sur(a_c, b_c), exact(a_c, b_c), rtol=1e-14)
+    _check_value_and_first_derivatives(sur, a_c, b_c)
     for argnums in (0, 1):
         np.testing.assert_allclose(
-            jax.jacfwd(sur, argnums)(a_c, b_c), jax.jacfwd(exact, argnums)(a_c, b_c), rtol=1e-13
-        )
-        np.testing.assert_allclose(
             jax.hessian(sur, argnums)(a_c, b_c),
-            jax.hessian(exact, argnums)(a_c, b_c),
+            jax.hessian(_exact, argnums)(a_c, b_c),
             rtol=1e-12,
             atol=1e-14,
         )
     # a polynomial of degree 2 only: third derivatives vanish, and away from the point it differs
-    assert float(jnp.max(jnp.abs(sur(a_c + 0.3, b_c) - exact(a_c + 0.3, b_c)))) > 1e-4
+    assert float(jnp.max(jnp.abs(sur(a_c + 0.3, b_c) - _exact(a_c + 0.3, b_c)))) > 1e-4
 
 
 def test_taylor2_holds_fixed_leaves_and_non_finite_entries():
@@ -93,6 +101,22 @@ derived:
 """
 
 
+def _with_and_without_surrogates(problem, method):
+    """One evaluation (near the initial values) with the problem's surrogates and without."""
+    plain = dataclasses.replace(
+        problem, obs_terms_near=None, obs_terms_search=None, cache_token=None
+    )
+    free = tuple(range(problem.init_u().size))
+    u = jnp.asarray(problem.init_u() + np.linspace(-0.05, 0.05, len(free)))
+    eta = jnp.full((problem.n_subjects, problem.n_eta), 0.05)
+    outs = []
+    for pr in (problem, plain):
+        fn = jax.jit(make_evaluator(pr, method, free, probe(pr)))
+        ev = compile_lowered(fn.lower(u, u, eta, pr.subjects), optimise=False)
+        outs.append(ev(u, u, eta, pr.subjects))
+    return outs
+
+
 @pytest.mark.parametrize("method", [dn.FO(), dn.FOCE(), dn.FOCEI()])
 def test_surrogate_leaves_objective_and_gradient_unchanged(method):
     """Closed form with a lag time and a bioavailability that depend on the parameters."""
@@ -100,14 +124,7 @@ def test_surrogate_leaves_objective_and_gradient_unchanged(method):
     pop = pop.subset(pop.ids[:5])
     problem, predictor = model_problem(dn.load_model(_LAGGED), pop)
     assert predictor.expandable and problem.obs_terms_near is not None
-    plain = dataclasses.replace(problem, obs_terms_near=None, cache_token=None)
-    free = tuple(range(problem.init_u().size))
-    u = jnp.asarray(problem.init_u() + np.linspace(-0.05, 0.05, len(free)))
-    eta = jnp.full((problem.n_subjects, problem.n_eta), 0.05)
-    outs = []
-    for pr in (problem, plain):
-        ev = jax.jit(make_evaluator(pr, method, free, probe(pr)))
-        outs.append(ev(u, u, eta, pr.subjects))
+    outs = _with_and_without_surrogates(problem, method)
     np.testing.assert_allclose(outs[0].m2ll_i, outs[1].m2ll_i, rtol=1e-12)
     np.testing.assert_allclose(outs[0].grad_i, outs[1].grad_i, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(outs[0].eta, outs[1].eta, rtol=1e-12, atol=1e-14)
@@ -120,12 +137,8 @@ def test_taylor_mixed_is_exact_except_in_second_derivatives_without_a_flagged_le
         center = jax.lax.stop_gradient((a_c, b_c))
         return taylor_mixed(_f, (a, b), center, (True, True), (False, True))
 
-    exact = lambda a, b: _f((a, b))  # noqa: E731
-    np.testing.assert_allclose(sur(a_c, b_c), exact(a_c, b_c), rtol=1e-14)
-    for argnums in (0, 1):
-        np.testing.assert_allclose(
-            jax.jacfwd(sur, argnums)(a_c, b_c), jax.jacfwd(exact, argnums)(a_c, b_c), rtol=1e-13
-        )
+    _check_value_and_first_derivatives(sur, a_c, b_c)
+    exact = _exact
     # second derivatives with b in them are exact; those in a alone are left out (zero)
     np.testing.assert_allclose(
         jax.hessian(sur, 1)(a_c, b_c), jax.hessian(exact, 1)(a_c, b_c), rtol=1e-12, atol=1e-14
@@ -192,17 +205,7 @@ def test_ode_surrogate_leaves_objective_and_gradient_unchanged():
     problem, predictor = model_problem(dn.load_model(_ODE), pop)
     assert predictor.expandable and not predictor.use_closed_form
     assert problem.obs_terms_search is not None and problem.solves_ode
-    plain = dataclasses.replace(
-        problem, obs_terms_near=None, obs_terms_search=None, cache_token=None
-    )
-    free = tuple(range(problem.init_u().size))
-    u = jnp.asarray(problem.init_u() + np.linspace(-0.05, 0.05, len(free)))
-    eta = jnp.full((problem.n_subjects, problem.n_eta), 0.05)
-    outs = []
-    for pr in (problem, plain):
-        fn = jax.jit(make_evaluator(pr, method, free, probe(pr)))
-        ev = compile_lowered(fn.lower(u, u, eta, pr.subjects), optimise=False)
-        outs.append(ev(u, u, eta, pr.subjects))
+    outs = _with_and_without_surrogates(problem, method)
     np.testing.assert_allclose(outs[0].m2ll_i, outs[1].m2ll_i, rtol=1e-11)
     scale = float(jnp.max(jnp.abs(outs[1].grad_i)))
     np.testing.assert_allclose(outs[0].grad_i, outs[1].grad_i, rtol=1e-8, atol=1e-10 * scale)

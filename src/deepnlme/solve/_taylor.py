@@ -61,17 +61,13 @@ def taylor2(f: Callable[[Any], jax.Array], x: Any, x_c: Any, varying: Sequence[b
     idx = [i for i, v in enumerate(varying) if v]
     if not idx:
         return f(x_c)
-    sizes = [int(jnp.size(leaves_c[i])) for i in idx]
-    z = jnp.concatenate([jnp.ravel(jnp.asarray(leaves[i], jnp.float64)) for i in idx])
-    z_c = jnp.concatenate([jnp.ravel(jnp.asarray(leaves_c[i], jnp.float64)) for i in idx])
+    z = _flat(leaves, idx)
+    z_c = _flat(leaves_c, idx)
+
+    rebuild = _rebuilder(leaves_c, treedef, idx)
 
     def g(zz):
-        new = list(leaves_c)
-        start = 0
-        for i, s in zip(idx, sizes):
-            new[i] = zz[start : start + s].reshape(jnp.shape(leaves_c[i]))
-            start += s
-        return f(jax.tree_util.tree_unflatten(treedef, new))
+        return f(rebuild(zz))
 
     def jac_and_value(zz):
         jac = jax.jacfwd(g)(zz)
@@ -144,6 +140,22 @@ def taylor_mixed(
     return (out, coef[3]) if has_aux else out
 
 
+def _rebuilder(leaves_c, treedef, idx):
+    """`zz -> x`: the pytree of `x_c` (its leaves `leaves_c`) with the leaves `idx` read
+    from the flat vector zz (in order) and the others held."""
+    sizes = [int(jnp.size(leaves_c[i])) for i in idx]
+
+    def rebuild(zz):
+        new = list(leaves_c)
+        start = 0
+        for i, s in zip(idx, sizes):
+            new[i] = zz[start : start + s].reshape(jnp.shape(leaves_c[i]))
+            start += s
+        return jax.tree_util.tree_unflatten(treedef, new)
+
+    return rebuild
+
+
 def _flat(leaves, idx) -> jax.Array:
     return jnp.concatenate([jnp.ravel(jnp.asarray(leaves[i], jnp.float64)) for i in idx])
 
@@ -168,7 +180,6 @@ def mixed_coefficients(
     `second` entries of jacfwd over all varying entries)."""
     leaves_c, treedef = jax.tree_util.tree_flatten(x_c)
     idx = [i for i, v in enumerate(varying) if v]
-    sizes = [int(jnp.size(leaves_c[i])) for i in idx]
     if not idx:
         out = f(x_c)
         out, aux = out if has_aux else (out, None)
@@ -176,13 +187,10 @@ def mixed_coefficients(
     z_c = _flat(leaves_c, idx)
     sec = np.flatnonzero(_second_flags(leaves_c, varying, second))
 
+    rebuild = _rebuilder(leaves_c, treedef, idx)
+
     def g(zz):
-        new = list(leaves_c)
-        start = 0
-        for i, s in zip(idx, sizes):
-            new[i] = zz[start : start + s].reshape(jnp.shape(leaves_c[i]))
-            start += s
-        out = f(jax.tree_util.tree_unflatten(treedef, new))
+        out = f(rebuild(zz))
         return out if has_aux else (out, None)
 
     def first_with_value(zs):
