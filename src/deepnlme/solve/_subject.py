@@ -302,8 +302,10 @@ class SubjectPredictor:
     ) -> tuple[list[bool], list[bool]]:
         """Leaves of (theta, eta) the expansion of the ODE solve varies (the parameters the
         solve uses, and the random effects), and those of second order (the random effects;
-        none for a first-order expansion)."""
-        used = used_leaves(lambda th, e: self.states(th, e, sd)[0], (theta, eta))
+        none for a first-order expansion). Read from the forward-mode solve, which the
+        expansion traces anyway (the default adjoint's solve is not traced for it)."""
+        forward = self.forward_only
+        used = used_leaves(lambda th, e: forward.states(th, e, sd)[0], (theta, eta))
         n_theta = len(jax.tree_util.tree_leaves(theta))
         is_eta = [i >= n_theta for i in range(len(used))]
         second = [r and not first_order for r in is_eta]
