@@ -250,3 +250,23 @@ def test_inner_steps_are_bounded():
     assert bool(res.converged)
     np.testing.assert_allclose(res.eta, [10.0], atol=1e-10)
     assert int(res.n_iter) >= 20
+
+
+def test_split_evaluation_equals_the_whole(oral):
+    # a fit compiles an evaluation with an EBE search as two programs (the search, then the
+    # rest); their composition is the one-program evaluation, multistart warm starts included
+    from deepnlme.estimation._fit_problem import _compiled
+
+    method = FOCEI(inner=InnerOptions(multistart=True))
+    ev, u0 = _evaluator(oral, method)
+    n, q = oral.n_subjects, oral.n_eta
+    rng = np.random.default_rng(3)
+    eta = jnp.asarray(0.1 * rng.standard_normal((n, 2 * q + 2, q)))
+    u = jnp.asarray(u0 + 0.05 * rng.standard_normal(u0.size))
+    args = (u, jnp.asarray(u0), eta, oral.subjects)
+    split, _ = _compiled(oral, method, tuple(range(u0.size)), args)
+    whole, parts = ev(*args), split(*args)
+    for name, a, b in zip(whole._fields, whole, parts):
+        np.testing.assert_allclose(
+            np.asarray(b), np.asarray(a), rtol=1e-10, atol=1e-12, err_msg=name
+        )

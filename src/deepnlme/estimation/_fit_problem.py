@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import math
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -22,7 +23,9 @@ from ..likelihood import (
     Method,
     NaivePooled,
     Problem,
+    Searched,
     Structure,
+    has_search,
     make_evaluator,
     multistart_points,
     probe,
@@ -50,7 +53,13 @@ def _structure(problem: Problem) -> Structure:
     return cache["structure"]
 
 
-def _compiled(problem: Problem, method: Method, free: tuple[int, ...], args) -> tuple[Any, float]:
+def _compiled(
+    problem: Problem,
+    method: Method,
+    free: tuple[int, ...],
+    args,
+    ahead: Callable[[Any], None] | None = None,
+) -> tuple[Any, float]:
     """The compiled evaluation for (problem, method, free set), and the compile time.
 
     Tracing the model through the EBE solve and the gradients takes longer than XLA's
@@ -59,6 +68,13 @@ def _compiled(problem: Problem, method: Method, free: tuple[int, ...], args) -> 
     set, the argument shapes and the versions of jax and deepnlme), so that a later process
     fitting the same model to the same data skips the tracing as JAX's persistent cache lets
     it skip XLA's compilation.
+
+    A method with an EBE search is two programs, the search and the rest (`make_evaluator`'s
+    stages), called one after the other: the rest compiles on a second thread while the search
+    is traced. XLA compiles a program on one core, so on two cores the two compilations and
+    the tracing overlap. `ahead(pool)`, when given, runs first: it may trace other small
+    programs and submit their compilation to `pool` (a core is free while the first program
+    of the evaluation traces).
     """
     cache = _problem_cache(problem)
     key = ("eval", method, free)
@@ -67,22 +83,56 @@ def _compiled(problem: Problem, method: Method, free: tuple[int, ...], args) -> 
     t0 = time.perf_counter()
     structure = _structure(problem)
     optimise = structure.n_obs > _FAST_COMPILE_OBS or problem.solves_ode
-    options = {"optimise": optimise}
     unroll = problem.n_subjects >= _UNROLL_SUBJECTS
-    path = _export_path(problem, method, free, args, options, unroll, structure)
-    exported = _read_export(path) if path is not None else None
-    if exported is None:
-        evaluate = make_evaluator(problem, method, free, structure)
-        with unrolled(unroll):
-            if path is not None:
-                exported = _write_export(path, jax.jit(evaluate), args)
-            if exported is None:
-                lowered = jax.jit(evaluate).lower(*args)
-    if exported is not None:
-        lowered = jax.jit(exported.call).lower(*args)
-    compiled = compile_lowered(lowered, optimise)
+
+    def lowered(stage, stage_args):
+        options = {"optimise": optimise, "stage": stage}
+        path = _export_path(problem, method, free, stage_args, options, unroll, structure)
+        exported = _read_export(path) if path is not None else None
+        if exported is None:
+            evaluate = make_evaluator(problem, method, free, structure, stage)
+            with unrolled(unroll):
+                if path is not None:
+                    exported = _write_export(path, jax.jit(evaluate), stage_args)
+                if exported is None:
+                    return jax.jit(evaluate).lower(*stage_args)
+        return jax.jit(exported.call).lower(*stage_args)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        if ahead is not None:
+            ahead(pool)
+        if not has_search(problem, method):
+            whole = pool.submit(compile_lowered, lowered("whole", args), optimise)
+        else:
+            # the rest first: it takes longer to compile, and compiles while the search traces
+            z, base_u, eta, subjects = args
+            rest_lowered = lowered("rest", (z, base_u, _searched_shape(eta), subjects))
+            rest_future = pool.submit(compile_lowered, rest_lowered, optimise)
+            search_future = pool.submit(compile_lowered, lowered("search", args), optimise)
+        if not has_search(problem, method):
+            compiled = whole.result()
+        else:
+            search, rest = search_future.result(), rest_future.result()
+
+            def compiled(z, base_u, eta, subjects):
+                return rest(z, base_u, search(z, base_u, eta, subjects), subjects)
+
     cache[key] = compiled
     return compiled, time.perf_counter() - t0
+
+
+def _searched_shape(eta) -> Searched:
+    """The shapes of the `Searched` ends of the EBE searches from warm starts `eta`
+    (``[N, q]``, or ``[N, K + 1, q]`` with multistart)."""
+    n, q = eta.shape[0], eta.shape[-1]
+    k1 = eta.shape[1] if eta.ndim == 3 else 1
+    sds = jax.ShapeDtypeStruct
+    return Searched(
+        sds((n, q), eta.dtype),
+        sds((n, q, q), eta.dtype),
+        sds((n,), bool),
+        sds((n, k1, q), eta.dtype),
+    )
 
 
 @functools.cache
@@ -129,11 +179,11 @@ def _export_path(problem, method, free, args, options, unroll, structure):
 @functools.cache
 def _register_serialization() -> None:
     """Name the tuple types that enter and leave an evaluation for jax.export (once)."""
-    from ..likelihood._objective import Evaluation
+    from ..likelihood._objective import Evaluation, Searched
     from ..solve._doses import DoseEvents
     from ..solve._subject import SubjectData
 
-    for cls in (SubjectData, DoseEvents, Evaluation):
+    for cls in (SubjectData, DoseEvents, Evaluation, Searched):
         jax.export.register_namedtuple_serialization(
             cls, serialized_name=f"deepnlme.{cls.__name__}"
         )
@@ -193,7 +243,7 @@ def _run_once_jit(fn):
     jitted = jax.jit(fn)
     compiled: dict = {}
 
-    def call(*args):
+    def program(args, pool=None):
         leaves, tree = jax.tree_util.tree_flatten(args)
         key = (
             tree,
@@ -207,9 +257,24 @@ def _run_once_jit(fn):
             ),
         )
         if key not in compiled:
-            compiled[key] = compile_lowered(jitted.lower(*args), optimise=False)
+            lowered = jitted.lower(*args)
+            if pool is not None:
+                compiled[key] = pool.submit(compile_lowered, lowered, optimise=False)
+            else:
+                compiled[key] = compile_lowered(lowered, optimise=False)
+        return key
+
+    def call(*args):
+        key = program(args)
+        if isinstance(compiled[key], concurrent.futures.Future):
+            compiled[key] = compiled[key].result()
         return compiled[key](*args)
 
+    def prepare(*args, pool=None):
+        """Trace for such arguments now, and compile (on `pool`, a thread pool, if given)."""
+        program(args, pool)
+
+    call.prepare = prepare
     return call
 
 
@@ -415,8 +480,33 @@ def fit_problem(
     eta_start = np.asarray(eta0, dtype=np.float64)
     if tracked:
         eta_start = _with_fixed_starts(problem, u0, eta_start)
+    network = {pi.name for pi in problem.param_info if pi.kind == "network"}
+    cov_pos = []
+    if covariance is not None:
+        cov_pos = [
+            k
+            for k, i in enumerate(free)
+            if network_se or not any(i in range(*slices[nm].indices(u0.size)) for nm in network)
+        ]
+
+    def prepare_report(pool):
+        # the report's helper programs, compiled while the evaluation traces
+        values_fn, declared_jac, omega_jac = _post_functions(problem)
+        u = jnp.asarray(u0)
+        values_fn.prepare(u, pool=pool)
+        if cov_pos and not joint:
+            declared_jac.prepare(u, jnp.asarray(np.asarray(free)[cov_pos]), pool=pool)
+        shapes = {pi.name: np.zeros(pi.shape) for pi in problem.param_info}
+        jac_args = _omega_jac_args(problem, _estimates_of(shapes))
+        if jac_args is not None:
+            omega_jac.prepare(*jac_args, pool=pool)
+
     compiled, t_compile = _compiled(
-        problem, method, free, (jnp.asarray(z0), base, jnp.asarray(eta_start), subjects)
+        problem,
+        method,
+        free,
+        (jnp.asarray(z0), base, jnp.asarray(eta_start), subjects),
+        prepare_report,
     )
     t_run0 = time.perf_counter()
     state = {"eta": eta_start, "accepted": 0}
@@ -504,14 +594,8 @@ def fit_problem(
 
     # covariance step
     t_cov0 = time.perf_counter()
-    network = {pi.name for pi in problem.param_info if pi.kind == "network"}
-    cov_u, cov_status, cov_pos = None, "not requested", []
+    cov_u, cov_status = None, "not requested"
     if covariance is not None:
-        cov_pos = [
-            k
-            for k, i in enumerate(free)
-            if network_se or not any(i in range(*slices[nm].indices(u0.size)) for nm in network)
-        ]
         if joint:
             cov_status = (
                 "not available for JointMAP (no marginal likelihood); chain FOCE/FOCEI from "
@@ -747,8 +831,22 @@ def _build_table(
     table.insert(5, "ci_2.5%", est - 1.959963984540054 * se)
     table.insert(6, "ci_97.5%", est + 1.959963984540054 * se)
     table.insert(7, "shrinkage%", np.nan)
-    estimates = {k: (float(v) if v.ndim == 0 else v) for k, v in values.items()}
-    return table, cov_decl, estimates
+    return table, cov_decl, _estimates_of(values)
+
+
+def _estimates_of(values: Mapping[str, np.ndarray]) -> dict:
+    """Declared values by name as a fit reports them (floats for scalars)."""
+    return {k: (float(v) if v.ndim == 0 else v) for k, v in values.items()}
+
+
+def _omega_jac_args(problem, estimates) -> tuple[dict, dict] | None:
+    """The arguments of the Omega Jacobian helper at `estimates`: (variances, the rest)."""
+    theta = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in estimates.items()}
+    var_names = [p.name for p in problem.param_info if p.kind == "variance"]
+    if not (var_names and problem.n_eta):
+        return None
+    var_vals = {k: jnp.asarray(theta[k]) for k in var_names}
+    return var_vals, {k: jnp.asarray(v) for k, v in theta.items() if k not in var_vals}
 
 
 def _shrinkage(problem, eta, omega, method) -> dict[str, float]:
@@ -762,13 +860,10 @@ def _shrinkage(problem, eta, omega, method) -> dict[str, float]:
 
 
 def _add_shrinkage(table, problem, shrink, estimates) -> pd.DataFrame:
-    theta = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in estimates.items()}
-    var_names = [p.name for p in problem.param_info if p.kind == "variance"]
     diag_rows = {}
-    if var_names and problem.n_eta:
-        var_vals = {k: jnp.asarray(theta[k]) for k in var_names}
-        other = {k: jnp.asarray(v) for k, v in theta.items() if k not in var_vals}
-        d_all = {k: np.asarray(v) for k, v in _post_functions(problem)[2](var_vals, other).items()}
+    jac_args = _omega_jac_args(problem, estimates)
+    if jac_args is not None:
+        d_all = {k: np.asarray(v) for k, v in _post_functions(problem)[2](*jac_args).items()}
     # a variance element sits on Omega_jj when Omega_jj moves with it (and nothing else does)
     for j in range(problem.n_eta):
         for name, pi in ((p.name, p) for p in problem.param_info if p.kind == "variance"):

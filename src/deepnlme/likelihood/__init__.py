@@ -14,8 +14,10 @@ from ._methods import Method as Method
 from ._methods import NaivePooled as NaivePooled
 from ._objective import LOG2PI as LOG2PI
 from ._objective import Evaluation as Evaluation
+from ._objective import Searched as Searched
 from ._objective import Structure as Structure
 from ._objective import cond_parts as cond_parts
+from ._objective import has_search as has_search
 from ._objective import make_evaluator as make_evaluator
 from ._objective import multistart_points as multistart_points
 from ._objective import probe as probe

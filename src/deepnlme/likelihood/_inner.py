@@ -111,6 +111,59 @@ def newton_lm(
     return InnerResult(eta, v, g, h, it, converged)
 
 
+def search_modes(
+    fun_theta: Callable[[jax.Array, object], jax.Array],
+    theta: object,
+    eta0: jax.Array,
+    options: InnerOptions,
+    starts: jax.Array | None = None,
+    max_step: jax.Array | None = None,
+    score: Callable[[jax.Array], jax.Array] | None = None,
+    fun_search: Callable[[jax.Array, object], jax.Array] | None = None,
+) -> tuple[InnerResult, jax.Array]:
+    """The EBE search of `implicit_eta` alone (no derivative flows through it).
+
+    Returns the `InnerResult` of the kept mode and the end points of all searches
+    ``[K + 1, q]``, the kept mode first and the search from `eta0`'s in its place.
+    """
+    theta_c = jax.lax.stop_gradient(theta)
+    eta0 = jax.lax.stop_gradient(eta0)
+    if max_step is not None:
+        max_step = jax.lax.stop_gradient(max_step)
+    search = fun_theta if fun_search is None else fun_search
+    res = newton_lm(lambda e: search(e, theta_c), eta0, options, max_step)
+    if starts is None:
+        return res, jax.lax.stop_gradient(res.eta[None])
+    others = jax.vmap(lambda e0: newton_lm(lambda e: search(e, theta_c), e0, options, max_step))(
+        jax.lax.stop_gradient(starts)
+    )
+    found = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), res, others)
+    values = found.value if score is None else jax.vmap(score)(found.eta)
+    values = jax.lax.stop_gradient(values)
+    values = jnp.where(jnp.isfinite(values) & jnp.isfinite(found.value), values, jnp.inf)
+    k = jnp.argmin(values)  # the first of equals: the search from eta0
+    res = jax.tree_util.tree_map(lambda a: a[k], found)
+    rows = jnp.arange(values.shape[0])
+    found_eta = found.eta[jnp.where(rows == 0, k, jnp.where(rows == k, 0, rows))]
+    return res, jax.lax.stop_gradient(found_eta)
+
+
+def implicit_step(
+    fun_theta: Callable[[jax.Array, object], jax.Array],
+    theta: object,
+    eta_hat: jax.Array,
+    hess: jax.Array,
+    fun_near: Callable[[jax.Array], Callable[[jax.Array, object], jax.Array]] | None = None,
+) -> jax.Array:
+    """The mode `eta_hat` (Hessian `hess` of the inner objective there) as a differentiable
+    function of `theta`: one Newton step with the Hessian held constant (see `implicit_eta`)."""
+    eta_hat = jax.lax.stop_gradient(eta_hat)
+    hess = jax.lax.stop_gradient(hess)
+    fun = fun_theta if fun_near is None else fun_near(eta_hat)
+    grad = jax.jacfwd(fun)(eta_hat, theta)  # forward: cheaper than reverse here
+    return eta_hat - solve(hess, grad)
+
+
 def implicit_eta(
     fun_theta: Callable[[jax.Array, object], jax.Array],
     theta: object,
@@ -144,31 +197,10 @@ def implicit_eta(
     ``[K + 1, q]``, the kept mode first and the search from `eta0`'s in its place (what a
     caller tracks to warm-start every search next time).
     """
-    theta_c = jax.lax.stop_gradient(theta)
-    eta0 = jax.lax.stop_gradient(eta0)
-    if max_step is not None:
-        max_step = jax.lax.stop_gradient(max_step)
-    search = fun_theta if fun_search is None else fun_search
-    res = newton_lm(lambda e: search(e, theta_c), eta0, options, max_step)
-    if starts is not None:
-        others = jax.vmap(
-            lambda e0: newton_lm(lambda e: search(e, theta_c), e0, options, max_step)
-        )(jax.lax.stop_gradient(starts))
-        found = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), res, others)
-        values = found.value if score is None else jax.vmap(score)(found.eta)
-        values = jax.lax.stop_gradient(values)
-        values = jnp.where(jnp.isfinite(values) & jnp.isfinite(found.value), values, jnp.inf)
-        k = jnp.argmin(values)  # the first of equals: the search from eta0
-        res = jax.tree_util.tree_map(lambda a: a[k], found)
-        rows = jnp.arange(values.shape[0])
-        found_eta = found.eta[jnp.where(rows == 0, k, jnp.where(rows == k, 0, rows))]
-    else:
-        found_eta = res.eta[None]
-    eta_hat = jax.lax.stop_gradient(res.eta)
-    hess = jax.lax.stop_gradient(res.hess)
-    fun = fun_theta if fun_near is None else fun_near(eta_hat)
-    grad = jax.jacfwd(fun)(eta_hat, theta)  # forward: cheaper than reverse here
-    step = solve(hess, grad)
+    res, found_eta = search_modes(
+        fun_theta, theta, eta0, options, starts, max_step, score, fun_search
+    )
+    eta = implicit_step(fun_theta, theta, res.eta, res.hess, fun_near)
     if return_found:
-        return eta_hat - step, res, jax.lax.stop_gradient(found_eta)
-    return eta_hat - step, res
+        return eta, res, found_eta
+    return eta, res

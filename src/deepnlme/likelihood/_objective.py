@@ -12,7 +12,7 @@ import numpy as np
 
 from .._config import compile_lowered
 from ..errors import OptionError
-from ._inner import implicit_eta
+from ._inner import implicit_step, search_modes
 from ._methods import FO, FOCE, FOCEI, JointMAP, LaplaceI, Method, NaivePooled
 from ._problem import ObsTerms, Problem
 from ._small import logdet_inv
@@ -110,6 +110,24 @@ class SubjectOut(NamedTuple):
     modes: jax.Array
 
 
+class Searched(NamedTuple):
+    """The end of one subject's EBE search (stopped values, no derivative flows through
+    them): the kept mode `eta`, the Hessian `hess` of the inner objective there, whether the
+    search `converged`, and the end points `modes` ``[K + 1, q]`` of all searches, the kept
+    mode first."""
+
+    eta: jax.Array
+    hess: jax.Array
+    converged: jax.Array
+    modes: jax.Array
+
+
+def has_search(problem: Problem, method: Method) -> bool:
+    """Whether `method`'s objective for `problem` has an EBE search (FOCE, FOCEI, LaplaceI
+    with random effects): such an evaluation can be split into the search and the rest."""
+    return isinstance(method, (FOCE, FOCEI, LaplaceI)) and problem.n_eta > 0
+
+
 def subject_m2ll(
     method: Method,
     problem: Problem,
@@ -121,14 +139,22 @@ def subject_m2ll(
     subj,
     has_other: bool,
     multistart: bool = False,
-) -> tuple[jax.Array, SubjectOut]:
+    stage: str = "whole",
+):
     """One subject's objective contribution (OFV scale) under `method`.
 
     `eta_in` is the warm start of the EBE (marginal methods) or the eta itself (JointMAP).
     With `multistart`, `eta_in` may also be ``[K + 1, q]``: the warm start and the starts of
     the K other searches (the modes they found last time, which the fit tracks); a ``[q]``
     `eta_in` starts them at eta = 0 and +-1.5 SD of Omega along each random effect.
+
+    `stage` splits a method with an EBE search (`has_search`) in two: ``"search"`` returns
+    the `Searched` end of the search from `eta_in`; ``"rest"`` takes that `Searched` as
+    `eta_in` and returns what ``"whole"`` (both at once) returns.
     """
+    searched = None
+    if stage == "rest":
+        searched, eta_in = eta_in, eta_in.eta
     tracked = eta_in.ndim == 2
     track_starts = eta_in[1:] if tracked else None
     eta_in = eta_in[0] if tracked else eta_in
@@ -248,27 +274,32 @@ def subject_m2ll(
 
     sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
     starts = score = None
-    if multistart:  # the tracked modes, or the fixed starts
+    if multistart and searched is None:  # the tracked modes, or the fixed starts
         starts = track_starts if tracked else multistart_points(om)
         theta_c = jax.lax.stop_gradient(theta)
 
         def score(e):  # modes compete by their contribution to the objective
             return laplace(theta_c, e, search_obs)[0]
 
-    eta, res, found = implicit_eta(
-        inner,
-        (theta, om_inv, v0),
-        eta_in,
-        method.inner,
-        starts,
-        max_step_of(sd),
-        (lambda eta_c: inner_with(obs_at(eta_c))) if use_near else None,
-        score,
-        return_found=True,
-        fun_search=inner_with(search_obs) if problem.obs_terms_search else None,
-    )
+    p = (theta, om_inv, v0)
+    if searched is None:
+        res, found = search_modes(
+            inner,
+            p,
+            eta_in,
+            method.inner,
+            starts,
+            max_step_of(sd),
+            score,
+            fun_search=inner_with(search_obs) if problem.obs_terms_search else None,
+        )
+        searched = Searched(res.eta, res.hess, res.converged, found)
+        if stage == "search":
+            return searched
+    fun_near = (lambda eta_c: inner_with(obs_at(eta_c))) if use_near else None
+    eta = implicit_step(inner, p, searched.eta, searched.hess, fun_near)
     val, m_inv = laplace(theta, eta, obs_at(eta))  # expanded about the returned EBE (its value)
-    return val, SubjectOut(eta, m_inv, res.converged, found)
+    return val, SubjectOut(eta, m_inv, searched.converged, searched.modes)
 
 
 class Evaluation(NamedTuple):
@@ -296,14 +327,30 @@ def uses_multistart(problem: Problem, method: Method) -> bool:
     return any(p.kind == "network" for p in problem.param_info)
 
 
-def make_evaluator(problem: Problem, method: Method, free: Sequence[int], structure: Structure):
+def make_evaluator(
+    problem: Problem,
+    method: Method,
+    free: Sequence[int],
+    structure: Structure,
+    stage: str = "whole",
+):
     """Build `evaluate(z, base_u, eta, subjects) -> Evaluation` (not yet jitted).
 
     `z` holds the free entries `free` of the unconstrained vector; `base_u` supplies the others.
     `eta` is ``[N, q]``, or ``[N, K + 1, q]`` with multistart (the warm starts of every
     search: `Evaluation.modes` of the previous evaluation). Per-subject terms are vmapped;
     gradients include the EBEs' dependence on z.
+
+    For a method with an EBE search (`has_search`), `stage` builds one of two programs whose
+    composition is the evaluation: ``"search"`` gives `search(z, base_u, eta, subjects)`, the
+    batched `Searched` ends of the EBE searches, and ``"rest"`` gives
+    `rest(z, base_u, searched, subjects) -> Evaluation`. Two programs compile in parallel
+    (and the second traces while the first compiles); no derivative passes between them.
     """
+    if stage not in ("whole", "search", "rest"):
+        raise ValueError(f"stage must be 'whole', 'search' or 'rest'; got {stage!r}")
+    if stage != "whole" and not has_search(problem, method):
+        raise ValueError(f"{method.name} has no EBE search to split the evaluation at")
     free = np.asarray(free, dtype=np.int64)
     has_other = structure.n_cens + structure.n_other > 0
     if isinstance(method, FO) and structure.n_other > 0:
@@ -324,8 +371,21 @@ def make_evaluator(problem: Problem, method: Method, free: Sequence[int], struct
     def one(z, base_u, eta_i, subj):
         theta, om, om_inv, om_logdet = theta_of(z, base_u)
         return subject_m2ll(
-            method, problem, theta, om, om_inv, om_logdet, eta_i, subj, has_other, multistart
+            method,
+            problem,
+            theta,
+            om,
+            om_inv,
+            om_logdet,
+            eta_i,
+            subj,
+            has_other,
+            multistart,
+            stage,
         )
+
+    if stage == "search":
+        return jax.vmap(one, in_axes=(None, None, 0, 0))
 
     # Reverse mode for the outer gradient. (Forward mode over the subject terms was faster for
     # a few parameters, but its tangents pass through the batched EBE while-loop, and such
@@ -341,7 +401,8 @@ def make_evaluator(problem: Problem, method: Method, free: Sequence[int], struct
         if joint:
             grad_z, grad_eta = grads
         else:
-            grad_z, grad_eta = grads, jnp.zeros_like(eta)
+            grad_z = grads
+            grad_eta = jnp.zeros_like(aux.eta)
         pen, pen_grad = jax.value_and_grad(penalty)(z, base_u)
         return Evaluation(
             vals, grad_z, aux.eta, aux.eta_cov, aux.inner_ok, grad_eta, pen, pen_grad, aux.modes

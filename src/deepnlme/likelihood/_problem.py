@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from .._config import compile_lowered
 
 PARAM_KINDS = ("fixed effect", "variance", "residual", "network")
 
@@ -169,8 +172,14 @@ class Problem:
         return out
 
     def init_u(self) -> np.ndarray:
-        """The initial unconstrained vector."""
-        return np.asarray(jax.jit(self.pack)(self.init), dtype=np.float64)
+        """The initial unconstrained vector (a new array each call)."""
+        return self._init_u.copy()
+
+    @functools.cached_property
+    def _init_u(self) -> np.ndarray:
+        # one small program, run once: compiled without LLVM optimisation
+        program = compile_lowered(jax.jit(self.pack).lower(self.init), optimise=False)
+        return np.asarray(program(self.init), dtype=np.float64)
 
 
 @dataclasses.dataclass(frozen=True)
