@@ -30,6 +30,15 @@ def _progress_line(it: int, f: float, gmax: float, elapsed: float) -> str:
     return f"{it:6d}  {f:18.6f}  {gmax:12.4e}  {elapsed:9.2f}s"
 
 
+# The largest change of any (unconstrained) parameter in one trial step of BFGS and L-BFGS.
+# A quasi-Newton direction built from a poor curvature pair can be huge; on study 1's network
+# model (JointMAP, examples/deepnlme_dynamics) such trial steps moved parameters by 5 to 46
+# units, made the ODE stiff, and each took about 30 s to be rejected, while every accepted
+# step of that fit moved no parameter by more than 0.4. One unit is a factor e on a
+# log-parameter.
+MAX_TRIAL_STEP = 1.0
+
+
 class _Stop(Exception):
     pass
 
@@ -58,7 +67,8 @@ def minimize(
     iterations is below ftol, or the largest component of a full (not shortened) step is below
     xtol while f has settled. A stop on ftol with max|g| still above 1000 max(gtol, 1e-3) is
     reported as not converged (f stalled away from a stationary point), and such a gradient
-    rules out a stop on xtol. A trial point where f is not finite is treated as a failed
+    rules out a stop on xtol. No trial step of BFGS or L-BFGS moves a parameter by more than
+    `MAX_TRIAL_STEP`. A trial point where f is not finite is treated as a failed
     line-search step (the step is shortened). `on_accept()` is called after each accepted
     step, whose point is then the one `fun` evaluated last.
     """
@@ -130,11 +140,10 @@ def minimize(
             if not np.isfinite(slope) or slope >= 0:  # not a descent direction: reset
                 hinv, s_list, y_list = None, [], []
                 d, slope = -g, -float(g @ g)
-            alpha = 1.0
-            if hinv is None and not s_list:
-                alpha = min(1.0, 0.1 / max(np.max(np.abs(d)), 1e-300))
-            elif it == 1:  # a first step from a Hessian guess: at most 1 unit per parameter
-                alpha = min(1.0, 1.0 / max(np.max(np.abs(d)), 1e-300))
+            # no trial point moves a parameter by more than MAX_TRIAL_STEP (0.1 without
+            # curvature information); with a Hessian guess or an update, alpha = 1 otherwise
+            d_max = max(np.max(np.abs(d)), 1e-300)
+            alpha = min(1.0, (0.1 if hinv is None and not s_list else MAX_TRIAL_STEP) / d_max)
             alpha_first = alpha
             accepted = False
             for _ in range(40):

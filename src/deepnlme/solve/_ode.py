@@ -276,7 +276,10 @@ def ode_states(
             & (mid < res.kill)
         )
         u = jnp.where(running, res.rate, 0.0) @ onehot
-        xb, ok_seg = integrate(seg_field, t_prev, b, x, (args, u))
+        # once the solve has failed, later segments are not integrated (zero length): a
+        # subject whose trial parameters make the ODE stiff costs one segment's max_steps, not
+        # every segment's, while the vmapped batch waits for it
+        xb, ok_seg = integrate(seg_field, t_prev, jnp.where(ok, b, t_prev), x, (args, u))
         fail_t = jnp.where(ok & ~ok_seg, t_prev, fail_t)
         ok = ok & ok_seg
         x_seen = jnp.where(ok, xb, jnp.nan)
