@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -57,16 +58,33 @@ def newton_lm(
     where an ODE model turns stiff and one subject's solve holds up the whole batch; bounded
     steps avoid such trial points and change nothing near the mode.
     """
-    q = eta0.shape[0]
-    dtype = eta0.dtype
-    start_ok = jnp.isfinite(fun(eta0))
-    eta0 = jnp.where(start_ok, eta0, jnp.zeros_like(eta0))
-    eye = jnp.eye(q, dtype=dtype)
+    start, pending, body = _newton_parts(fun, options, max_step)
+    return _newton_result(jax.lax.while_loop(pending, body, start(eta0)))
 
-    # state: accepted point (eta, v, g, h), the candidate to evaluate next, damping, counters.
-    # The first candidate is the start itself (v = inf, so it is accepted when finite): the
-    # Hessian code appears once in the compiled program.
-    def cond(state):
+
+def _newton_parts(fun, options: InnerOptions, max_step):
+    """`newton_lm` as (start(eta0) -> state, pending(state) -> bool, body(state) -> state)."""
+
+    def start(eta0):
+        q = eta0.shape[0]
+        dtype = eta0.dtype
+        start_ok = jnp.isfinite(fun(eta0))
+        eta0 = jnp.where(start_ok, eta0, jnp.zeros_like(eta0))
+        # state: accepted point (eta, v, g, h), the candidate to evaluate next, damping,
+        # counters. The first candidate is the start itself (v = inf, so it is accepted when
+        # finite): the Hessian code appears once in the compiled program.
+        return (
+            eta0,
+            jnp.asarray(jnp.inf, dtype=dtype),
+            jnp.zeros(q, dtype),
+            jnp.eye(q, dtype=dtype),
+            eta0,
+            jnp.asarray(0.0, dtype),
+            jnp.asarray(0),
+            jnp.asarray(False),
+        )
+
+    def pending(state):
         return (~state[7]) & (state[6] <= options.max_iter)
 
     def body(state):
@@ -95,20 +113,74 @@ def newton_lm(
         stuck = (lam > 1e12 * (1.0 + jnp.mean(jnp.abs(jnp.diag(h))))) | (first & ~finite)
         return eta, v, g, h, eta + step, lam, it + 1, done | stuck
 
-    inf = jnp.asarray(jnp.inf, dtype=dtype)
-    state = (
-        eta0,
-        inf,
-        jnp.zeros(q, dtype),
-        eye,
-        eta0,
-        jnp.asarray(0.0, dtype),
-        jnp.asarray(0),
-        jnp.asarray(False),
-    )
-    eta, v, g, h, _, lam, it, done = jax.lax.while_loop(cond, body, state)
-    converged = done & jnp.isfinite(v)
-    return InnerResult(eta, v, g, h, it, converged)
+    return start, pending, body
+
+
+def _newton_result(state) -> InnerResult:
+    eta, v, g, h, _, _, it, done = state
+    return InnerResult(eta, v, g, h, it, done & jnp.isfinite(v))
+
+
+def newton_lm_lanes(
+    fun: Callable[[jax.Array, Any], jax.Array],
+    eta0: jax.Array,
+    x: Any,
+    options: InnerOptions,
+    max_step: jax.Array | None = None,
+    chunk: int | None = None,
+) -> InnerResult:
+    """`newton_lm` for L searches at once ("lanes"): lane l minimises ``fun(eta, x_l)`` from
+    ``eta0[l]`` (`x`: a pytree of ``[L, ...]`` arrays; `max_step` ``[L, q]``). Each lane takes
+    exactly the iterations `newton_lm` would; the results are ``[L, ...]``.
+
+    A batched loop over all lanes runs until the last one is done, and a few slow searches (a
+    start far from any mode) make all the others wait at full cost. With `chunk`, each pass of
+    the loop instead takes one iteration of `chunk` pending lanes (gathered, stepped and
+    scattered back): the lanes still pending cost their own iterations only. `chunk` None (or
+    >= L): every pass steps all lanes.
+    """
+    n_lanes = eta0.shape[0]
+
+    def parts(xl, ms):
+        return _newton_parts(lambda e: fun(e, xl), options, ms)
+
+    def start(e0, xl, ms):
+        return parts(xl, ms)[0](e0)
+
+    def step(state, xl, ms):
+        _, pending, body = parts(xl, ms)
+        new = body(state)
+        go = pending(state)
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(go, a, b), new, state)
+
+    pending = jax.vmap(parts(None, None)[1])
+    ms_axis = None if max_step is None else 0
+    run = jax.vmap(step, in_axes=(0, 0, ms_axis))
+    state = jax.vmap(start, in_axes=(0, 0, ms_axis))(eta0, x, max_step)
+
+    def advance(st):
+        if chunk is None or chunk >= n_lanes:
+            return run(st, x, max_step)
+        idx = jnp.argsort((~pending(st)).astype(jnp.int32), stable=True)[:chunk]  # pending first
+        take = functools.partial(jax.tree_util.tree_map, lambda a: a[idx])
+        sub = run(take(st), take(x), None if max_step is None else max_step[idx])
+        return jax.tree_util.tree_map(lambda a, b: a.at[idx].set(b), st, sub)
+
+    state = jax.lax.while_loop(lambda st: jnp.any(pending(st)), advance, state)
+    return _newton_result(state)
+
+
+def keep_best(found: InnerResult, values: jax.Array) -> tuple[InnerResult, jax.Array]:
+    """Of the searches `found` (``[K + 1]``, the one from the warm start first), the one of
+    lowest `values` (not finite: never kept; the first of equals), and the end points of all
+    ``[K + 1, q]`` with the kept one first and the first search's in its place."""
+    values = jax.lax.stop_gradient(values)
+    values = jnp.where(jnp.isfinite(values) & jnp.isfinite(found.value), values, jnp.inf)
+    k = jnp.argmin(values)  # the first of equals: the search from eta0
+    res = jax.tree_util.tree_map(lambda a: a[k], found)
+    rows = jnp.arange(values.shape[0])
+    found_eta = found.eta[jnp.where(rows == 0, k, jnp.where(rows == k, 0, rows))]
+    return res, jax.lax.stop_gradient(found_eta)
 
 
 def search_modes(
@@ -138,14 +210,7 @@ def search_modes(
         jax.lax.stop_gradient(starts)
     )
     found = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), res, others)
-    values = found.value if score is None else jax.vmap(score)(found.eta)
-    values = jax.lax.stop_gradient(values)
-    values = jnp.where(jnp.isfinite(values) & jnp.isfinite(found.value), values, jnp.inf)
-    k = jnp.argmin(values)  # the first of equals: the search from eta0
-    res = jax.tree_util.tree_map(lambda a: a[k], found)
-    rows = jnp.arange(values.shape[0])
-    found_eta = found.eta[jnp.where(rows == 0, k, jnp.where(rows == k, 0, rows))]
-    return res, jax.lax.stop_gradient(found_eta)
+    return keep_best(found, found.value if score is None else jax.vmap(score)(found.eta))
 
 
 def implicit_step(

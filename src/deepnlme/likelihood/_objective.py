@@ -12,7 +12,7 @@ import numpy as np
 
 from .._config import compile_lowered
 from ..errors import OptionError
-from ._inner import implicit_step, search_modes
+from ._inner import implicit_step, keep_best, newton_lm_lanes, search_modes
 from ._methods import FO, FOCE, FOCEI, JointMAP, LaplaceI, Method, NaivePooled
 from ._problem import ObsTerms, Problem
 from ._small import logdet_inv
@@ -128,6 +128,128 @@ def has_search(problem: Problem, method: Method) -> bool:
     return isinstance(method, (FOCE, FOCEI, LaplaceI)) and problem.n_eta > 0
 
 
+def _obs_first(problem: Problem, th, e, subj) -> ObsTerms:
+    """`obs_terms` where only its value and first derivatives are used: an ODE solve's
+    first-order expansion at the point itself (forward mode; no reverse pass through the
+    solve)."""
+    near = problem.obs_terms_near
+    if near is None or not problem.solves_ode:
+        return problem.obs_terms(th, e, subj)
+    return near(th, e, subj, jax.lax.stop_gradient(e), first_order=True)
+
+
+def _v0(method: Method, problem: Problem, theta, subj, q: int, dtype):
+    """FOCE's residual variances at eta = 0 (None for the other methods)."""
+    if not isinstance(method, FOCE):
+        return None
+    return _obs_first(problem, theta, jnp.zeros(q, dtype=dtype), subj).var
+
+
+def _inner_value(obs_fn, th, om_inv, v0, e, subj) -> jax.Array:
+    """The inner objective of the EBE search: -2 log p(y, eta) up to constants."""
+    gp, xp = cond_parts(obs_fn(th, e, subj), v0)
+    return gp + xp + e @ om_inv @ e
+
+
+def _laplace(method, problem, th, e, obs_e, subj, om_inv, om_logdet, v0, has_other):
+    """One subject's contribution (Laplace's formula under `method`) and the conditional
+    covariance of eta, at the mode e; `obs_e` gives the observation terms near e."""
+    obs = problem.obs_terms
+    if isinstance(method, LaplaceI):
+
+        def cond_total(x):
+            gp, xp = cond_parts(obs(th, x, subj))
+            return gp + xp
+
+        def gh(x):
+            val, grad = jax.value_and_grad(cond_total)(x)
+            return grad, val
+
+        hess, cval = jax.jacfwd(gh, has_aux=True)(e)
+        h_half = 0.25 * (hess + hess.T)
+    else:
+
+        def mv(x):
+            t = obs_e(th, x, subj)
+            return (t.mean, t.var), t
+
+        (g_mat, dv), t = jax.jacfwd(mv, has_aux=True)(e)
+        gp, xp = cond_parts(t, v0)
+        cval = gp + xp
+        gobs = t.mask & t.gaussian & (t.cens == 0)
+        v = jnp.where(gobs, t.var if v0 is None else v0, 1.0)
+        w = jnp.where(gobs, 1.0 / v, 0.0)
+        h_half = g_mat.T @ (w[:, None] * g_mat)
+        if isinstance(method, FOCEI):
+            h_half = h_half + 0.5 * dv.T @ ((w * w)[:, None] * dv)
+        if has_other:
+            h_half = h_half + 0.5 * jax.hessian(lambda x: cond_parts(obs(th, x, subj), v0)[1])(e)
+    ld_m, m_inv = logdet_inv(om_inv + h_half)
+    return cval + e @ om_inv @ e + om_logdet + ld_m, m_inv
+
+
+def search_subjects(
+    method: Method,
+    problem: Problem,
+    theta: dict,
+    om: jax.Array,
+    om_inv: jax.Array,
+    om_logdet: jax.Array,
+    eta: jax.Array,
+    subjects,
+    has_other: bool,
+    multistart: bool,
+    chunk: int | None = None,
+) -> Searched:
+    """The EBE searches of all subjects (``[N]`` `Searched`), as one batch of searches.
+
+    The same searches and choice of mode as the per-subject search of `subject_m2ll`, but
+    every search of every subject (``N (K + 1)`` of them with multistart) is a lane of one
+    `newton_lm_lanes` batch, so that a few slow searches run on alone in a small batch
+    (`chunk` lanes) instead of holding up all the others.
+    """
+    theta, om, om_inv, om_logdet = jax.lax.stop_gradient((theta, om, om_inv, om_logdet))
+    n, q = eta.shape[0], eta.shape[-1]
+    v0 = jax.vmap(lambda s: _v0(method, problem, theta, s, q, eta.dtype))(subjects)
+    if not multistart:
+        starts = eta[:, None] if eta.ndim == 2 else eta[:, :1]
+    elif eta.ndim == 3:  # the tracked modes
+        starts = eta
+    else:  # the fixed starts
+        fixed = multistart_points(om)
+        starts = jnp.concatenate(
+            [eta[:, None], jnp.broadcast_to(fixed, (n,) + fixed.shape)], axis=1
+        )
+    k1 = starts.shape[1]
+    lane = jnp.repeat(jnp.arange(n), k1)
+    x = (jax.tree_util.tree_map(lambda a: a[lane], subjects), None if v0 is None else v0[lane])
+    search_obs = problem.obs_terms_search or problem.obs_terms
+    sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
+    res = newton_lm_lanes(
+        lambda e, xl: _inner_value(search_obs, theta, om_inv, xl[1], e, xl[0]),
+        jax.lax.stop_gradient(starts).reshape(n * k1, q),
+        x,
+        method.inner,
+        jnp.broadcast_to(max_step_of(sd), (n * k1, q)),
+        chunk,
+    )
+    found = jax.tree_util.tree_map(lambda a: a.reshape((n, k1) + a.shape[1:]), res)
+    if k1 == 1:
+        first = jax.tree_util.tree_map(lambda a: a[:, 0], found)
+        return Searched(first.eta, first.hess, first.converged, found.eta)
+
+    def choose(found_i, subj, v0_i):
+        def score(e):  # modes compete by their contribution to the objective
+            return _laplace(
+                method, problem, theta, e, search_obs, subj, om_inv, om_logdet, v0_i, has_other
+            )[0]
+
+        kept, modes = keep_best(found_i, jax.vmap(score)(found_i.eta))
+        return Searched(kept.eta, kept.hess, kept.converged, modes)
+
+    return jax.vmap(choose)(found, subjects, v0)
+
+
 def subject_m2ll(
     method: Method,
     problem: Problem,
@@ -173,12 +295,7 @@ def subject_m2ll(
         return lambda th, e, s: near(th, e, s, eta_c)
 
     def obs_first(th, e, s):
-        """`obs` where only its value and first derivatives are used: an ODE solve's
-        first-order expansion at the point itself (forward mode; no reverse pass through the
-        solve)."""
-        if near is None or not problem.solves_ode:
-            return obs(th, e, s)
-        return near(th, e, s, jax.lax.stop_gradient(e), first_order=True)
+        return _obs_first(problem, th, e, s)
 
     zeros = jnp.zeros(q, dtype=eta_in.dtype)
     nan_cov = jnp.full((q, q), jnp.nan, dtype=eta_in.dtype)
@@ -223,13 +340,12 @@ def subject_m2ll(
         return val, SubjectOut(m_inv @ b, m_inv, jnp.asarray(True), (m_inv @ b)[None])
 
     # FOCE, FOCEI, LaplaceI: Laplace's formula at the EBE.
-    v0 = obs_first(theta, zeros, subj).var if isinstance(method, FOCE) else None
+    v0 = _v0(method, problem, theta, subj, q, eta_in.dtype)
 
     def inner_with(obs_fn):
         def inner(e, p):
             th, oi, vv = p
-            gp, xp = cond_parts(obs_fn(th, e, subj), vv)
-            return gp + xp + e @ oi @ e
+            return _inner_value(obs_fn, th, oi, vv, e, subj)
 
         return inner
 
@@ -237,40 +353,7 @@ def subject_m2ll(
     search_obs = problem.obs_terms_search or obs  # forward derivatives in eta only
 
     def laplace(th, e, obs_e):
-        """The subject's contribution and the conditional covariance of eta, at mode e."""
-        if isinstance(method, LaplaceI):
-
-            def cond_total(x):
-                gp, xp = cond_parts(obs(th, x, subj))
-                return gp + xp
-
-            def gh(x):
-                val, grad = jax.value_and_grad(cond_total)(x)
-                return grad, val
-
-            hess, cval = jax.jacfwd(gh, has_aux=True)(e)
-            h_half = 0.25 * (hess + hess.T)
-        else:
-
-            def mv(x):
-                t = obs_e(th, x, subj)
-                return (t.mean, t.var), t
-
-            (g_mat, dv), t = jax.jacfwd(mv, has_aux=True)(e)
-            gp, xp = cond_parts(t, v0)
-            cval = gp + xp
-            gobs = t.mask & t.gaussian & (t.cens == 0)
-            v = jnp.where(gobs, t.var if v0 is None else v0, 1.0)
-            w = jnp.where(gobs, 1.0 / v, 0.0)
-            h_half = g_mat.T @ (w[:, None] * g_mat)
-            if isinstance(method, FOCEI):
-                h_half = h_half + 0.5 * dv.T @ ((w * w)[:, None] * dv)
-            if has_other:
-                h_half = h_half + 0.5 * jax.hessian(lambda x: cond_parts(obs(th, x, subj), v0)[1])(
-                    e
-                )
-        ld_m, m_inv = logdet_inv(om_inv + h_half)
-        return cval + e @ om_inv @ e + om_logdet + ld_m, m_inv
+        return _laplace(method, problem, th, e, obs_e, subj, om_inv, om_logdet, v0, has_other)
 
     sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
     starts = score = None
@@ -325,6 +408,22 @@ def uses_multistart(problem: Problem, method: Method) -> bool:
     if inner.multistart is not None:
         return bool(inner.multistart)
     return any(p.kind == "network" for p in problem.param_info)
+
+
+def lane_chunk(problem: Problem, multistart: bool, lanes: int) -> int | None:
+    """How many EBE searches each pass of the batched search steps (`newton_lm_lanes`).
+
+    A sixteenth of them (at least 32) for ODE models and multistart searches, whose searches
+    differ most in cost and length: on study 1's network model (200 subjects, 8 searches
+    each) one search needing 45 iterations made an evaluation's search take 14 s instead of
+    1.0 s. None (all at once) for closed-form models without multistart, and below 64
+    searches: there every search takes a few cheap iterations, and gathering the pending ones
+    costs more than it saves (the synthetic N=10000 FOCEI fit took 11.3 s instead of 10.2 s
+    with chunks; one-off runs).
+    """
+    if lanes < 64 or not (problem.solves_ode or multistart):
+        return None
+    return max(32, lanes // 16)
 
 
 def make_evaluator(
@@ -385,7 +484,27 @@ def make_evaluator(
         )
 
     if stage == "search":
-        return jax.vmap(one, in_axes=(None, None, 0, 0))
+
+        def search(z, base_u, eta, subjects):
+            theta, om, om_inv, om_logdet = theta_of(z, base_u)
+            lanes = eta.shape[0] * (eta.shape[1] if eta.ndim == 3 else 1)
+            if multistart and eta.ndim == 2:
+                lanes *= 2 * problem.n_eta + 2
+            return search_subjects(
+                method,
+                problem,
+                theta,
+                om,
+                om_inv,
+                om_logdet,
+                eta,
+                subjects,
+                has_other,
+                multistart,
+                lane_chunk(problem, multistart, lanes),
+            )
+
+        return search
 
     # Reverse mode for the outer gradient. (Forward mode over the subject terms was faster for
     # a few parameters, but its tangents pass through the batched EBE while-loop, and such
