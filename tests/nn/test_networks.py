@@ -240,23 +240,6 @@ def test_penalty_reported_apart_from_ofv(small_pop):
     assert g.ofv == pytest.approx(f.ofv, rel=1e-9)
 
 
-def test_penalty_hessian_of_the_bfgs_start(small_pop):
-    # BFGS starts from BHHH plus the penalty's own Hessian: for L2(2.0) that is 2 * 2.0 on each
-    # penalised weight (the input layer's scaled by the input's SD squared), 0 elsewhere
-    from deepnlme.estimation._fit_problem import _penalty_hessian
-
-    m = dn.load_model(_small_reg_model(", reg=L2(2.0)"))
-    problem, _ = model_problem(m, small_pop)
-    u = jnp.asarray(problem.init_u())
-    sd = networks(resolved_model(m))["NN"].data[0][1]
-    h = np.asarray(_penalty_hessian(problem, tuple(range(u.size)))(u, u))
-    expect = np.zeros(u.size)
-    nn = problem.u_slices()["NN"].start
-    expect[nn : nn + 3] = 4.0 * sd**2  # W1
-    expect[nn + 6 : nn + 9] = 4.0  # W2 (biases are not penalised)
-    np.testing.assert_allclose(h, np.diag(expect), rtol=1e-12, atol=1e-12)
-
-
 def test_effective_l2_invariant_to_input_rescaling(small_pop):
     base = dn.load_model(_small_reg_model(", reg=L2(1.0)"))
     big = dn.load_model(_small_reg_model(", reg=L2(1.0)").replace("NN(WT / 70)", "NN(WT * 500)"))

@@ -306,24 +306,6 @@ def _post_functions(problem: Problem):
     return cache["post"]
 
 
-def _penalty_hessian(problem: Problem, free: tuple[int, ...]):
-    """`(z, base_u) ->` the Hessian of the problem's penalty in the free entries z (a small
-    program, compiled once per problem and free set)."""
-    cache = _problem_cache(problem)
-    key = ("penalty_hessian", free)
-    if key not in cache:
-        idx = np.asarray(free, dtype=np.int64)
-
-        @_run_once_jit
-        def hess(z, base_u):
-            return jax.hessian(lambda zz: problem.penalty(problem.unpack(base_u.at[idx].set(zz))))(
-                z
-            )
-
-        cache[key] = hess
-    return cache[key]
-
-
 def _method_fixed_kinds(method: Method) -> tuple[str, ...]:
     if isinstance(method, NaivePooled):
         return ("variance",)
@@ -565,19 +547,14 @@ def fit_problem(
     def hessian_guess():
         # BHHH at the accepted point: 1/2 sum_i (g_i - mean g) (g_i - mean g)' approximates
         # the Hessian of the OFV (sum of -2 log L_i), as each subject's gradient g_i is exact;
-        # a penalty (networks) adds its own Hessian, exact. With fewer than 2p subjects BFGS
-        # starts from a scaled identity instead
+        # with fewer than 2p subjects, or a penalty (networks), BFGS starts from a scaled
+        # identity instead
         ev = state.get("ev")
-        if joint or ev is None or n < 2 * p:
+        if joint or ev is None or n < 2 * p or np.any(ev.penalty_grad != 0):
             return None
         g_i = np.asarray(ev.grad_i)
         d = g_i - g_i.mean(axis=0)
-        guess = 0.5 * (d.T @ d) * n / max(n - 1, 1)
-        if np.any(ev.penalty_grad != 0):
-            guess = guess + np.asarray(
-                _penalty_hessian(problem, free)(jnp.asarray(state["z_last"]), base)
-            )
-        return guess
+        return 0.5 * (d.T @ d) * n / max(n - 1, 1)
 
     x0 = np.concatenate([z0, eta0.ravel()]) if joint else z0
     res = minimize(
