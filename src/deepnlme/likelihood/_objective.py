@@ -418,8 +418,8 @@ def lane_chunk(problem: Problem, multistart: bool, lanes: int) -> int | None:
     each) one search needing 45 iterations made an evaluation's search take 14 s instead of
     1.0 s. None (all at once) for closed-form models without multistart, and below 64
     searches: there every search takes a few cheap iterations, and gathering the pending ones
-    costs more than it saves (the synthetic N=10000 FOCEI fit took 11.3 s instead of 10.2 s
-    with chunks; one-off runs).
+    saves nothing (alternating cold runs of the synthetic N=10000 FOCEI fit: 14.5 and 15.3 s
+    with chunks, 13.9 and 15.2 s without; one-off).
     """
     if lanes < 64 or not (problem.solves_ode or multistart):
         return None
