@@ -12,7 +12,7 @@ import numpy as np
 
 from .._config import compile_lowered
 from ..errors import OptionError
-from ._inner import implicit_step, keep_best, newton_lm_lanes, search_modes
+from ._inner import implicit_step, keep_best, newton_lm_lanes
 from ._methods import FO, FOCE, FOCEI, JointMAP, LaplaceI, Method, NaivePooled
 from ._problem import ObsTerms, Problem
 from ._small import logdet_inv
@@ -203,8 +203,7 @@ def search_subjects(
 ) -> Searched:
     """The EBE searches of all subjects (``[N]`` `Searched`), as one batch of searches.
 
-    The same searches and choice of mode as the per-subject search of `subject_m2ll`, but
-    every search of every subject (``N (K + 1)`` of them with multistart) is a lane of one
+    Every search of every subject (``N (K + 1)`` of them with multistart) is a lane of one
     `newton_lm_lanes` batch, so that a few slow searches run on alone in a small batch
     (`chunk` lanes) instead of holding up all the others.
     """
@@ -260,26 +259,16 @@ def subject_m2ll(
     eta_in: jax.Array,
     subj,
     has_other: bool,
-    multistart: bool = False,
-    stage: str = "whole",
-):
+) -> tuple[jax.Array, SubjectOut]:
     """One subject's objective contribution (OFV scale) under `method`.
 
-    `eta_in` is the warm start of the EBE (marginal methods) or the eta itself (JointMAP).
-    With `multistart`, `eta_in` may also be ``[K + 1, q]``: the warm start and the starts of
-    the K other searches (the modes they found last time, which the fit tracks); a ``[q]``
-    `eta_in` starts them at eta = 0 and +-1.5 SD of Omega along each random effect.
-
-    `stage` splits a method with an EBE search (`has_search`) in two: ``"search"`` returns
-    the `Searched` end of the search from `eta_in`; ``"rest"`` takes that `Searched` as
-    `eta_in` and returns what ``"whole"`` (both at once) returns.
+    `eta_in` is the eta itself (JointMAP; ignored by FO and NaivePooled) or, for a method
+    with an EBE search (`has_search`), the subject's `Searched` end of the search
+    (`search_subjects`): the mode, the Hessian there, convergence and the modes found.
     """
     searched = None
-    if stage == "rest":
+    if isinstance(eta_in, Searched):
         searched, eta_in = eta_in, eta_in.eta
-    tracked = eta_in.ndim == 2
-    track_starts = eta_in[1:] if tracked else None
-    eta_in = eta_in[0] if tracked else eta_in
     q = eta_in.shape[0]
     obs = problem.obs_terms
     # derivatives of at most second order in (theta, eta) at the EBE: the surrogate is exact
@@ -350,35 +339,11 @@ def subject_m2ll(
         return inner
 
     inner = inner_with(obs)
-    search_obs = problem.obs_terms_search or obs  # forward derivatives in eta only
 
     def laplace(th, e, obs_e):
         return _laplace(method, problem, th, e, obs_e, subj, om_inv, om_logdet, v0, has_other)
 
-    sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
-    starts = score = None
-    if multistart and searched is None:  # the tracked modes, or the fixed starts
-        starts = track_starts if tracked else multistart_points(om)
-        theta_c = jax.lax.stop_gradient(theta)
-
-        def score(e):  # modes compete by their contribution to the objective
-            return laplace(theta_c, e, search_obs)[0]
-
     p = (theta, om_inv, v0)
-    if searched is None:
-        res, found = search_modes(
-            inner,
-            p,
-            eta_in,
-            method.inner,
-            starts,
-            max_step_of(sd),
-            score,
-            fun_search=inner_with(search_obs) if problem.obs_terms_search else None,
-        )
-        searched = Searched(res.eta, res.hess, res.converged, found)
-        if stage == "search":
-            return searched
     fun_near = (lambda eta_c: inner_with(obs_at(eta_c))) if use_near else None
     eta = implicit_step(inner, p, searched.eta, searched.hess, fun_near)
     val, m_inv = laplace(theta, eta, obs_at(eta))  # expanded about the returned EBE (its value)
@@ -440,11 +405,12 @@ def make_evaluator(
     search: `Evaluation.modes` of the previous evaluation). Per-subject terms are vmapped;
     gradients include the EBEs' dependence on z.
 
-    For a method with an EBE search (`has_search`), `stage` builds one of two programs whose
-    composition is the evaluation: ``"search"`` gives `search(z, base_u, eta, subjects)`, the
-    batched `Searched` ends of the EBE searches, and ``"rest"`` gives
-    `rest(z, base_u, searched, subjects) -> Evaluation`. Two programs compile in parallel
-    (and the second traces while the first compiles); no derivative passes between them.
+    For a method with an EBE search (`has_search`) the evaluation is the search
+    (`search_subjects`) and then the rest, and `stage` builds one of the two alone:
+    ``"search"`` gives `search(z, base_u, eta, subjects)`, the batched `Searched` ends of the
+    EBE searches, and ``"rest"`` gives `rest(z, base_u, searched, subjects) -> Evaluation`
+    (a fit compiles them as two programs, in parallel); ``"whole"`` is their composition. No
+    derivative passes from the rest into the search.
     """
     if stage not in ("whole", "search", "rest"):
         raise ValueError(f"stage must be 'whole', 'search' or 'rest'; got {stage!r}")
@@ -469,21 +435,9 @@ def make_evaluator(
 
     def one(z, base_u, eta_i, subj):
         theta, om, om_inv, om_logdet = theta_of(z, base_u)
-        return subject_m2ll(
-            method,
-            problem,
-            theta,
-            om,
-            om_inv,
-            om_logdet,
-            eta_i,
-            subj,
-            has_other,
-            multistart,
-            stage,
-        )
+        return subject_m2ll(method, problem, theta, om, om_inv, om_logdet, eta_i, subj, has_other)
 
-    if stage == "search":
+    if has_search(problem, method):
 
         def search(z, base_u, eta, subjects):
             theta, om, om_inv, om_logdet = theta_of(z, base_u)
@@ -504,7 +458,8 @@ def make_evaluator(
                 lane_chunk(problem, multistart, lanes),
             )
 
-        return search
+        if stage == "search":
+            return search
 
     # Reverse mode for the outer gradient. (Forward mode over the subject terms was faster for
     # a few parameters, but its tangents pass through the batched EBE while-loop, and such
@@ -527,4 +482,8 @@ def make_evaluator(
             vals, grad_z, aux.eta, aux.eta_cov, aux.inner_ok, grad_eta, pen, pen_grad, aux.modes
         )
 
+    if stage == "whole" and has_search(problem, method):
+        return lambda z, base_u, eta, subjects: evaluate(
+            z, base_u, search(z, base_u, eta, subjects), subjects
+        )
     return evaluate
