@@ -183,36 +183,6 @@ def keep_best(found: InnerResult, values: jax.Array) -> tuple[InnerResult, jax.A
     return res, jax.lax.stop_gradient(found_eta)
 
 
-def search_modes(
-    fun_theta: Callable[[jax.Array, object], jax.Array],
-    theta: object,
-    eta0: jax.Array,
-    options: InnerOptions,
-    starts: jax.Array | None = None,
-    max_step: jax.Array | None = None,
-    score: Callable[[jax.Array], jax.Array] | None = None,
-    fun_search: Callable[[jax.Array, object], jax.Array] | None = None,
-) -> tuple[InnerResult, jax.Array]:
-    """The EBE search of `implicit_eta` alone (no derivative flows through it).
-
-    Returns the `InnerResult` of the kept mode and the end points of all searches
-    ``[K + 1, q]``, the kept mode first and the search from `eta0`'s in its place.
-    """
-    theta_c = jax.lax.stop_gradient(theta)
-    eta0 = jax.lax.stop_gradient(eta0)
-    if max_step is not None:
-        max_step = jax.lax.stop_gradient(max_step)
-    search = fun_theta if fun_search is None else fun_search
-    res = newton_lm(lambda e: search(e, theta_c), eta0, options, max_step)
-    if starts is None:
-        return res, jax.lax.stop_gradient(res.eta[None])
-    others = jax.vmap(lambda e0: newton_lm(lambda e: search(e, theta_c), e0, options, max_step))(
-        jax.lax.stop_gradient(starts)
-    )
-    found = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), res, others)
-    return keep_best(found, found.value if score is None else jax.vmap(score)(found.eta))
-
-
 def implicit_step(
     fun_theta: Callable[[jax.Array, object], jax.Array],
     theta: object,
@@ -262,9 +232,22 @@ def implicit_eta(
     ``[K + 1, q]``, the kept mode first and the search from `eta0`'s in its place (what a
     caller tracks to warm-start every search next time).
     """
-    res, found_eta = search_modes(
-        fun_theta, theta, eta0, options, starts, max_step, score, fun_search
-    )
+    theta_c = jax.lax.stop_gradient(theta)
+    eta0 = jax.lax.stop_gradient(eta0)
+    if max_step is not None:
+        max_step = jax.lax.stop_gradient(max_step)
+    search = fun_theta if fun_search is None else fun_search
+    res = newton_lm(lambda e: search(e, theta_c), eta0, options, max_step)
+    if starts is None:
+        found_eta = jax.lax.stop_gradient(res.eta[None])
+    else:
+        others = jax.vmap(
+            lambda e0: newton_lm(lambda e: search(e, theta_c), e0, options, max_step)
+        )(jax.lax.stop_gradient(starts))
+        found = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), res, others)
+        res, found_eta = keep_best(
+            found, found.value if score is None else jax.vmap(score)(found.eta)
+        )
     eta = implicit_step(fun_theta, theta, res.eta, res.hess, fun_near)
     if return_found:
         return eta, res, found_eta
