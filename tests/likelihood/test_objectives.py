@@ -270,3 +270,20 @@ def test_split_evaluation_equals_the_whole(oral):
         np.testing.assert_allclose(
             np.asarray(b), np.asarray(a), rtol=1e-10, atol=1e-12, err_msg=name
         )
+
+
+@pytest.mark.parametrize("method", [FO(), FOCEI(), LaplaceI(), JointMAP()], ids=lambda m: m.name)
+def test_serial_evaluation_equals_the_batched(oral, method):
+    # a fit on little data loops over the subjects and the EBE searches (`serial`) instead of
+    # batching them: the same values, gradients and EBEs
+    ev, u0 = _evaluator(oral, method)
+    serial = jax.jit(make_evaluator(oral, method, tuple(range(u0.size)), probe(oral), serial=True))
+    rng = np.random.default_rng(5)
+    eta = jnp.asarray(0.2 * rng.standard_normal((oral.n_subjects, oral.n_eta)))
+    u = jnp.asarray(u0 + 0.05 * rng.standard_normal(u0.size))
+    args = (u, jnp.asarray(u0), eta, oral.subjects)
+    batched, looped = ev(*args), serial(*args)
+    for name, a, b in zip(batched._fields, batched, looped):
+        np.testing.assert_allclose(
+            np.asarray(b), np.asarray(a), rtol=1e-10, atol=1e-12, err_msg=name
+        )

@@ -58,7 +58,7 @@ def _compiled(
     method: Method,
     free: tuple[int, ...],
     args,
-    ahead: Callable[[Any], None] | None = None,
+    ahead: Callable[[], None] | None = None,
 ) -> tuple[Any, float]:
     """The compiled evaluation for (problem, method, free set), and the compile time.
 
@@ -72,9 +72,9 @@ def _compiled(
     A method with an EBE search is two programs, the search and the rest (`make_evaluator`'s
     stages), called one after the other: the rest compiles on a second thread while the search
     is traced. XLA compiles a program on one core, so on two cores the two compilations and
-    the tracing overlap. `ahead(pool)`, when given, runs first: it may trace other small
-    programs and submit their compilation to `pool` (a core is free while the first program
-    of the evaluation traces).
+    the tracing overlap. `ahead()`, when given, runs once the evaluation is traced, while it
+    compiles: it may trace and compile other small programs (the main thread would otherwise
+    wait).
     """
     cache = _problem_cache(problem)
     key = ("eval", method, free)
@@ -84,13 +84,18 @@ def _compiled(
     structure = _structure(problem)
     optimise = structure.n_obs > _FAST_COMPILE_OBS or problem.solves_ode
     unroll = problem.n_subjects >= _UNROLL_SUBJECTS
+    serial = (
+        not optimise
+        and problem.n_subjects <= _SERIAL_SUBJECTS
+        and not any(p.kind == "network" for p in problem.param_info)
+    )
 
     def lowered(stage, stage_args):
-        options = {"optimise": optimise, "stage": stage}
+        options = {"optimise": optimise, "stage": stage, "serial": serial}
         path = _export_path(problem, method, free, stage_args, options, unroll, structure)
         exported = _read_export(path) if path is not None else None
         if exported is None:
-            evaluate = make_evaluator(problem, method, free, structure, stage)
+            evaluate = make_evaluator(problem, method, free, structure, stage, serial)
             with unrolled(unroll):
                 if path is not None:
                     exported = _write_export(path, jax.jit(evaluate), stage_args)
@@ -99,8 +104,6 @@ def _compiled(
         return jax.jit(exported.call).lower(*stage_args)
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        if ahead is not None:
-            ahead(pool)
         if not has_search(problem, method):
             whole = pool.submit(compile_lowered, lowered("whole", args), optimise)
         else:
@@ -109,6 +112,8 @@ def _compiled(
             rest_lowered = lowered("rest", (z, base_u, _searched_shape(eta), subjects))
             rest_future = pool.submit(compile_lowered, rest_lowered, optimise)
             search_future = pool.submit(compile_lowered, lowered("search", args), optimise)
+        if ahead is not None:
+            ahead()
         if not has_search(problem, method):
             compiled = whole.result()
         else:
@@ -230,6 +235,13 @@ def _write_export(path, jitted, args):
 # number (no fast-math either way).
 _FAST_COMPILE_OBS = 5_000
 
+# Such a program for at most this many subjects, without networks, loops over the subjects
+# instead of batching them (`make_evaluator`'s `serial`): it traces faster (cold FOCEI fits of
+# Theoph and pheno about 0.3-0.5 s shorter), while each evaluation costs about 0.2 ms more per
+# subject (with 100 subjects, 13 evaluations took 0.45 s instead of 0.2 s, which the shorter
+# tracing no longer repays). Network models are left out: they take hundreds of evaluations.
+_SERIAL_SUBJECTS = 64
+
 # From this many subjects on, the per-subject q x q algebra is written out element by element
 # instead of calling LAPACK once per subject (see likelihood/_small.py): a quarter off each
 # evaluation at 10,000 subjects, for about a second more compilation.
@@ -243,7 +255,7 @@ def _run_once_jit(fn):
     jitted = jax.jit(fn)
     compiled: dict = {}
 
-    def program(args, pool=None):
+    def program(args):
         leaves, tree = jax.tree_util.tree_flatten(args)
         key = (
             tree,
@@ -257,22 +269,15 @@ def _run_once_jit(fn):
             ),
         )
         if key not in compiled:
-            lowered = jitted.lower(*args)
-            if pool is not None:
-                compiled[key] = pool.submit(compile_lowered, lowered, optimise=False)
-            else:
-                compiled[key] = compile_lowered(lowered, optimise=False)
-        return key
+            compiled[key] = compile_lowered(jitted.lower(*args), optimise=False)
+        return compiled[key]
 
     def call(*args):
-        key = program(args)
-        if isinstance(compiled[key], concurrent.futures.Future):
-            compiled[key] = compiled[key].result()
-        return compiled[key](*args)
+        return program(args)(*args)
 
-    def prepare(*args, pool=None):
-        """Trace for such arguments now, and compile (on `pool`, a thread pool, if given)."""
-        program(args, pool)
+    def prepare(*args):
+        """Trace and compile for such arguments now."""
+        program(args)
 
     call.prepare = prepare
     return call
@@ -489,17 +494,17 @@ def fit_problem(
             if network_se or not any(i in range(*slices[nm].indices(u0.size)) for nm in network)
         ]
 
-    def prepare_report(pool):
-        # the report's helper programs, compiled while the evaluation traces
+    def prepare_report():
+        # the report's helper programs, compiled while the evaluation compiles
         values_fn, declared_jac, omega_jac = _post_functions(problem)
         u = jnp.asarray(u0)
-        values_fn.prepare(u, pool=pool)
+        values_fn.prepare(u)
         if cov_pos and not joint:
-            declared_jac.prepare(u, jnp.asarray(np.asarray(free)[cov_pos]), pool=pool)
+            declared_jac.prepare(u, jnp.asarray(np.asarray(free)[cov_pos]))
         shapes = {pi.name: np.zeros(pi.shape) for pi in problem.param_info}
         jac_args = _omega_jac_args(problem, _estimates_of(shapes))
         if jac_args is not None:
-            omega_jac.prepare(*jac_args, pool=pool)
+            omega_jac.prepare(*jac_args)
 
     compiled, t_compile = _compiled(
         problem,

@@ -128,10 +128,14 @@ def newton_lm_lanes(
     options: InnerOptions,
     max_step: jax.Array | None = None,
     chunk: int | None = None,
+    serial: bool = False,
 ) -> InnerResult:
     """`newton_lm` for L searches at once ("lanes"): lane l minimises ``fun(eta, x_l)`` from
     ``eta0[l]`` (`x`: a pytree of ``[L, ...]`` arrays; `max_step` ``[L, q]``). Each lane takes
     exactly the iterations `newton_lm` would; the results are ``[L, ...]``.
+
+    `serial`: the lanes one after the other (a loop over `newton_lm`), for programs whose
+    tracing costs more than their running (see `make_evaluator`).
 
     A batched loop over all lanes runs until the last one is done, and a few slow searches (a
     start far from any mode) make all the others wait at full cost. With `chunk`, each pass of
@@ -140,6 +144,10 @@ def newton_lm_lanes(
     >= L): every pass steps all lanes.
     """
     n_lanes = eta0.shape[0]
+    if serial:
+        return jax.lax.map(
+            lambda a: newton_lm(lambda e: fun(e, a[1]), a[0], options, a[2]), (eta0, x, max_step)
+        )
 
     def parts(xl, ms):
         return _newton_parts(lambda e: fun(e, xl), options, ms)

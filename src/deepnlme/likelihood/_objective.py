@@ -200,12 +200,14 @@ def search_subjects(
     has_other: bool,
     multistart: bool,
     chunk: int | None = None,
+    serial: bool = False,
 ) -> Searched:
     """The EBE searches of all subjects (``[N]`` `Searched`), as one batch of searches.
 
     Every search of every subject (``N (K + 1)`` of them with multistart) is a lane of one
     `newton_lm_lanes` batch, so that a few slow searches run on alone in a small batch
-    (`chunk` lanes) instead of holding up all the others.
+    (`chunk` lanes) instead of holding up all the others. `serial`: one search after the
+    other instead (`make_evaluator`).
     """
     theta, om, om_inv, om_logdet = jax.lax.stop_gradient((theta, om, om_inv, om_logdet))
     n, q = eta.shape[0], eta.shape[-1]
@@ -231,6 +233,7 @@ def search_subjects(
         method.inner,
         jnp.broadcast_to(max_step_of(sd), (n * k1, q)),
         chunk,
+        serial,
     )
     found = jax.tree_util.tree_map(lambda a: a.reshape((n, k1) + a.shape[1:]), res)
     if k1 == 1:
@@ -397,6 +400,7 @@ def make_evaluator(
     free: Sequence[int],
     structure: Structure,
     stage: str = "whole",
+    serial: bool = False,
 ):
     """Build `evaluate(z, base_u, eta, subjects) -> Evaluation` (not yet jitted).
 
@@ -411,6 +415,12 @@ def make_evaluator(
     EBE searches, and ``"rest"`` gives `rest(z, base_u, searched, subjects) -> Evaluation`
     (a fit compiles them as two programs, in parallel); ``"whole"`` is their composition. No
     derivative passes from the rest into the search.
+
+    `serial` loops over the subjects (and over the EBE searches) instead of batching them
+    with `vmap`. The values are the same; the program runs slower but traces faster, as JAX
+    then traces the per-subject terms without a batching layer: a fit on little data, whose
+    evaluations take milliseconds, chooses it (about a quarter off tracing the rest of a FOCEI
+    evaluation of Theoph).
     """
     if stage not in ("whole", "search", "rest"):
         raise ValueError(f"stage must be 'whole', 'search' or 'rest'; got {stage!r}")
@@ -456,6 +466,7 @@ def make_evaluator(
                 has_other,
                 multistart,
                 lane_chunk(problem, multistart, lanes),
+                serial,
             )
 
         if stage == "search":
@@ -465,7 +476,12 @@ def make_evaluator(
     # a few parameters, but its tangents pass through the batched EBE while-loop, and such
     # programs were seen to hang in XLA's CPU runtime at 10,000 subjects.)
     vg = jax.value_and_grad(one, argnums=(0, 2) if joint else 0, has_aux=True)
-    per_subject = jax.vmap(vg, in_axes=(None, None, 0, 0))
+    if serial:
+
+        def per_subject(z, base_u, eta, subjects):
+            return jax.lax.map(lambda a: vg(z, base_u, *a), (eta, subjects))
+    else:
+        per_subject = jax.vmap(vg, in_axes=(None, None, 0, 0))
 
     def penalty(z, base_u):
         return problem.penalty(problem.unpack(base_u.at[free].set(z)))
