@@ -240,6 +240,41 @@ def test_penalty_reported_apart_from_ofv(small_pop):
     assert g.ofv == pytest.approx(f.ofv, rel=1e-9)
 
 
+def test_penalty_hessian_of_the_bfgs_start(small_pop):
+    # a penalised FOCE fit starts BFGS from BHHH plus the penalty's Hessian in the free
+    # parameters: for plain L2 that is 2 * strength on each weight, 0 on biases and the rest
+    from deepnlme.estimation._fit_problem import _penalty_hessian
+
+    m = dn.load_model(_small_reg_model(", reg=L2(2.0, effective=False)"))
+    prob, _ = model_problem(m, small_pop)
+    u = jnp.asarray(prob.init_u())
+    free = tuple(range(u.size))
+    h = np.asarray(_penalty_hessian(prob, free)(u + 0.1, u))
+    nn = prob.u_slices()["NN"].start  # weights W1 (3), biases b1 (3), W2 (3), bias b2 (1)
+    want = np.zeros(u.size)
+    want[nn : nn + 3] = want[nn + 6 : nn + 9] = 4.0
+    np.testing.assert_allclose(h, np.diag(want), atol=1e-12)
+    # the free subset: rows and columns of the free entries only
+    sub = tuple(i for i in free if i != nn)
+    hs = np.asarray(_penalty_hessian(prob, sub)(u[np.asarray(sub)], u))
+    np.testing.assert_allclose(hs, np.diag(np.delete(want, nn)), atol=1e-12)
+
+
+def test_penalised_fit_from_the_bhhh_start_reaches_the_lbfgs_optimum():
+    # with at least 2p subjects a penalised FOCE fit starts BFGS from BHHH plus the
+    # penalty's Hessian; it ends where L-BFGS (which uses no start matrix) ends
+    m = dn.load_model(_small_reg_model(", reg=L2(1.0)"))
+    pop = dn.simulate(m, _design(30), seed=5)
+    fits = [
+        dn.fit(m, pop, FOCE(), optimizer=opt, progress=False, covariance=None, gtol=1e-6)
+        for opt in ("bfgs", "lbfgs")
+    ]
+    for f in fits:
+        assert f.converged, f.message
+    # (to 1e-7: the network leaves directions so flat that gtol allows OFVs 1e-5 apart)
+    assert fits[0].ofv + fits[0].penalty == pytest.approx(fits[1].ofv + fits[1].penalty, rel=1e-7)
+
+
 def test_effective_l2_invariant_to_input_rescaling(small_pop):
     base = dn.load_model(_small_reg_model(", reg=L2(1.0)"))
     big = dn.load_model(_small_reg_model(", reg=L2(1.0)").replace("NN(WT / 70)", "NN(WT * 500)"))

@@ -126,6 +126,21 @@ def _compiled(
     return compiled, time.perf_counter() - t0
 
 
+def _penalty_hessian(problem: Problem, free: tuple[int, ...]):
+    """`(z, base_u) -> d2 penalty / dz2`, the Hessian of the problem's penalty in the free
+    entries (compiled once per problem and free set; a small program)."""
+    cache = _problem_cache(problem)
+    key = ("penalty_hessian", free)
+    if key not in cache:
+        idx = np.asarray(free, dtype=np.int64)
+
+        def penalty(z, base_u):
+            return problem.penalty(problem.unpack(base_u.at[idx].set(z)))
+
+        cache[key] = _run_once_jit(jax.hessian(penalty))
+    return cache[key]
+
+
 def _searched_shape(eta) -> Searched:
     """The shapes of the `Searched` ends of the EBE searches from warm starts `eta`
     (``[N, q]``, or ``[N, K + 1, q]`` with multistart)."""
@@ -539,7 +554,7 @@ def fit_problem(
         # rejected trial points do not, so every trial of one line search starts its EBE
         # search from the same EBEs (with several modes per subject, a search started
         # elsewhere can end in another mode, and the OFV would change under the line search)
-        state["ev"] = state["ev_last"]
+        state["ev"], state["z"] = state["ev_last"], state["z_last"]
         if joint:
             return
         state["eta"] = _carried(state["eta"], state["ev"], tracked)
@@ -552,14 +567,20 @@ def fit_problem(
     def hessian_guess():
         # BHHH at the accepted point: 1/2 sum_i (g_i - mean g) (g_i - mean g)' approximates
         # the Hessian of the OFV (sum of -2 log L_i), as each subject's gradient g_i is exact;
-        # with fewer than 2p subjects, or a penalty (networks), BFGS starts from a scaled
-        # identity instead
+        # with a penalty (networks) the penalty's own Hessian is added, and a ridge of 1e-6
+        # of the largest diagonal entry makes the sum positive definite (the network's
+        # biases are not penalised, and a saturated unit's are nearly flat); with fewer
+        # than 2p subjects BFGS starts from a scaled identity instead
         ev = state.get("ev")
-        if joint or ev is None or n < 2 * p or np.any(ev.penalty_grad != 0):
+        if joint or ev is None or n < 2 * p:
             return None
         g_i = np.asarray(ev.grad_i)
         d = g_i - g_i.mean(axis=0)
-        return 0.5 * (d.T @ d) * n / max(n - 1, 1)
+        h = 0.5 * (d.T @ d) * n / max(n - 1, 1)
+        if np.any(ev.penalty_grad != 0):
+            h = h + np.asarray(_penalty_hessian(problem, free)(jnp.asarray(state["z"]), base))
+            h = h + 1e-6 * max(float(np.max(np.diag(h))), 1e-300) * np.eye(p)
+        return h
 
     x0 = np.concatenate([z0, eta0.ravel()]) if joint else z0
     res = minimize(
