@@ -31,8 +31,12 @@ train, test = simulate(HERE, train, test, seed=7)
 FOCE = dn.FOCE()
 
 
+JOINT = (dn.JointMAP(), {"max_iter": 500})  # the first step of every DeepNLME fit
+LIMIT = {"time_limit": 600}  # the options of the method that follows it
+
+
 def steps(method):
-    return [(dn.JointMAP(), {"max_iter": 500}), (method, {"time_limit": 600})]
+    return [JOINT, (method, LIMIT)]
 
 
 # The hidden activation, and the marginal method that follows JointMAP, are chosen on the
@@ -55,11 +59,12 @@ for act in CANDIDATES:
     text = base.replace("MLP(4, 8, (2, identity)", f"MLP(4, (8, {act}), (2, identity)")
     m = dn.load_model(text)
     t0 = time.perf_counter()
-    jm = dn.fit(m, fit_part, dn.JointMAP(), max_iter=500, progress=False, covariance=None)
+    # the JointMAP step once per activation; each method then starts from it (as in steps())
+    jm = dn.fit(m, fit_part, JOINT[0], progress=False, covariance=None, **JOINT[1])
     t_jm = time.perf_counter() - t0
     for name, method in METHODS.items():
         t0 = time.perf_counter()
-        f = dn.fit(m, fit_part, method, init=jm, progress=False, covariance=None, time_limit=600)
+        f = dn.fit(m, fit_part, method, init=jm, progress=False, covariance=None, **LIMIT)
         p, i = held_out(m, f, val_part, method)
         scores.append((p + i, act, name, p, i, t_jm + time.perf_counter() - t0))
         print(f"candidate {act}, {name}: validation PRED {p:.4f} IPRED {i:.4f}", flush=True)

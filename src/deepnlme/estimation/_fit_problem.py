@@ -31,6 +31,7 @@ from ..likelihood import (
     probe,
     uses_multistart,
 )
+from ..likelihood._objective import free_penalty
 from ..likelihood._small import unrolled
 from ._fit import Fit
 from ._optimizer import minimize
@@ -132,12 +133,7 @@ def _penalty_hessian(problem: Problem, free: tuple[int, ...]):
     cache = _problem_cache(problem)
     key = ("penalty_hessian", free)
     if key not in cache:
-        idx = np.asarray(free, dtype=np.int64)
-
-        def penalty(z, base_u):
-            return problem.penalty(problem.unpack(base_u.at[idx].set(z)))
-
-        cache[key] = _run_once_jit(jax.hessian(penalty))
+        cache[key] = _run_once_jit(jax.hessian(free_penalty(problem, free)))
     return cache[key]
 
 

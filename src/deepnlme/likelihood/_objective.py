@@ -353,6 +353,17 @@ def subject_m2ll(
     return val, SubjectOut(eta, m_inv, searched.converged, searched.modes)
 
 
+def free_penalty(problem: Problem, free: Sequence[int]):
+    """`(z, base_u) -> penalty`: the problem's penalty as a function of the free entries `free`
+    of the unconstrained vector (`base_u` supplies the others)."""
+    idx = np.asarray(free, dtype=np.int64)
+
+    def penalty(z, base_u):
+        return problem.penalty(problem.unpack(base_u.at[idx].set(z)))
+
+    return penalty
+
+
 class Evaluation(NamedTuple):
     """One batched evaluation: per-subject values and gradients (w.r.t. the free vector z)."""
 
@@ -483,8 +494,7 @@ def make_evaluator(
     else:
         per_subject = jax.vmap(vg, in_axes=(None, None, 0, 0))
 
-    def penalty(z, base_u):
-        return problem.penalty(problem.unpack(base_u.at[free].set(z)))
+    penalty = free_penalty(problem, free)
 
     def evaluate(z, base_u, eta, subjects):
         (vals, aux), grads = per_subject(z, base_u, eta, subjects)
