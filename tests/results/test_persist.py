@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -153,3 +154,36 @@ derived:
     num = dn.predict(fit).select_dtypes("number")
     with np.load(out, allow_pickle=False) as z:
         np.testing.assert_array_equal(z["values"], num.to_numpy())
+
+
+def test_a_loaded_fit_starts_a_chained_fit_with_its_ebes(saved):
+    """init=load_fit(...) (another problem object) carries the EBEs by subject ID: JointMAP
+    with max_iter=0 returns its starting etas; subjects the fit lacks start from zero."""
+    fit, folder = saved
+    loaded = dn.load_fit(folder)
+    chained = dn.fit(
+        fit.model, fit.population, dn.JointMAP(), init=loaded, max_iter=0, progress=False
+    )
+    np.testing.assert_allclose(chained.ebe_array, fit.ebe_array, rtol=0, atol=1e-15)
+    assert np.any(np.abs(fit.ebe_array) > 1e-3)
+    partial = fit.ebes.drop(index=fit.ebes.index[:2])
+    starts = dn.estimation._model_fit._matching_ebes(
+        dataclasses.replace(fit, ebes=partial), chained.problem
+    )
+    np.testing.assert_array_equal(starts[:2], 0.0)
+    np.testing.assert_array_equal(starts[2:], fit.ebe_array[2:])
+    renamed = fit.ebes.rename(columns=lambda c: c + "_x")
+    assert (
+        dn.estimation._model_fit._matching_ebes(
+            dataclasses.replace(fit, ebes=renamed), chained.problem
+        )
+        is None
+    )
+
+
+def test_init_eta_of_the_wrong_shape_is_refused(saved):
+    fit, _ = saved
+    with pytest.raises(dn.OptionError, match=r"init_eta.*shape \(12, 3\)"):
+        dn.estimation.fit_problem(
+            fit.problem, dn.FOCEI(), init_eta=np.zeros((3, 3)), max_iter=0, progress=False
+        )

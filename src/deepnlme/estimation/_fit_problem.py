@@ -421,6 +421,7 @@ def fit_problem(
     progress: bool = True,
     covariance: str | None = "sandwich",
     network_se: bool = False,
+    init_eta: np.ndarray | None = None,
 ) -> Fit:
     """Fit `problem` by `method` and return a `Fit`.
 
@@ -437,6 +438,8 @@ def fit_problem(
     - `progress`: print iteration, OFV, max|gradient|, elapsed time.
     - `covariance`: "sandwich" (R^-1 S R^-1, default), "r", "s" or None.
     - `network_se`: include parameters of kind "network" in the covariance step (default no).
+    - `init_eta`: ``[N, q]`` starts of the EBE search (JointMAP: the starting etas) with an
+      `init` that is not a `Fit` (a `Fit` brings its own EBEs); default zeros.
     """
     t_total = time.perf_counter()
     if not isinstance(method, Method):
@@ -472,6 +475,14 @@ def fit_problem(
 
     structure = _structure(problem)
     u0, eta0 = _resolve_init(problem, init)
+    if eta0 is None and init_eta is not None:
+        eta0 = np.asarray(init_eta, dtype=np.float64)
+        if eta0.shape != (problem.n_subjects, problem.n_eta) or not np.all(np.isfinite(eta0)):
+            raise OptionError(
+                f"fit: option `init_eta` must be a finite array of shape "
+                f"({problem.n_subjects}, {problem.n_eta}) (subjects x random effects); got "
+                f"shape {eta0.shape}"
+            )
     fixed_names, u0 = _resolve_fixed(problem, fixed, u0)
     kinds = _method_fixed_kinds(method)
     fixed_names |= {p.name for p in problem.param_info if p.kind in kinds}

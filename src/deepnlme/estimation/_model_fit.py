@@ -5,12 +5,29 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from ..errors import OptionError
 from ..likelihood._from_model import model_problem
 from ..likelihood._methods import Method
 from ..solve._ode import OdeOptions
 from ._fit import Fit
 from ._fit_problem import fit_problem
+
+
+def _matching_ebes(init: Fit, problem) -> np.ndarray | None:
+    """The EBEs of the fit `init` (of another problem: another model object, population or
+    ODE options) by subject ID, as ``[N, q]`` starts for `problem`; zeros for the subjects
+    `init` does not have (or where its EBEs are not finite). None when the random effects are
+    named differently or no subject is shared."""
+    ebes = getattr(init, "ebes", None)
+    if ebes is None or tuple(ebes.columns) != tuple(problem.eta_labels):
+        return None
+    rows = ebes.reindex(list(problem.subject_ids)).to_numpy(dtype=np.float64)
+    known = np.all(np.isfinite(rows), axis=1)
+    if problem.n_eta == 0 or not np.any(known):
+        return None
+    return np.where(known[:, None], rows, 0.0)
 
 
 def _check_pair(model, population) -> None:
@@ -46,7 +63,9 @@ def fit(
       (`deepnlme.read_data`).
     - `method`: `FO()`, `FOCE()`, `FOCEI()`, `LaplaceI()`, `JointMAP()` or `NaivePooled()`.
     - `init`: None (the model's initial values), a dict of values by name (the rest from the
-      model), or a previous `Fit` (its estimates, and its EBEs when the population is the same):
+      model), or a previous `Fit`: its estimates, and its EBEs as the starts of the EBE
+      search (JointMAP: the etas) for the subjects it has, when its random effects have the
+      same names (a fit loaded with `load_fit` too):
       `fit(m, pop, FOCE(), init=fit(m, pop, JointMAP()))`.
     - `ode_options`: `deepnlme.OdeOptions` for ODE models.
     - `options`: `max_iter`, `time_limit`, `gtol`, `ftol`, `xtol`, `optimizer`, `fixed`,
@@ -59,7 +78,9 @@ def fit(
     _check_pair(model, population)
     ode_options = ode_options or OdeOptions()
     problem, _ = model_problem(model, population, ode_options=ode_options)
+    init_eta = None
     if isinstance(init, Fit) and init.problem is not problem:
+        init_eta = _matching_ebes(init, problem)
         init = {k: v for k, v in init.estimates.items() if k in problem.init}
     elif isinstance(init, dict):
         unknown = [k for k in init if k not in {p.name for p in model.compiled.params}]
@@ -70,5 +91,5 @@ def fit(
             )
         # declared-fixed parameters are not estimated; fit_problem fills in the rest
         init = {k: v for k, v in init.items() if k in problem.init}
-    result = fit_problem(problem, method, init=init, **options)
+    result = fit_problem(problem, method, init=init, init_eta=init_eta, **options)
     return dataclasses.replace(result, model=model, population=population, ode_options=ode_options)
