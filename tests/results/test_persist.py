@@ -187,3 +187,18 @@ def test_init_eta_of_the_wrong_shape_is_refused(saved):
         dn.estimation.fit_problem(
             fit.problem, dn.FOCEI(), init_eta=np.zeros((3, 3)), max_iter=0, progress=False
         )
+
+
+def test_init_eta_given_to_fit_wins_over_the_init_fits_ebes(saved):
+    fit, folder = saved
+    starts = np.full(fit.ebe_array.shape, 0.01)
+    chained = dn.fit(
+        fit.model,
+        fit.population,
+        dn.JointMAP(),
+        init=dn.load_fit(folder),
+        init_eta=starts,
+        max_iter=0,
+        progress=False,
+    )
+    np.testing.assert_array_equal(chained.ebe_array, starts)

@@ -69,7 +69,7 @@ def fit(
       `fit(m, pop, FOCE(), init=fit(m, pop, JointMAP()))`.
     - `ode_options`: `deepnlme.OdeOptions` for ODE models.
     - `options`: `max_iter`, `time_limit`, `gtol`, `ftol`, `xtol`, `optimizer`, `fixed`,
-      `progress`, `covariance` (see `deepnlme.estimation.fit_problem`).
+      `progress`, `covariance`, `init_eta` (see `deepnlme.estimation.fit_problem`).
 
     Example:
         >>> fit = dn.fit(model, pop, dn.FOCEI())
@@ -78,9 +78,10 @@ def fit(
     _check_pair(model, population)
     ode_options = ode_options or OdeOptions()
     problem, _ = model_problem(model, population, ode_options=ode_options)
-    init_eta = None
+    init_eta = options.pop("init_eta", None)
     if isinstance(init, Fit) and init.problem is not problem:
-        init_eta = _matching_ebes(init, problem)
+        if init_eta is None:
+            init_eta = _matching_ebes(init, problem)
         init = {k: v for k, v in init.estimates.items() if k in problem.init}
     elif isinstance(init, dict):
         unknown = [k for k in init if k not in {p.name for p in model.compiled.params}]
