@@ -187,6 +187,13 @@ def test_init_eta_of_the_wrong_shape_is_refused(saved):
         dn.estimation.fit_problem(
             fit.problem, dn.FOCEI(), init_eta=np.zeros((3, 3)), max_iter=0, progress=False
         )
+    starts = np.zeros((12, 3))
+    starts[1, 2] = np.nan
+    second_id = fit.problem.subject_ids[1]
+    with pytest.raises(dn.OptionError, match=rf"init_eta.*non-finite.*ID {second_id}; give"):
+        dn.estimation.fit_problem(
+            fit.problem, dn.FOCEI(), init_eta=starts, max_iter=0, progress=False
+        )
 
 
 def test_init_eta_given_to_fit_wins_over_the_init_fits_ebes(saved):

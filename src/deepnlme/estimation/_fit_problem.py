@@ -477,11 +477,19 @@ def fit_problem(
     u0, eta0 = _resolve_init(problem, init)
     if eta0 is None and init_eta is not None:
         eta0 = np.asarray(init_eta, dtype=np.float64)
-        if eta0.shape != (problem.n_subjects, problem.n_eta) or not np.all(np.isfinite(eta0)):
+        if eta0.shape != (problem.n_subjects, problem.n_eta):
             raise OptionError(
-                f"fit: option `init_eta` must be a finite array of shape "
+                f"fit: option `init_eta` must be an array of shape "
                 f"({problem.n_subjects}, {problem.n_eta}) (subjects x random effects); got "
                 f"shape {eta0.shape}"
+            )
+        bad = np.flatnonzero(~np.all(np.isfinite(eta0), axis=1))
+        if bad.size:
+            ids = [problem.subject_ids[i] for i in bad[:5]]
+            raise OptionError(
+                f"fit: option `init_eta` has non-finite values in the rows of subject(s) ID "
+                f"{', '.join(map(str, ids))}{' ...' if bad.size > 5 else ''}; give finite "
+                "starts (0 where unknown)"
             )
     fixed_names, u0 = _resolve_fixed(problem, fixed, u0)
     kinds = _method_fixed_kinds(method)
