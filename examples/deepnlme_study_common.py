@@ -65,8 +65,8 @@ def held_out(model, fit, test, method):
     return _log_rmse(dv, pred["PRED"].to_numpy()), _log_rmse(dv, ipred["IPRED"].to_numpy())
 
 
-def run(folder: Path, train, test, fits: dict, title: str, command: str) -> str:
-    rows = []
+def run(folder: Path, train, test, fits: dict, title: str, command: str) -> tuple[str, dict]:
+    rows, done = [], {}
     for label, (path, steps) in fits.items():
         model = dn.load_model(folder / path)
         t0 = time.perf_counter()
@@ -74,6 +74,7 @@ def run(folder: Path, train, test, fits: dict, title: str, command: str) -> str:
         for method, opts in steps:
             fit = dn.fit(model, train, method, init=fit, progress=False, covariance=None, **opts)
         secs = time.perf_counter() - t0
+        done[label] = fit
         p, i = held_out(model, fit, test, steps[-1][0])
         names = " then ".join(type(m).__name__ for m, _ in steps)
         n_par = sum(np.size(v) for v in fit.problem.init.values())
@@ -104,4 +105,4 @@ def run(folder: Path, train, test, fits: dict, title: str, command: str) -> str:
     lines += [f"- {row[0]}: {row[8]}" for row in rows]
     text = "\n".join(lines) + "\n"
     print(text)
-    return text
+    return text, done

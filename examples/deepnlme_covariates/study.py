@@ -73,7 +73,7 @@ _, best, best_method = min(scores)[:3]
     f"# deepnlme.model with the hidden activation chosen on validation subjects: {best}\n"
     + base.replace("MLP(4, 8, (2, identity)", f"MLP(4, (8, {best}), (2, identity)")
 )
-text = run(
+text, _ = run(
     HERE,
     train,
     test,

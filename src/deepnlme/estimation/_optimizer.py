@@ -31,11 +31,11 @@ def _progress_line(it: int, f: float, gmax: float, elapsed: float) -> str:
 
 
 # The largest change of any (unconstrained) parameter in one trial step of BFGS and L-BFGS.
-# A quasi-Newton direction built from a poor curvature pair can be huge; on study 1's network
-# model (JointMAP, examples/deepnlme_dynamics) such trial steps moved parameters by 5 to 46
-# units, made the ODE stiff, and each took about 30 s to be rejected, while every accepted
-# step of that fit moved no parameter by more than 0.4. One unit is a factor e on a
-# log-parameter.
+# A quasi-Newton direction built from a poor curvature pair can be huge; on an earlier
+# version of study 1's network model (JointMAP, examples/deepnlme_dynamics) such trial steps
+# moved parameters by 5 to 46 units, made the ODE stiff, and each took about 30 s to be
+# rejected, while every accepted step of that fit moved no parameter by more than 0.4. One
+# unit is a factor e on a log-parameter.
 MAX_TRIAL_STEP = 1.0
 
 
