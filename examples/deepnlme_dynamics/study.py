@@ -28,8 +28,8 @@ FOCE = dn.FOCE()
 # models adds 2q + 1 starts per search, which multiplies its cost by 2q + 2 = 8 here).
 FOCE_SINGLE = dn.FOCE(inner=dn.InnerOptions(multistart=False))
 # Every model is solved to a relative tolerance of 1e-6 (rxode2's default; deepnlme's is 1e-8):
-# evaluations 30-50% cheaper in one-off timings; the network model's OFV at its estimates moves by 3e-4 between
-# the two (RESULTS.md).
+# evaluations 30-50% cheaper in one-off timings; the network model's OFV at its estimates
+# moves by 3e-4 between the two (RESULTS.md).
 ODE = {"ode_options": dn.OdeOptions(rtol=1e-6, atol=1e-8)}
 text, fits = run(
     HERE,
