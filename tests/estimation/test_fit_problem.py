@@ -115,6 +115,24 @@ def test_fo_jointmap_naivepooled_and_chaining(synth100, focei100):
     assert again.n_iter <= 2 and abs(again.ofv - focei100.ofv) < 1e-4
 
 
+def test_adam_reaches_the_lbfgs_optimum_of_naivepooled_and_jointmap(synth100):
+    # Adam (the option for networks with thousands of weights) on the two methods that offer
+    # it: the same optimum as L-BFGS, at the method's learning rate
+    for method, lr, iters, tol in ((NaivePooled, 0.05, 1000, 1e-6), (JointMAP, 0.02, 2000, 1e-3)):
+        ref = fit_problem(synth100, method(), progress=False, covariance=None, optimizer="lbfgs")
+        adam = fit_problem(
+            synth100,
+            method(learning_rate=lr),
+            progress=False,
+            covariance=None,
+            optimizer="adam",
+            max_iter=iters,
+        )
+        assert ref.converged and 0 <= adam.ofv - ref.ofv < tol, (method, adam.ofv, ref.ofv)
+    with pytest.raises(OptionError, match="NaivePooled: option `learning_rate`"):
+        NaivePooled(learning_rate=0.0)
+
+
 @pytest.fixture(scope="module")
 def linear():
     return tm.linear_problem(n=12, t=5, seed=3)[0]
@@ -182,7 +200,7 @@ def test_max_iter_and_time_limit_stop_early(linear):
         ({"ftol": 2.0}, "option `ftol` must be a number in \\[0.0, 1.0\\]; got 2.0"),
         ({"time_limit": 0}, "option `time_limit` must be a number of seconds > 0"),
         ({"optimizer": "newton"}, "option `optimizer` must be one of \\('bfgs', 'lbfgs'"),
-        ({"optimizer": "adam"}, "'adam' is offered for JointMAP only"),
+        ({"optimizer": "adam"}, "'adam' is offered for JointMAP and NaivePooled only"),
         ({"covariance": "hessian"}, "option `covariance` must be one of"),
         ({"fixed": ["nope"]}, "option `fixed` names unknown parameter\\(s\\) \\['nope'\\]"),
         ({"init": {"zz": 1.0}}, "option `init` names unknown parameter\\(s\\) \\['zz'\\]"),

@@ -433,7 +433,8 @@ def fit_problem(
       `Fit` of the same problem (its estimates and EBEs are the start: chain JointMAP -> FOCE).
     - `max_iter` (1..1e6), `time_limit` (seconds, > 0), `gtol` (max |gradient| of the OFV),
       `ftol` (relative OFV change over two iterations), `xtol` (largest unconstrained step).
-    - `optimizer`: "bfgs" (default; "lbfgs" for JointMAP), "lbfgs", or "adam" (JointMAP only).
+    - `optimizer`: "bfgs" (default; "lbfgs" for JointMAP), "lbfgs", or "adam" (JointMAP and
+      NaivePooled only; the method's `learning_rate`).
     - `fixed`: names to hold at their start, or {name: value}.
     - `progress`: print iteration, OFV, max|gradient|, elapsed time.
     - `covariance`: "sandwich" (R^-1 S R^-1, default), "r", "s" or None.
@@ -464,10 +465,10 @@ def fit_problem(
     if optimizer is None:
         optimizer = "lbfgs" if joint else "bfgs"
     check_choice("optimizer", optimizer, OPTIMIZERS)
-    if optimizer == "adam" and not joint:
+    if optimizer == "adam" and not isinstance(method, JointMAP | NaivePooled):
         raise OptionError(
-            f"fit: option `optimizer`='adam' is offered for JointMAP only; {method.name} needs "
-            "'bfgs' or 'lbfgs'"
+            f"fit: option `optimizer`='adam' is offered for JointMAP and NaivePooled only; "
+            f"{method.name} needs 'bfgs' or 'lbfgs'"
         )
     check_choice("covariance", covariance, COVARIANCE)
     if not isinstance(progress, bool):

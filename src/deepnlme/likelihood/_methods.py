@@ -146,3 +146,7 @@ class NaivePooled(Method):
     name = "NaivePooled"
     marginal = False
     needs_inner = False
+    learning_rate: float = 1e-2  # used only with optimizer="adam"
+
+    def __post_init__(self) -> None:
+        _check_range("NaivePooled", "learning_rate", self.learning_rate, 1e-12, 10.0)
