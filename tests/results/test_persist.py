@@ -209,3 +209,15 @@ def test_init_eta_given_to_fit_wins_over_the_init_fits_ebes(saved):
         progress=False,
     )
     np.testing.assert_array_equal(chained.ebe_array, starts)
+    # the same with the fit in memory (its own problem: the EBEs come from fit_problem)
+    same = dn.fit(
+        fit.model,
+        fit.population,
+        dn.JointMAP(),
+        init=fit,
+        init_eta=starts,
+        max_iter=0,
+        progress=False,
+    )
+    assert same.problem is fit.problem
+    np.testing.assert_array_equal(same.ebe_array, starts)

@@ -439,8 +439,8 @@ def fit_problem(
     - `progress`: print iteration, OFV, max|gradient|, elapsed time.
     - `covariance`: "sandwich" (R^-1 S R^-1, default), "r", "s" or None.
     - `network_se`: include parameters of kind "network" in the covariance step (default no).
-    - `init_eta`: ``[N, q]`` starts of the EBE search (JointMAP: the starting etas) with an
-      `init` that is not a `Fit` (a `Fit` brings its own EBEs); default zeros.
+    - `init_eta`: ``[N, q]`` starts of the EBE search (JointMAP: the starting etas); default
+      the EBEs of an `init` `Fit`, else zeros. Given with a `Fit`, it takes precedence.
     """
     t_total = time.perf_counter()
     if not isinstance(method, Method):
@@ -476,7 +476,7 @@ def fit_problem(
 
     structure = _structure(problem)
     u0, eta0 = _resolve_init(problem, init)
-    if eta0 is None and init_eta is not None:
+    if init_eta is not None:
         eta0 = np.asarray(init_eta, dtype=np.float64)
         if eta0.shape != (problem.n_subjects, problem.n_eta):
             raise OptionError(
