@@ -4,7 +4,8 @@
 
 CASE is a reference fit id (theoph_kclv_mg_diag, synth_N10000_combined, ...); VARIANT is one of
 O0 (LLVM -O0), O0+classic (-O0 and xla_cpu_use_fusion_emitters=False), O1+classic,
-classic, default.
+classic, classic+own-reduce (the classic emitters, and reductions emitted by XLA instead of
+the YNNPACK library: deepnlme's options), O0+classic+own-reduce, default.
 The program is traced once; each variant is compiled from the same lowering with JAX's
 persistent cache off (a repeated variant hits the in-memory cache and shows 0). The warm time
 is the median of 3 evaluations from the EBEs of a first one.
@@ -29,11 +30,18 @@ from deepnlme.likelihood._small import unrolled
 O0 = {"xla_backend_optimization_level": 0}
 CLASSIC = {"xla_cpu_use_fusion_emitters": False}
 O1 = {"xla_backend_optimization_level": 1}
+OWN_REDUCE = {
+    "xla_cpu_experimental_ynn_fusion_type": (
+        "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION"
+    )
+}
 VARIANTS = {
     "O0": O0,
     "O0+classic": {**O0, **CLASSIC},
     "O1+classic": {**O1, **CLASSIC},
     "classic": CLASSIC,
+    "classic+own-reduce": {**CLASSIC, **OWN_REDUCE},
+    "O0+classic+own-reduce": {**O0, **CLASSIC, **OWN_REDUCE},
     "default": {},
 }
 

@@ -49,14 +49,25 @@ def _enable_cache() -> None:
 _enable_cache()
 
 
-# XLA's newer (MLIR) fusion emitters on the CPU take 35-55% longer to compile deepnlme's
-# evaluation programs than the classic emitters, and the programs run no faster (jaxlib
-# 0.10.2: Theoph FOCEI 3.13 vs 2.02 s, synthetic N=10000 7.35 vs 5.50 s;
-# benchmarks/bench_compile_options.py, docs/estimation.md "Compilation"). Older jaxlibs lack
-# the option and some future one may drop it, so it is passed per compilation and left out
-# where XLA refuses it.
-_CLASSIC_EMITTERS = {"xla_cpu_use_fusion_emitters": False}
-_OPTION_REFUSED: list[bool] = []
+# Options every deepnlme program is compiled with (jaxlib 0.10.2; docs/estimation.md
+# "Compilation"; benchmarks/bench_compile_options.py):
+# - XLA's newer (MLIR) fusion emitters on the CPU take 35-55% longer to compile deepnlme's
+#   evaluation programs than the classic emitters, and the programs run no faster (Theoph
+#   FOCEI 3.13 vs 2.02 s, synthetic N=10000 7.35 vs 5.50 s).
+# - Reductions are emitted by XLA itself rather than handed to the YNNPACK library (which keeps
+#   matrix products and convolutions): deepnlme's reductions are many and short (per subject,
+#   over a few observations or random effects), and the library's calls cost more than the
+#   sums. The rest of a synthetic N=10000 FOCEI evaluation runs about a fifth faster, with the
+#   same compile time and the same numbers.
+# Older jaxlibs lack these options and some future one may drop them, so they are passed per
+# compilation, and one that XLA refuses is left out from then on.
+_EXTRA_OPTIONS = {
+    "xla_cpu_use_fusion_emitters": False,
+    "xla_cpu_experimental_ynn_fusion_type": (
+        "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION"
+    ),
+}
+_REFUSED: set[str] = set()
 
 
 def compile_lowered(lowered, optimise: bool = True):
@@ -66,11 +77,12 @@ def compile_lowered(lowered, optimise: bool = True):
     for programs that run once or on little data.
     """
     options = {} if optimise else {"xla_backend_optimization_level": 0}
-    if not _OPTION_REFUSED:
+    while True:
+        extra = {k: v for k, v in _EXTRA_OPTIONS.items() if k not in _REFUSED}
         try:
-            return lowered.compile(compiler_options={**options, **_CLASSIC_EMITTERS})
+            return lowered.compile(compiler_options={**options, **extra})
         except Exception as err:  # noqa: BLE001 (XLA's error type differs between versions)
-            if "xla_cpu_use_fusion_emitters" not in str(err):
+            refused = [k for k in extra if k in str(err)]
+            if not refused:
                 raise
-            _OPTION_REFUSED.append(True)
-    return lowered.compile(compiler_options=options) if options else lowered.compile()
+            _REFUSED.update(refused)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 FIT = """
 import json, sys
 import deepnlme as dn
@@ -45,3 +47,32 @@ def test_damaged_program_is_traced_again(tmp_path):
     again = _fit_in_fresh_process(tmp_path)
     assert again == first
     assert program.read_bytes() != b"not a program"
+
+
+def test_compiler_option_that_xla_refuses_is_left_out(monkeypatch):
+    # an older or newer jaxlib may not know an option deepnlme passes: the compilation goes on
+    # without it (and without asking again), and any other error still reaches the caller
+    from deepnlme import _config
+
+    monkeypatch.setattr(_config, "_REFUSED", set())
+    seen = []
+
+    class Lowered:
+        def compile(self, compiler_options):
+            seen.append(dict(compiler_options))
+            if "xla_cpu_experimental_ynn_fusion_type" in compiler_options:
+                raise RuntimeError("No such compile option: 'xla_cpu_experimental_ynn_fusion_type'")
+            return "compiled"
+
+    assert _config.compile_lowered(Lowered(), optimise=False) == "compiled"
+    assert _config.compile_lowered(Lowered()) == "compiled"
+    assert "xla_cpu_experimental_ynn_fusion_type" in seen[0]
+    assert seen[1] == {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+    assert seen[2] == {"xla_cpu_use_fusion_emitters": False}  # not tried again
+
+    class Broken:
+        def compile(self, compiler_options):
+            raise RuntimeError("INTERNAL: something else")
+
+    with pytest.raises(RuntimeError, match="something else"):
+        _config.compile_lowered(Broken())
