@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 import deepnlme as dn
+from deepnlme._config import _EXTRA_OPTIONS
 from deepnlme._validation import CASES
 from deepnlme.estimation._fit_problem import _UNROLL_SUBJECTS, _structure
 from deepnlme.likelihood import make_evaluator
@@ -30,11 +31,9 @@ from deepnlme.likelihood._small import unrolled
 O0 = {"xla_backend_optimization_level": 0}
 CLASSIC = {"xla_cpu_use_fusion_emitters": False}
 O1 = {"xla_backend_optimization_level": 1}
-OWN_REDUCE = {
-    "xla_cpu_experimental_ynn_fusion_type": (
-        "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION"
-    )
-}
+# deepnlme's own setting (reductions out of the YNNPACK library), read from where it is set
+_YNN = "xla_cpu_experimental_ynn_fusion_type"
+OWN_REDUCE = {_YNN: _EXTRA_OPTIONS[_YNN]}
 VARIANTS = {
     "O0": O0,
     "O0+classic": {**O0, **CLASSIC},
