@@ -70,19 +70,24 @@ _EXTRA_OPTIONS = {
 _REFUSED: set[str] = set()
 
 
-def compile_lowered(lowered, optimise: bool = True):
-    """Compile a `jax.stages.Lowered` with deepnlme's compiler options.
+def compiler_options(optimise: bool = True) -> dict:
+    """The XLA options `compile_lowered` passes (less any this jaxlib refused so far)."""
+    extra = {k: v for k, v in _EXTRA_OPTIONS.items() if k not in _REFUSED}
+    return ({} if optimise else {"xla_backend_optimization_level": 0}) | extra
+
+
+def compile_lowered(lowered, optimise: bool = True, extra: dict | None = None):
+    """Compile a `jax.stages.Lowered` with deepnlme's compiler options (and `extra`).
 
     `optimise=False` compiles without LLVM optimisation (-O0): about half the compile time,
     for programs that run once or on little data.
     """
-    options = {} if optimise else {"xla_backend_optimization_level": 0}
     while True:
-        extra = {k: v for k, v in _EXTRA_OPTIONS.items() if k not in _REFUSED}
+        options = compiler_options(optimise) | (extra or {})
         try:
-            return lowered.compile(compiler_options={**options, **extra})
+            return lowered.compile(compiler_options=options)
         except Exception as err:  # noqa: BLE001 (XLA's error type differs between versions)
-            refused = [k for k in extra if k in str(err)]
+            refused = [k for k in options if k in _EXTRA_OPTIONS and k in str(err)]
             if not refused:
                 raise
             _REFUSED.update(refused)

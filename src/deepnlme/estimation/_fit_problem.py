@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import math
 import time
 import weakref
@@ -15,7 +14,6 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from .._config import compile_lowered
 from ..errors import OptionError
 from ..likelihood import (
     LOG2PI,
@@ -36,6 +34,7 @@ from ..likelihood._small import unrolled
 from ._fit import Fit
 from ._optimizer import minimize
 from ._options import COVARIANCE, OPTIMIZERS, check_choice, check_number
+from ._programs import compile_and_store, program_path, read_program
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -63,12 +62,11 @@ def _compiled(
 ) -> tuple[Any, float]:
     """The compiled evaluation for (problem, method, free set), and the compile time.
 
-    Tracing the model through the EBE solve and the gradients takes longer than XLA's
-    compilation on small data. For problems with a `cache_token`, the traced program is stored
-    in the compilation cache folder (`jax.export`, keyed by the token, the method, the free
-    set, the argument shapes and the versions of jax and deepnlme), so that a later process
-    fitting the same model to the same data skips the tracing as JAX's persistent cache lets
-    it skip XLA's compilation.
+    For problems with a `cache_token`, each compiled program is stored next to the
+    compilation cache (`_programs`: keyed by the token, the method, the free set, the
+    argument shapes, the compiler options and the versions of jax and deepnlme), so that a
+    later process fitting the same model to the same data loads it instead of tracing and
+    compiling again.
 
     A method with an EBE search is two programs, the search and the rest (`make_evaluator`'s
     stages), called one after the other: the rest compiles on a second thread while the search
@@ -91,34 +89,42 @@ def _compiled(
         and not any(p.kind == "network" for p in problem.param_info)
     )
 
-    def lowered(stage, stage_args):
+    def build(stage, stage_args, path, pool):
+        # trace the stage here; compile (and store) it on `pool`
+        evaluate = make_evaluator(problem, method, free, structure, stage, serial)
+        with unrolled(unroll):
+            lowered = jax.jit(evaluate).lower(*stage_args)
+        return pool.submit(compile_and_store, lowered, optimise, path)
+
+    def program(stage, stage_args, pool):
+        # a future of the stage's compiled program, loaded on `pool` when it is stored (None
+        # when it cannot be loaded: `finished` builds it then)
         options = {"optimise": optimise, "stage": stage, "serial": serial}
-        path = _export_path(problem, method, free, stage_args, options, unroll, structure)
-        exported = _read_export(path) if path is not None else None
-        if exported is None:
-            evaluate = make_evaluator(problem, method, free, structure, stage, serial)
-            with unrolled(unroll):
-                if path is not None:
-                    exported = _write_export(path, jax.jit(evaluate), stage_args)
-                if exported is None:
-                    return jax.jit(evaluate).lower(*stage_args)
-        return jax.jit(exported.call).lower(*stage_args)
+        parts = (method, free, sorted(options.items()), unroll, structure[:4])
+        path = program_path(problem.cache_token, parts, stage_args, optimise)
+        if path is not None and path.is_file():
+            return pool.submit(read_program, path), (stage, stage_args, path)
+        return build(stage, stage_args, path, pool), None
+
+    def finished(future, rebuild, pool):
+        out = future.result()
+        return out if out is not None else build(*rebuild, pool).result()
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         if not has_search(problem, method):
-            whole = pool.submit(compile_lowered, lowered("whole", args), optimise)
+            whole = program("whole", args, pool)
         else:
             # the rest first: it takes longer to compile, and compiles while the search traces
             z, base_u, eta, subjects = args
-            rest_lowered = lowered("rest", (z, base_u, _searched_shape(eta), subjects))
-            rest_future = pool.submit(compile_lowered, rest_lowered, optimise)
-            search_future = pool.submit(compile_lowered, lowered("search", args), optimise)
+            rest_future = program("rest", (z, base_u, _searched_shape(eta), subjects), pool)
+            search_future = program("search", args, pool)
         if ahead is not None:
             ahead()
         if not has_search(problem, method):
-            compiled = whole.result()
+            compiled = finished(*whole, pool)
         else:
-            search, rest = search_future.result(), rest_future.result()
+            search = finished(*search_future, pool)
+            rest = finished(*rest_future, pool)
 
             def compiled(z, base_u, eta, subjects):
                 return rest(z, base_u, search(z, base_u, eta, subjects), subjects)
@@ -133,7 +139,8 @@ def _penalty_hessian(problem: Problem, free: tuple[int, ...]):
     cache = _problem_cache(problem)
     key = ("penalty_hessian", free)
     if key not in cache:
-        cache[key] = _run_once_jit(jax.hessian(free_penalty(problem, free)))
+        store = (problem.cache_token, f"penalty_hessian{free}")
+        cache[key] = _run_once_jit(jax.hessian(free_penalty(problem, free)), store)
     return cache[key]
 
 
@@ -149,92 +156,6 @@ def _searched_shape(eta) -> Searched:
         sds((n,), bool),
         sds((n, k1, q), eta.dtype),
     )
-
-
-@functools.cache
-def _source_digest() -> str:
-    """A digest of deepnlme's own source files (a stored program is only reused by the code
-    that traced it)."""
-    import hashlib
-    from pathlib import Path
-
-    h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
-    for f in sorted(root.rglob("*.py")):
-        h.update(str(f.relative_to(root)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def _export_path(problem, method, free, args, options, unroll, structure):
-    cache_dir = jax.config.jax_compilation_cache_dir
-    if problem.cache_token is None or not cache_dir:
-        return None
-    import hashlib
-    from pathlib import Path
-
-    import jaxlib
-
-    shapes = [(str(a.dtype), tuple(a.shape)) for a in jax.tree_util.tree_leaves(args)]
-    parts = (
-        problem.cache_token,
-        repr(method),
-        repr(free),
-        repr(shapes),
-        repr(sorted(options.items())),
-        repr(unroll),
-        repr(structure[:4]),
-        jax.__version__,
-        jaxlib.__version__,
-        _source_digest(),
-    )
-    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
-    return Path(cache_dir) / "deepnlme-programs" / f"{digest}.jaxexport"
-
-
-@functools.cache
-def _register_serialization() -> None:
-    """Name the tuple types that enter and leave an evaluation for jax.export (once)."""
-    from ..likelihood._objective import Evaluation, Searched
-    from ..solve._doses import DoseEvents
-    from ..solve._subject import SubjectData
-
-    for cls in (SubjectData, DoseEvents, Evaluation, Searched):
-        jax.export.register_namedtuple_serialization(
-            cls, serialized_name=f"deepnlme.{cls.__name__}"
-        )
-
-
-def _read_export(path):
-    _register_serialization()
-    try:
-        return jax.export.deserialize(bytearray(path.read_bytes()))
-    except Exception:  # missing, damaged or foreign: trace again (and overwrite it)
-        return None
-
-
-def _write_export(path, jitted, args):
-    """Trace and export `jitted`; store it (atomically) when the folder is writable."""
-    import os
-    import tempfile
-
-    _register_serialization()
-    try:
-        exported = jax.export.export(jitted)(*args)
-        blob = exported.serialize()
-    except Exception:  # something jax.export cannot serialise: use the plain program
-        return None
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-        os.replace(tmp, path)
-    except OSError:  # a read-only cache folder must not stop a fit
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-    return exported
 
 
 # Up to this many observations, the LLVM backend compiles at -O0: that
@@ -259,10 +180,11 @@ _SERIAL_SUBJECTS = 64
 _UNROLL_SUBJECTS = 2_000
 
 
-def _run_once_jit(fn):
+def _run_once_jit(fn, store: tuple[str | None, str] = (None, "")):
     """`jax.jit(fn)`, compiled with deepnlme's options for programs that run a few times on
     little data (-O0, classic emitters: about half the compile time); one compilation per
-    argument structure and shapes."""
+    argument structure and shapes. `store` = (a problem's `cache_token`, a name): the
+    compiled programs are kept in the program store (`_programs`) under that name."""
     jitted = jax.jit(fn)
     compiled: dict = {}
 
@@ -280,7 +202,12 @@ def _run_once_jit(fn):
             ),
         )
         if key not in compiled:
-            compiled[key] = compile_lowered(jitted.lower(*args), optimise=False)
+            token, name = store
+            path = program_path(token, (name, key), args, optimise=False)
+            stored = read_program(path)
+            if stored is None:
+                stored = compile_and_store(jitted.lower(*args), False, path)
+            compiled[key] = stored
         return compiled[key]
 
     def call(*args):
@@ -305,20 +232,20 @@ def _post_functions(problem: Problem):
             vals = problem.unpack(u)
             return jnp.concatenate([jnp.ravel(vals[name]) for name in order])
 
-        @_run_once_jit
         def values(u):
             vals = problem.unpack(u)
             return vals, problem.omega(vals)
 
-        @_run_once_jit
         def declared_jac(u, cols):
             return jax.jacfwd(lambda zc: flat(u.at[cols].set(zc)))(u[cols])
 
-        @_run_once_jit
         def omega_jac(var_vals, other):
             return jax.jacfwd(lambda vv: problem.omega({**other, **vv}))(var_vals)
 
-        cache["post"] = (values, declared_jac, omega_jac)
+        cache["post"] = tuple(
+            _run_once_jit(f, (problem.cache_token, f.__name__))
+            for f in (values, declared_jac, omega_jac)
+        )
     return cache["post"]
 
 

@@ -1,0 +1,178 @@
+"""Compiled evaluation programs kept between processes, next to JAX's compilation cache.
+
+A first fit of a model traces its evaluation through the EBE search and both derivative
+passes, lowers it and has XLA compile it; on small data that is most of the fit. The compiled
+executable is stored in ``deepnlme-programs/`` under the compilation cache folder, keyed by
+everything that decides it (`program_path`), so that a later process fitting the same model to
+the same data loads it: no tracing, no lowering and no compilation. These programs are not
+also written to JAX's own cache (the same bytes twice, compressed there on the compile
+thread).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import pickle
+import platform
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from .._config import compile_lowered, compiler_options
+
+_FORMAT = "deepnlme-program-1"
+
+# Passed only when compiling a program to store. An executable that JAX loaded from its own
+# cache cannot be serialised again (with jaxlib 0.10.2 the copy fails when run: "Function ...
+# not found"), so a stored program must come from a compilation. JAX's cache key covers the
+# compiler options, and no entry of JAX's cache is ever written with this one (storing
+# compilations do not write there), so JAX's cache is never a hit for them. The value is
+# XLA's default (no fast math): it changes no code.
+_STORE_MARK = {"xla_cpu_enable_fast_math": False}
+_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+_LISTENING: list[bool] = []
+_HITS = threading.local()
+
+
+def _on_event(event: str, **_: object) -> None:
+    if event == _HIT_EVENT:
+        _HITS.seen = True
+
+
+@functools.cache
+def _source_digest() -> str:
+    """A digest of deepnlme's own source files (a stored program is only reused by the code
+    that traced it)."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[1]
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+@functools.cache
+def _host() -> str:
+    """The processor the programs are compiled for (XLA targets the host's instruction set:
+    a cache folder shared between machines must not hand one's code to another)."""
+    parts = [platform.machine(), platform.processor()]
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key = line.split(":", 1)[0].strip()
+                if key in ("model name", "flags", "Features", "CPU part") and key not in parts:
+                    parts += [key, line.split(":", 1)[1].strip()]
+    except OSError:
+        pass
+    return "\0".join(parts)
+
+
+def program_path(token: str | None, parts: tuple, args: Any, optimise: bool) -> Path | None:
+    """Where the program of `args`'s shapes is stored: None without a cache folder or a
+    `token` (the problem's `cache_token`). `parts` hold what else decides the program (method,
+    free set, the evaluator's options)."""
+    cache_dir = jax.config.jax_compilation_cache_dir
+    if token is None or not cache_dir:
+        return None
+    import jaxlib
+
+    shapes = [
+        (
+            str(a.dtype if hasattr(a, "dtype") else np.result_type(a)),
+            np.shape(a),
+            getattr(a, "weak_type", None),
+        )
+        for a in jax.tree_util.tree_leaves(args)
+    ]
+    key = (
+        _FORMAT,
+        token,
+        *map(repr, parts),
+        repr(shapes),
+        repr(sorted((compiler_options(optimise) | _STORE_MARK).items())),
+        os.environ.get("XLA_FLAGS", ""),
+        jax.__version__,
+        jaxlib.__version__,
+        jax.devices()[0].client.platform_version,
+        _host(),
+        _source_digest(),
+    )
+    digest = hashlib.sha256("\0".join(key).encode()).hexdigest()
+    return Path(cache_dir) / "deepnlme-programs" / f"{digest}.xla"
+
+
+_BIND_LOCK = threading.Lock()
+_BOUND: list[bool] = []
+
+
+def _bind_kernels() -> None:
+    """Bind jaxlib's LAPACK kernels, which XLA's CPU programs call for linear algebra (once).
+
+    jaxlib binds them when it first lowers a linear-algebra operation; a loaded program was
+    not lowered in this process, and would call unbound kernels (a crash). jax.export binds
+    them the same way before it calls a deserialised program."""
+    with _BIND_LOCK:
+        if _BOUND:
+            return
+        try:
+            from jax._src.lax import linalg
+
+            linalg.initialize_lapack()
+        except (ImportError, AttributeError):  # another jax: lowering a factorisation binds them
+            jax.jit(jax.numpy.linalg.cholesky).lower(jax.ShapeDtypeStruct((2, 2), "float64"))
+        _BOUND.append(True)
+
+
+def read_program(path: Path | None):
+    """The compiled program stored at `path`, loaded; None when there is none (or it is
+    damaged or foreign: the caller compiles again and overwrites it)."""
+    if path is None:
+        return None
+    from jax.experimental import serialize_executable
+
+    _bind_kernels()
+    try:
+        fmt, blob, in_tree, out_tree = pickle.loads(path.read_bytes())
+        if fmt != _FORMAT:
+            return None
+        return serialize_executable.deserialize_and_load(blob, in_tree, out_tree)
+    except Exception:  # noqa: BLE001 (missing, truncated, or another jaxlib's)
+        return None
+
+
+def compile_and_store(lowered, optimise: bool, path: Path | None):
+    """Compile `lowered` (`compile_lowered`) and store the executable at `path` (atomically;
+    a folder that cannot be written, or an executable that cannot be serialised, stores
+    nothing and does not stop the fit)."""
+    if path is None:
+        return compile_lowered(lowered, optimise)
+    from jax._src import config as jax_config
+    from jax.experimental import serialize_executable
+
+    with _BIND_LOCK:
+        if not _LISTENING:
+            jax.monitoring.register_event_listener(_on_event)
+            _LISTENING.append(True)
+    _HITS.seen = False
+    with jax_config.persistent_cache_min_compile_time_secs(float("inf")):
+        compiled = compile_lowered(lowered, optimise, _STORE_MARK)
+    if _HITS.seen:  # loaded from JAX's cache after all: not serialisable (see _STORE_MARK)
+        return compiled
+    tmp = None
+    try:
+        blob = pickle.dumps((_FORMAT, *serialize_executable.serialize(compiled)))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+        os.replace(tmp, path)
+    except Exception:  # noqa: BLE001 (read-only folder, or nothing to serialise)
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+    return compiled
