@@ -431,7 +431,7 @@ def fit_problem(
     if eta0 is None:
         eta0 = np.zeros((n, q))
 
-    base = jnp.asarray(u0)
+    base = jax.device_put(u0)
     subjects = problem.subjects
     z0 = u0[list(free)]
     # with a multistart EBE search, every search is warm-started where it ended at the last
@@ -455,10 +455,10 @@ def fit_problem(
     def prepare_report():
         # the report's helper programs, compiled while the evaluation compiles
         values_fn, declared_jac, omega_jac = _post_functions(problem)
-        u = jnp.asarray(u0)
+        u = jax.device_put(u0)
         values_fn.prepare(u)
         if cov_pos and not joint:
-            declared_jac.prepare(u, jnp.asarray(np.asarray(free)[cov_pos]))
+            declared_jac.prepare(u, jax.device_put(np.asarray(free)[cov_pos]))
         shapes = {pi.name: np.zeros(pi.shape) for pi in problem.param_info}
         jac_args = _omega_jac_args(problem, _estimates_of(shapes))
         if jac_args is not None:
@@ -468,7 +468,7 @@ def fit_problem(
         problem,
         method,
         free,
-        (jnp.asarray(z0), base, jnp.asarray(eta_start), subjects),
+        (jax.device_put(z0), base, jax.device_put(eta_start), subjects),
         prepare_report,
     )
     t_run0 = time.perf_counter()
@@ -476,7 +476,7 @@ def fit_problem(
     p = len(free)
 
     def evaluate(z: np.ndarray, eta: np.ndarray):
-        out = compiled(jnp.asarray(z), base, jnp.asarray(eta), subjects)
+        out = compiled(jax.device_put(z), base, jax.device_put(eta), subjects)
         return jax.tree_util.tree_map(np.asarray, out)
 
     def fun(x: np.ndarray):
@@ -600,7 +600,7 @@ def fit_problem(
         exact,
     )
     eta_arr = np.asarray(ev.eta) if not isinstance(method, NaivePooled) else np.zeros((n, q))
-    omega = np.asarray(_post_functions(problem)[0](jnp.asarray(u_hat))[1])
+    omega = np.asarray(_post_functions(problem)[0](jax.device_put(u_hat))[1])
     shrink = _shrinkage(problem, eta_arr, omega, method)
     table = _add_shrinkage(table, problem, shrink, estimates)
     history = pd.DataFrame(res.history, columns=["iter", "ofv", "gradnorm", "time"])
@@ -652,7 +652,7 @@ _RESEED = 10
 def _with_fixed_starts(problem, u, eta) -> np.ndarray:
     """``[N, 2q + 2, q]``: each subject's `eta` ``[N, q]`` first, then eta = 0 and +-1.5 SD of
     Omega(u) along each random effect (the starts of the multistart search)."""
-    omega = _post_functions(problem)[0](jnp.asarray(u))[1]
+    omega = _post_functions(problem)[0](jax.device_put(np.asarray(u, np.float64)))[1]
     n, q = eta.shape
     starts = np.asarray(multistart_points(omega))
     return np.concatenate([eta[:, None, :], np.broadcast_to(starts, (n, 2 * q + 1, q))], axis=1)
@@ -752,7 +752,7 @@ def _build_table(
     problem, u_hat, free, cov_pos, cov_u, fixed_names, network, network_se, ev, method, exact
 ):
     values_fn, declared_jac, _ = _post_functions(problem)
-    values = {k: np.asarray(v) for k, v in values_fn(jnp.asarray(u_hat))[0].items()}
+    values = {k: np.asarray(v) for k, v in values_fn(jax.device_put(u_hat))[0].items()}
     for k, v in exact.items():
         values[k] = np.asarray(v, dtype=np.float64).reshape(values[k].shape)
     rows, elem_index = [], []
@@ -783,7 +783,7 @@ def _build_table(
     cov_decl = None
     if cov_u is not None:
         free_arr = np.asarray(free)[cov_pos]
-        jac = np.asarray(declared_jac(jnp.asarray(u_hat), jnp.asarray(free_arr)))
+        jac = np.asarray(declared_jac(jax.device_put(u_hat), jax.device_put(free_arr)))
         full = jac @ cov_u @ jac.T
         sub = full[np.ix_(elem_index, elem_index)]
         se = np.sqrt(np.clip(np.diag(sub), 0.0, None))
@@ -810,7 +810,7 @@ def _estimates_of(values: Mapping[str, np.ndarray]) -> dict:
 
 def _omega_jac_args(problem, estimates) -> tuple[dict, dict] | None:
     """The arguments of the Omega Jacobian helper at `estimates`: (variances, the rest)."""
-    theta = {k: jnp.asarray(v, dtype=jnp.float64) for k, v in estimates.items()}
+    theta = {k: jax.device_put(np.asarray(v, dtype=np.float64)) for k, v in estimates.items()}
     var_names = [p.name for p in problem.param_info if p.kind == "variance"]
     if not (var_names and problem.n_eta):
         return None
