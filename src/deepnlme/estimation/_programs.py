@@ -11,6 +11,7 @@ thread).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -61,16 +62,17 @@ def _source_digest() -> str:
 def _host() -> str:
     """The processor the programs are compiled for (XLA targets the host's instruction set:
     a cache folder shared between machines must not hand one's code to another)."""
-    parts = [platform.machine(), platform.processor()]
+    fields: dict[str, str] = {}
     try:
-        with open("/proc/cpuinfo") as fh:
+        with open("/proc/cpuinfo") as fh:  # Linux; elsewhere the platform module's names
             for line in fh:
-                key = line.split(":", 1)[0].strip()
-                if key in ("model name", "flags", "Features", "CPU part") and key not in parts:
-                    parts += [key, line.split(":", 1)[1].strip()]
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "flags", "Features", "CPU part"):
+                    fields.setdefault(key, value.strip())  # the first processor's
     except OSError:
         pass
-    return "\0".join(parts)
+    return repr((platform.machine(), platform.processor(), sorted(fields.items())))
 
 
 def program_path(token: str | None, parts: tuple, args: Any, optimise: bool) -> Path | None:
@@ -107,7 +109,7 @@ def program_path(token: str | None, parts: tuple, args: Any, optimise: bool) -> 
     return Path(cache_dir) / "deepnlme-programs" / f"{digest}.xla"
 
 
-_BIND_LOCK = threading.Lock()
+_ONCE = threading.Lock()  # guards the one-time set-ups below
 _BOUND: list[bool] = []
 
 
@@ -117,7 +119,7 @@ def _bind_kernels() -> None:
     jaxlib binds them when it first lowers a linear-algebra operation; a loaded program was
     not lowered in this process, and would call unbound kernels (a crash). jax.export binds
     them the same way before it calls a deserialised program."""
-    with _BIND_LOCK:
+    with _ONCE:
         if _BOUND:
             return
         try:
@@ -132,7 +134,7 @@ def _bind_kernels() -> None:
 def read_program(path: Path | None):
     """The compiled program stored at `path`, loaded; None when there is none (or it is
     damaged or foreign: the caller compiles again and overwrites it)."""
-    if path is None:
+    if path is None or not path.is_file():
         return None
     from jax.experimental import serialize_executable
 
@@ -146,21 +148,32 @@ def read_program(path: Path | None):
         return None
 
 
+def _no_cache_writes():
+    """A context in which this thread's compilations are not written to JAX's cache (its
+    minimum compile time for an entry, set per thread; nothing where a jax lacks it: JAX's
+    cache then holds a copy, and `_HITS` keeps a program loaded from it out of the store)."""
+    try:
+        from jax._src import config as jax_config
+
+        return jax_config.persistent_cache_min_compile_time_secs(float("inf"))
+    except (ImportError, AttributeError, TypeError):
+        return contextlib.nullcontext()
+
+
 def compile_and_store(lowered, optimise: bool, path: Path | None):
     """Compile `lowered` (`compile_lowered`) and store the executable at `path` (atomically;
     a folder that cannot be written, or an executable that cannot be serialised, stores
     nothing and does not stop the fit)."""
     if path is None:
         return compile_lowered(lowered, optimise)
-    from jax._src import config as jax_config
     from jax.experimental import serialize_executable
 
-    with _BIND_LOCK:
+    with _ONCE:
         if not _LISTENING:
             jax.monitoring.register_event_listener(_on_event)
             _LISTENING.append(True)
     _HITS.seen = False
-    with jax_config.persistent_cache_min_compile_time_secs(float("inf")):
+    with _no_cache_writes():
         compiled = compile_lowered(lowered, optimise, _STORE_MARK)
     if _HITS.seen:  # loaded from JAX's cache after all: not serialisable (see _STORE_MARK)
         return compiled
