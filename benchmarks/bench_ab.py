@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
 import statistics
 import subprocess
 import sys
@@ -28,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_vs_nlme import PY_FIT, R_CASES  # noqa: E402
+from bench_vs_nlme import R_CASES, run_deepnlme  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,33 +39,20 @@ def _source(rev: str | None) -> Iterator[Path]:
         return
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "tree"
-        subprocess.run(
+        made = subprocess.run(
             ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(tree), rev],
-            check=True,
+            capture_output=True,
+            text=True,
+            check=False,
         )
+        if made.returncode != 0:
+            raise SystemExit(f"bench_ab: cannot check out {rev!r}: {made.stderr.strip()}")
         try:
             yield tree / "src"
         finally:
             subprocess.run(
                 ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=True
             )
-
-
-def _run(src: Path, fit_id: str, cache: str) -> dict:
-    env = dict(os.environ, DEEPNLME_CACHE_DIR=cache, PYTHONPATH=str(src))
-    env.pop("DEEPNLME_NO_CACHE", None)
-    out = subprocess.run(
-        [sys.executable, "-c", PY_FIT, fit_id],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tempfile.gettempdir(),  # not the repository root: PYTHONPATH decides the build
-        check=False,
-    )
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError(f"run of {fit_id} with {src} failed:\n{out.stderr[-3000:]}")
 
 
 def main() -> None:
@@ -86,13 +71,12 @@ def main() -> None:
     with _source(args.before) as before, _source(args.after) as after:
         builds = {"before": before, "after": after}
         for case in cases:
-            fit_id = R_CASES[case]["fit_id"]
             runs: dict[str, list[tuple[float, float, float]]] = {"before": [], "after": []}
             for i in range(args.pairs):
                 for name in ("before", "after") if i % 2 == 0 else ("after", "before"):
                     with tempfile.TemporaryDirectory() as cache:
-                        cold = _run(builds[name], fit_id, cache)
-                        cached = _run(builds[name], fit_id, cache)
+                        cold = run_deepnlme(case, cache, builds[name])
+                        cached = run_deepnlme(case, cache, builds[name])
                     runs[name].append((cold["total_s"], cached["total_s"], cold["warm_s"]))
                     print(
                         f"{case} {name:6s} cold {cold['total_s']:.2f} s "

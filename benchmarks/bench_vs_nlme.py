@@ -123,15 +123,19 @@ def run_nlme(case: str, ref: Path) -> dict | None:
     return None
 
 
-def run_deepnlme(case: str, cache: str) -> dict:
+def run_deepnlme(case: str, cache: str, src: Path | None = None) -> dict:
+    """One fresh-process fit of `case` on the compilation cache folder `cache`; with `src`,
+    of the deepnlme in that folder (run elsewhere than the repository root)."""
     env = dict(os.environ, DEEPNLME_CACHE_DIR=cache)
     env.pop("DEEPNLME_NO_CACHE", None)
+    if src is not None:
+        env["PYTHONPATH"] = str(src)
     out = subprocess.run(
         [sys.executable, "-c", PY_FIT, R_CASES[case]["fit_id"]],
         capture_output=True,
         text=True,
         env=env,
-        cwd=ROOT,
+        cwd=ROOT if src is None else tempfile.gettempdir(),
         check=False,
     )
     for line in out.stdout.splitlines():
