@@ -101,26 +101,42 @@ import deepnlme
 from deepnlme import _config
 from deepnlme.estimation import _programs
 low = jax.jit(lambda x: jnp.sin(x) @ jnp.cumsum(x)).lower(jnp.ones(3))
+path = Path(sys.argv[2]) / "p.xla"
 if sys.argv[1] == "fill":  # JAX's cache gets the program, as compiled for storing
     _config.compile_lowered(low, False, _programs._STORE_MARK)
-else:
-    path = Path(sys.argv[1]) / "p.xla"
+elif sys.argv[1] == "fill-plain":  # ... as compiled without storing (or by an older deepnlme)
+    _config.compile_lowered(low, False)
+elif sys.argv[1] == "store":
     compiled = _programs.compile_and_store(low, False, path)
     print("RESULT", float(compiled(jnp.ones(3))), path.exists())
+else:
+    print("RESULT", float(_programs.read_program(path)(jnp.ones(3))))
 """
+
+
+def _run_hit(tmp_path: Path, step: str) -> list[str]:
+    env = dict(os.environ, DEEPNLME_CACHE_DIR=str(tmp_path))
+    env.pop("DEEPNLME_NO_CACHE", None)
+    out = subprocess.run(
+        [sys.executable, "-c", HIT, step, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return [x for x in out.stdout.splitlines() if x.startswith("RESULT")]
 
 
 def test_program_that_jax_loaded_from_its_cache_is_not_stored(tmp_path):
     # an executable JAX loaded from its own cache runs, but a serialised copy of it does not
     # (jaxlib 0.10.2): such a program is used and not stored
-    env = dict(os.environ, DEEPNLME_CACHE_DIR=str(tmp_path))
-    env.pop("DEEPNLME_NO_CACHE", None)
+    assert _run_hit(tmp_path, "fill") == []
+    assert _run_hit(tmp_path, "store") == ["RESULT 5.048825908847379 False"]
 
-    def run(arg):
-        out = subprocess.run(
-            [sys.executable, "-c", HIT, arg], capture_output=True, text=True, env=env, check=True
-        )
-        return [x for x in out.stdout.splitlines() if x.startswith("RESULT")]
 
-    assert run("fill") == []
-    assert run(str(tmp_path)) == ["RESULT 5.048825908847379 False"]
+def test_program_in_jax_cache_from_a_plain_compilation_is_compiled_and_stored(tmp_path):
+    # JAX's cache holding the same program compiled without the store's mark (as an older
+    # deepnlme wrote it) is not consulted: the program is compiled, stored and runs when loaded
+    assert _run_hit(tmp_path, "fill-plain") == []
+    assert _run_hit(tmp_path, "store") == ["RESULT 5.048825908847379 True"]
+    assert _run_hit(tmp_path, "load") == ["RESULT 5.048825908847379"]
