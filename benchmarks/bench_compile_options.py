@@ -29,10 +29,12 @@ from deepnlme.likelihood._from_model import model_problem
 from deepnlme.likelihood._small import unrolled
 
 O0 = {"xla_backend_optimization_level": 0}
-CLASSIC = {"xla_cpu_use_fusion_emitters": False}
 O1 = {"xla_backend_optimization_level": 1}
-# deepnlme's own setting (reductions out of the YNNPACK library), read from where it is set
+# deepnlme's own settings (the classic emitters; reductions out of the YNNPACK library), read
+# from where they are set
+_EMITTERS = "xla_cpu_use_fusion_emitters"
 _YNN = "xla_cpu_experimental_ynn_fusion_type"
+CLASSIC = {_EMITTERS: _EXTRA_OPTIONS[_EMITTERS]}
 OWN_REDUCE = {_YNN: _EXTRA_OPTIONS[_YNN]}
 VARIANTS = {
     "O0": O0,
