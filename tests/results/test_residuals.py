@@ -6,11 +6,16 @@ C_i^-1/2 (y_i - X b) with C_i = Z Omega Z' + sigma^2 I, and the EBEs are the BLU
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from scipy import stats
 
 import deepnlme as dn
+from deepnlme.results._diagnostics import _RESID_CACHE, _residuals, bind_fit
 
 LINEAR = """
 param:
@@ -72,6 +77,48 @@ def test_wres_cwres_iwres_match_closed_forms(linear_fit):
         "RES", "WRES", "IRES", "IWRES", "CWRES", "CENS",
     ]  # fmt: skip
     assert len(tab) == 300 * len(TIMES)
+
+
+def test_residual_program_decorrelates_with_one_lapack_call(linear_fit):
+    """WRES and CWRES of all subjects come from one batched eigendecomposition: two batched
+    LAPACK calls that run at once can deadlock jaxlib 0.10's CPU thread pool (`_inv_sqrt`)."""
+    fit, _ = linear_fit
+    b = bind_fit(fit)
+    _residuals(b)
+    lowered = _RESID_CACHE[b.problem].lower(b.theta, b.eta, b.problem.subjects)
+    calls = re.findall(r'custom_call_target="(lapack_[a-z]+)', lowered.compile().as_text())
+    assert calls == ["lapack_dsyevd"]
+
+
+_REPEAT = """
+import numpy as np, deepnlme as dn
+from deepnlme.results._diagnostics import _residuals, bind_fit
+model = dn.load_model(MODEL)
+design = dn.make_population(1000, obs_times=np.linspace(0.0, 9.0, 10))
+fit = dn.fit(model, dn.simulate(model, design, seed=5), dn.FOCEI(), max_iter=0,
+             progress=False, covariance=None)
+tab, b = dn.predict(fit), bind_fit(fit)
+mask = np.asarray(b.binding.data.obs_mask)
+for _ in range(30):
+    np.testing.assert_array_equal(_residuals(b)["CWRES"][mask], tab["CWRES"])
+assert np.isfinite(tab["CWRES"]).all() and len(tab) == 10_000
+print("OK")
+"""
+
+
+def test_residuals_of_a_thousand_subjects_repeat_without_hanging():
+    """1,000 subjects with 10 observations, residuals computed 31 times in a fresh process:
+    with one eigendecomposition call per kind of residual, two batched LAPACK calls could
+    hold both CPU pool threads and wait for ever (`_inv_sqrt`). Run apart, so that a
+    hang fails this test after the timeout instead of stopping the suite."""
+    code = f"MODEL = {LINEAR!r}\n" + _REPEAT
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("residuals of 1,000 subjects did not finish in 300 s (a deadlock)")
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), out.stderr[-3000:]
 
 
 def test_cwres_standard_normal_under_true_model(linear_fit):

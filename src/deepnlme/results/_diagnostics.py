@@ -113,9 +113,18 @@ def bind_fit(fit, population=None) -> Bound:
 
 
 def _inv_sqrt(c: jax.Array) -> jax.Array:
-    """Symmetric inverse square root C^-1/2 of a symmetric positive definite matrix."""
-    w, v = jnp.linalg.eigh(0.5 * (c + c.T))
-    return (v / jnp.sqrt(w)) @ v.T
+    """Symmetric inverse square roots C^-1/2 of a stack ``[..., n, n]`` of symmetric positive
+    definite matrices, by one eigendecomposition call for the whole stack.
+
+    One call, not one per matrix: under `vmap` each call is a batched LAPACK kernel, and
+    jaxlib 0.10's CPU kernels split a large batch over XLA's intra-op thread pool and block
+    a pool thread until the parts are done. Two such calls that run at once on a 2-core
+    machine hold both pool threads and wait for ever (predictions with residuals of 1,000
+    subjects hung on their second call). A program with one such call at a time cannot
+    deadlock that way.
+    """
+    w, v = jnp.linalg.eigh(0.5 * (c + jnp.swapaxes(c, -1, -2)))
+    return (v / jnp.sqrt(w)[..., None, :]) @ jnp.swapaxes(v, -1, -2)
 
 
 def _subject_residuals(obs, theta, omega, eta_hat, subj):
@@ -132,14 +141,15 @@ def _subject_residuals(obs, theta, omega, eta_hat, subj):
     y = t0.y
     eye = jnp.eye(use.shape[0])
 
-    def decorrelate(g, v, r):
+    def covariance(g, v):
         g = jnp.where(use[:, None], g, 0.0)
         c = g @ omega @ g.T + jnp.diag(jnp.where(use, v, 1.0))
-        c = jnp.where(use[:, None] & use[None, :], c, eye)
-        return _inv_sqrt(c) @ jnp.where(use, r, 0.0)
+        return jnp.where(use[:, None] & use[None, :], c, eye)
 
-    wres = decorrelate(g0, t0.var, y - t0.mean)
-    cwres = decorrelate(g1, t1.var, y - (t1.mean - g1 @ eta_hat))
+    # WRES and CWRES decorrelated by one eigendecomposition call (see `_inv_sqrt`)
+    roots = _inv_sqrt(jnp.stack([covariance(g0, t0.var), covariance(g1, t1.var)]))
+    wres = roots[0] @ jnp.where(use, y - t0.mean, 0.0)
+    cwres = roots[1] @ jnp.where(use, y - (t1.mean - g1 @ eta_hat), 0.0)
     iwres = (y - t1.mean) / jnp.sqrt(jnp.where(use, t1.var, 1.0))
     nan = jnp.nan
     return {
