@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import deepnlme as dn
 from deepnlme._config import _EXTRA_OPTIONS
 from deepnlme._validation import CASES
-from deepnlme.estimation._fit_problem import _UNROLL_SUBJECTS, _structure
+from deepnlme.estimation._fit_problem import _structure, _written_out
 from deepnlme.likelihood import make_evaluator
 from deepnlme.likelihood._from_model import model_problem
 from deepnlme.likelihood._small import unrolled
@@ -55,7 +55,7 @@ def main() -> None:
     free = tuple(range(u.size))
     eta = jnp.zeros((problem.n_subjects, problem.n_eta))
     evaluate = make_evaluator(problem, dn.FOCEI(), free, _structure(problem))
-    with unrolled(problem.n_subjects >= _UNROLL_SUBJECTS):
+    with unrolled(_written_out(problem)):
         lowered = jax.jit(evaluate).lower(u, u, eta, problem.subjects)
     for name in sys.argv[2].split(","):
         t0 = time.perf_counter()

@@ -19,7 +19,7 @@ def _spd(q, seed):
     return jnp.asarray(a @ a.T + 0.5 * np.eye(q))
 
 
-@pytest.mark.parametrize("q", [1, 2, 3, 5])
+@pytest.mark.parametrize("q", [1, 2, 3, 5, 7, 9])  # 7, 9: loops beyond UNROLL_MAX
 def test_written_out_equals_lapack(q):
     m, b = _spd(q, q), jnp.arange(1.0, q + 1.0)
     with sm.unrolled(True):
@@ -38,13 +38,19 @@ def test_written_out_equals_lapack(q):
         g_out = jax.grad(f)(m)
     g_lapack = jax.grad(f)(m)
     np.testing.assert_allclose(g_out, g_lapack, rtol=1e-9, atol=1e-12)
+    # batched, as an evaluation traces it: no LAPACK call at all
+    ms = jnp.stack([m, _spd(q, q + 10)])
+    with sm.unrolled(True):
+        hlo = jax.jit(jax.vmap(jax.grad(f))).lower(ms).compile().as_text()
+    assert 'custom_call_target="lapack' not in hlo
 
 
-def test_damped_step_is_newton_where_positive_definite_and_descent_elsewhere():
-    h, g = _spd(3, 7), jnp.array([1.0, -2.0, 0.5])
+@pytest.mark.parametrize("q", [3, 8])
+def test_damped_step_is_newton_where_positive_definite_and_descent_elsewhere(q):
+    h, g = _spd(q, 7), jnp.linspace(1.0, -2.0, q)
     with sm.unrolled(True):
         step = sm.damped_newton_step(g, h, jnp.asarray(0.0))
-        indefinite = jnp.diag(jnp.array([2.0, -1.0, 0.5]))
+        indefinite = jnp.diag(jnp.linspace(2.0, -1.0, q))
         d = sm.damped_newton_step(g, indefinite, jnp.asarray(0.0))
     np.testing.assert_allclose(step, -np.linalg.solve(np.asarray(h), np.asarray(g)), rtol=1e-10)
     assert float(g @ d) < 0
@@ -57,6 +63,20 @@ def test_damped_step_is_newton_where_positive_definite_and_descent_elsewhere():
         )
     assert bool(res.converged)
     np.testing.assert_allclose(res.eta, [1.0, 1.0], atol=1e-7)
+
+
+@pytest.mark.parametrize("q", [3, 6, 7, 9])
+def test_damped_step_of_a_strongly_indefinite_hessian_is_a_finite_descent(q):
+    """Far from the mode an EBE search meets Hessians like this one (negative pivots, large
+    couplings). Pivots floored alone made the factor overflow (a nan step, which the search
+    then took for convergence at its start); Gill and Murray's bounded factor does not."""
+    h = jnp.full((q, q), 10.0) - 11.0 * jnp.eye(q)
+    g = jnp.linspace(1.0, -1.0, q) + 0.3
+    with sm.unrolled(True):
+        d = sm.damped_newton_step(g, h, jnp.asarray(0.0))
+    assert bool(jnp.all(jnp.isfinite(d)))
+    assert float(g @ d) < 0
+    assert float(jnp.linalg.norm(d)) < 1e3 * float(jnp.linalg.norm(g))
 
 
 def test_objective_and_gradient_unchanged_when_written_out():

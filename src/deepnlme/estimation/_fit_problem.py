@@ -82,12 +82,12 @@ def _compiled(
     t0 = time.perf_counter()
     structure = _structure(problem)
     optimise = structure.n_obs > _FAST_COMPILE_OBS or problem.solves_ode
-    unroll = problem.n_subjects >= _UNROLL_SUBJECTS
     serial = (
         not optimise
         and problem.n_subjects <= _SERIAL_SUBJECTS
         and not any(p.kind == "network" for p in problem.param_info)
     )
+    unroll = _written_out(problem, serial)
 
     def build(stage, stage_args, path, pool):
         # trace the stage here; compile (and store) it on `pool`
@@ -178,6 +178,20 @@ _SERIAL_SUBJECTS = 64
 # instead of calling LAPACK once per subject (see likelihood/_small.py): a quarter off each
 # evaluation at 10,000 subjects, for about a second more compilation.
 _UNROLL_SUBJECTS = 2_000
+
+# ... and from this many subjects times q^3 on, whatever the number of subjects: jaxlib 0.10's
+# batched LAPACK kernels split batches of about 200,000 q^3 and more over XLA's intra-op thread
+# pool (a batch of 3 x 3 triangular solves from about 7,500 matrices, of 6 x 6 from about 950),
+# and several such calls running at once can hold every pool thread and deadlock (see
+# likelihood/_small.py). A quarter of that keeps every LAPACK call of an evaluation unsplit.
+_LAPACK_SPLIT_WORK = 50_000
+
+
+def _written_out(problem: Problem, serial: bool = False) -> bool:
+    """Whether an evaluation of `problem` is traced with the q x q algebra written out
+    (`likelihood._small.unrolled`); `serial` programs call LAPACK one subject at a time."""
+    n, q = problem.n_subjects, problem.n_eta
+    return not serial and (n >= _UNROLL_SUBJECTS or n * q**3 >= _LAPACK_SPLIT_WORK)
 
 
 def _run_once_jit(fn, store: tuple[str | None, str] = (None, "")):

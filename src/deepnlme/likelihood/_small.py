@@ -11,12 +11,23 @@ one-compartment FOCEI evaluator) and pays only when an evaluation covers thousan
 (about a quarter of each evaluation at 10,000). They are used where `unrolled(True)` is in force
 while a program is traced (`fit_problem` switches it on for large populations); elsewhere the
 LAPACK calls are kept.
+
+Under `unrolled(True)` no LAPACK call is made for any q: beyond `UNROLL_MAX` the same
+factorisation and substitutions run as loops over the columns (`lax.fori_loop`). This matters
+for more than speed. jaxlib 0.10's batched LAPACK kernels split a large batch over XLA's
+intra-op thread pool and block a pool thread until the parts are done, so that a program with
+several large batched calls that can run at once (an evaluation's derivatives hold about ten)
+can hold every pool thread and wait for ever; a fit of 10,000 subjects traced with the LAPACK
+calls hung so. `fit_problem` therefore also switches the written-out forms on wherever the
+batch is large enough for the kernels to split it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import math
 from collections.abc import Iterator
 
 import jax
@@ -37,7 +48,49 @@ def unrolled(enabled: bool) -> Iterator[None]:
 
 
 def _unroll(q: int) -> bool:
+    """Written out element by element (small q, `unrolled(True)`)."""
     return q <= UNROLL_MAX and _UNROLL.get()
+
+
+def _loop(q: int) -> bool:
+    """As loops over the columns (q beyond `UNROLL_MAX`, `unrolled(True)`)."""
+    return q > UNROLL_MAX and _UNROLL.get()
+
+
+def _cholesky_loop(
+    m: jax.Array, floor: jax.Array | None, beta2: jax.Array | None = None
+) -> jax.Array:
+    # column j of L from the columns before it: L[i, j] = (m[i, j] - L[i, :j] . L[j, :j]) / L[j, j]
+    # (`beta2`: Gill and Murray's bounded pivots, see `_modified_cholesky`)
+    q = m.shape[-1]
+    idx = jnp.arange(q)
+
+    def column(j, low):
+        v = m[:, j] - low @ low[j]  # row j of `low` is zero from column j on
+        if beta2 is None:
+            d = v[j] if floor is None else jnp.maximum(v[j], floor)
+        else:
+            theta = jnp.max(jnp.where(idx > j, jnp.abs(v), 0.0))
+            d = jnp.maximum(jnp.maximum(jnp.abs(v[j]), theta**2 / beta2), floor)
+        ljj = jnp.sqrt(d)
+        return low.at[:, j].set(jnp.where(idx > j, v / ljj, jnp.where(idx == j, ljj, 0.0)))
+
+    return jax.lax.fori_loop(0, q, column, jnp.zeros_like(m))
+
+
+def _chol_solve_loop(chol: jax.Array, b: jax.Array) -> jax.Array:
+    q = chol.shape[-1]
+
+    def forward(i, y):  # y[i:] is still zero
+        return y.at[i].set((b[i] - chol[i] @ y) / chol[i, i])
+
+    y = jax.lax.fori_loop(0, q, forward, jnp.zeros_like(b))
+
+    def backward(k, x):  # x[:i + 1] is still zero
+        i = q - 1 - k
+        return x.at[i].set((y[i] - chol[:, i] @ x) / chol[i, i])
+
+    return jax.lax.fori_loop(0, q, backward, jnp.zeros_like(b))
 
 
 def cholesky(m: jax.Array, floor: jax.Array | None = None) -> jax.Array:
@@ -48,6 +101,8 @@ def cholesky(m: jax.Array, floor: jax.Array | None = None) -> jax.Array:
     definite). Without it, a matrix that is not positive definite gives nan, as LAPACK's does.
     """
     q = m.shape[-1]
+    if _loop(q):
+        return _cholesky_loop(m, floor)
     if not _unroll(q):
         if floor is not None:
             w, v = jnp.linalg.eigh(m)
@@ -69,9 +124,43 @@ def cholesky(m: jax.Array, floor: jax.Array | None = None) -> jax.Array:
     )
 
 
+def _modified_cholesky(m: jax.Array, delta: jax.Array) -> jax.Array:
+    """Gill and Murray's modified Cholesky factor of the symmetric `m` (Nocedal and Wright,
+    Numerical Optimization, 2nd ed., algorithm 3.4, as L = L~ D^1/2): the plain factor where
+    `m` is safely positive definite; elsewhere the factor of `m + E` (E diagonal, >= 0) with
+    every pivot at least `delta` and every entry of L bounded by beta. Flooring the pivots
+    alone lets a negative pivot of an indefinite `m` turn into a tiny one, whose column then
+    overflows (nan steps in the EBE search)."""
+    q = m.shape[-1]
+    diag = jnp.abs(jnp.diag(m))
+    off = jnp.abs(m - jnp.diag(jnp.diag(m)))
+    xi = jnp.max(off) / math.sqrt(q * q - 1) if q > 1 else jnp.zeros((), m.dtype)
+    beta2 = jnp.maximum(jnp.maximum(jnp.max(diag), xi), jnp.finfo(m.dtype).eps)
+    if _loop(q):
+        return _cholesky_loop(m, delta, beta2)
+    rows: list[list[jax.Array]] = [[None] * q for _ in range(q)]  # type: ignore[list-item]
+    zero = jnp.zeros((), m.dtype)
+    for j in range(q):
+        c_jj = m[j, j] - sum((rows[j][k] ** 2 for k in range(j)), zero)
+        c = [
+            m[i, j] - sum((rows[i][k] * rows[j][k] for k in range(j)), zero)
+            for i in range(j + 1, q)
+        ]
+        theta = functools.reduce(jnp.maximum, [jnp.abs(x) for x in c], zero)
+        ljj = jnp.sqrt(jnp.maximum(jnp.maximum(jnp.abs(c_jj), theta**2 / beta2), delta))
+        rows[j][j] = ljj
+        for i, c_ij in zip(range(j + 1, q), c):
+            rows[i][j] = c_ij / ljj
+    return jnp.stack(
+        [jnp.stack([rows[i][j] if j <= i else zero for j in range(q)]) for i in range(q)]
+    )
+
+
 def chol_solve(chol: jax.Array, b: jax.Array) -> jax.Array:
     """Solve (L L') x = b for a vector `b` given the lower factor `L`."""
     q = chol.shape[-1]
+    if _loop(q):
+        return _chol_solve_loop(chol, b)
     if not _unroll(q):
         return jax.scipy.linalg.cho_solve((chol, True), b)
     y: list[jax.Array] = []
@@ -89,6 +178,9 @@ def chol_inverse(chol: jax.Array) -> jax.Array:
     """(L L')^-1 from the lower factor `L`."""
     q = chol.shape[-1]
     eye = jnp.eye(q, dtype=chol.dtype)
+    if _loop(q):
+        inv = jax.vmap(lambda e: _chol_solve_loop(chol, e), out_axes=1)(eye)
+        return 0.5 * (inv + inv.T)
     if not _unroll(q):
         return jax.scipy.linalg.cho_solve((chol, True), eye)
     cols = [chol_solve(chol, eye[:, j]) for j in range(q)]
@@ -113,7 +205,7 @@ def solve(m: jax.Array, b: jax.Array) -> jax.Array:
     Written out: Cholesky with pivots floored at the smallest normal number (no nan where `m`
     is singular to rounding); otherwise LU, as `jnp.linalg.solve`.
     """
-    if not _unroll(m.shape[-1]):
+    if not (_unroll(m.shape[-1]) or _loop(m.shape[-1])):
         return jnp.linalg.solve(m, b)
     return chol_solve(cholesky(0.5 * (m + m.T), floor=jnp.finfo(m.dtype).tiny), b)
 
@@ -122,16 +214,16 @@ def damped_newton_step(grad: jax.Array, hess: jax.Array, lam: jax.Array) -> jax.
     """-(H + lam I)^-1 g made a descent direction where H is not positive definite.
 
     LAPACK: H's eigenvalues replaced by their absolute values (floored at 1e-8 of the largest).
-    Written out: a modified Cholesky factorisation of H + lam I, pivots floored at
-    1e-8 (1 + max |H_jj|) + lam. Both are the plain damped Newton step where H is safely
-    positive definite.
+    Written out: Gill and Murray's modified Cholesky factorisation of H + lam I
+    (`_modified_cholesky`: pivots at least 1e-8 (1 + max |H_jj|) + lam, the factor's entries
+    bounded). Both are the plain damped Newton step where H is safely positive definite.
     """
     q = grad.shape[0]
-    if not _unroll(q):
+    if not (_unroll(q) or _loop(q)):
         w, vec = jnp.linalg.eigh(hess)
         floor = 1e-8 * (1.0 + jnp.max(jnp.abs(w)))
         w = jnp.maximum(jnp.abs(w), floor) + lam
         return -vec @ ((vec.T @ grad) / w)
     floor = 1e-8 * (1.0 + jnp.max(jnp.abs(jnp.diag(hess)))) + lam
-    chol = cholesky(hess + lam * jnp.eye(q, dtype=hess.dtype), floor=floor)
+    chol = _modified_cholesky(hess + lam * jnp.eye(q, dtype=hess.dtype), floor)
     return -chol_solve(chol, grad)
