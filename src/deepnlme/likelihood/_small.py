@@ -57,22 +57,55 @@ def _loop(q: int) -> bool:
     return q > UNROLL_MAX and _UNROLL.get()
 
 
+def _pivot(c_jj, below_max, floor, beta2):
+    """The squared pivot of a column whose diagonal entry (before the pivot) is `c_jj`: that
+    entry, raised to `floor` when given; with `beta2`, Gill and Murray's rule
+    (`_modified_cholesky`; `below_max()` is the largest |entry| below the diagonal)."""
+    if beta2 is None:
+        return c_jj if floor is None else jnp.maximum(c_jj, floor)
+    return jnp.maximum(jnp.maximum(jnp.abs(c_jj), below_max() ** 2 / beta2), floor)
+
+
+def _cholesky_written(
+    m: jax.Array, floor: jax.Array | None, beta2: jax.Array | None = None
+) -> jax.Array:
+    # element by element: L[i, j] = (m[i, j] - L[i, :j] . L[j, :j]) / L[j, j] (`_pivot`)
+    q = m.shape[-1]
+    rows: list[list[jax.Array]] = [[None] * q for _ in range(q)]  # type: ignore[list-item]
+    zero = jnp.zeros((), m.dtype)
+    for j in range(q):
+        c_jj = m[j, j] - sum((rows[j][k] ** 2 for k in range(j)), zero)
+        c = [
+            m[i, j] - sum((rows[i][k] * rows[j][k] for k in range(j)), zero)
+            for i in range(j + 1, q)
+        ]
+
+        def below(c=c):  # traced only for Gill and Murray's rule
+            return functools.reduce(jnp.maximum, [jnp.abs(x) for x in c], zero)
+
+        ljj = jnp.sqrt(_pivot(c_jj, below, floor, beta2))
+        rows[j][j] = ljj
+        for i, c_ij in zip(range(j + 1, q), c):
+            rows[i][j] = c_ij / ljj
+    return jnp.stack(
+        [jnp.stack([rows[i][j] if j <= i else zero for j in range(q)]) for i in range(q)]
+    )
+
+
 def _cholesky_loop(
     m: jax.Array, floor: jax.Array | None, beta2: jax.Array | None = None
 ) -> jax.Array:
-    # column j of L from the columns before it: L[i, j] = (m[i, j] - L[i, :j] . L[j, :j]) / L[j, j]
-    # (`beta2`: Gill and Murray's bounded pivots, see `_modified_cholesky`)
+    # as `_cholesky_written`, one column per pass of a loop
     q = m.shape[-1]
     idx = jnp.arange(q)
 
     def column(j, low):
         v = m[:, j] - low @ low[j]  # row j of `low` is zero from column j on
-        if beta2 is None:
-            d = v[j] if floor is None else jnp.maximum(v[j], floor)
-        else:
-            theta = jnp.max(jnp.where(idx > j, jnp.abs(v), 0.0))
-            d = jnp.maximum(jnp.maximum(jnp.abs(v[j]), theta**2 / beta2), floor)
-        ljj = jnp.sqrt(d)
+
+        def below():
+            return jnp.max(jnp.where(idx > j, jnp.abs(v), 0.0))
+
+        ljj = jnp.sqrt(_pivot(v[j], below, floor, beta2))
         return low.at[:, j].set(jnp.where(idx > j, v / ljj, jnp.where(idx == j, ljj, 0.0)))
 
     return jax.lax.fori_loop(0, q, column, jnp.zeros_like(m))
@@ -108,20 +141,7 @@ def cholesky(m: jax.Array, floor: jax.Array | None = None) -> jax.Array:
             w, v = jnp.linalg.eigh(m)
             m = (v * jnp.maximum(w, floor)) @ v.T
         return jnp.linalg.cholesky(m)
-    rows: list[list[jax.Array]] = [[None] * q for _ in range(q)]  # type: ignore[list-item]
-    zero = jnp.zeros((), m.dtype)
-    for j in range(q):
-        d = m[j, j] - sum((rows[j][k] ** 2 for k in range(j)), zero)
-        if floor is not None:
-            d = jnp.maximum(d, floor)
-        ljj = jnp.sqrt(d)
-        rows[j][j] = ljj
-        for i in range(j + 1, q):
-            s = m[i, j] - sum((rows[i][k] * rows[j][k] for k in range(j)), zero)
-            rows[i][j] = s / ljj
-    return jnp.stack(
-        [jnp.stack([rows[i][j] if j <= i else zero for j in range(q)]) for i in range(q)]
-    )
+    return _cholesky_written(m, floor)
 
 
 def _modified_cholesky(m: jax.Array, delta: jax.Array) -> jax.Array:
@@ -136,24 +156,7 @@ def _modified_cholesky(m: jax.Array, delta: jax.Array) -> jax.Array:
     off = jnp.abs(m - jnp.diag(jnp.diag(m)))
     xi = jnp.max(off) / math.sqrt(q * q - 1) if q > 1 else jnp.zeros((), m.dtype)
     beta2 = jnp.maximum(jnp.maximum(jnp.max(diag), xi), jnp.finfo(m.dtype).eps)
-    if _loop(q):
-        return _cholesky_loop(m, delta, beta2)
-    rows: list[list[jax.Array]] = [[None] * q for _ in range(q)]  # type: ignore[list-item]
-    zero = jnp.zeros((), m.dtype)
-    for j in range(q):
-        c_jj = m[j, j] - sum((rows[j][k] ** 2 for k in range(j)), zero)
-        c = [
-            m[i, j] - sum((rows[i][k] * rows[j][k] for k in range(j)), zero)
-            for i in range(j + 1, q)
-        ]
-        theta = functools.reduce(jnp.maximum, [jnp.abs(x) for x in c], zero)
-        ljj = jnp.sqrt(jnp.maximum(jnp.maximum(jnp.abs(c_jj), theta**2 / beta2), delta))
-        rows[j][j] = ljj
-        for i, c_ij in zip(range(j + 1, q), c):
-            rows[i][j] = c_ij / ljj
-    return jnp.stack(
-        [jnp.stack([rows[i][j] if j <= i else zero for j in range(q)]) for i in range(q)]
-    )
+    return (_cholesky_loop if _loop(q) else _cholesky_written)(m, delta, beta2)
 
 
 def chol_solve(chol: jax.Array, b: jax.Array) -> jax.Array:
