@@ -23,7 +23,8 @@ from deepnlme.likelihood import (
     newton_lm,
     probe,
 )
-from deepnlme.likelihood._inner import implicit_eta
+from deepnlme.likelihood._inner import implicit_eta, newton_lm_lanes
+from deepnlme.likelihood._small import unrolled
 
 _EVALUATORS: dict = {}
 
@@ -159,6 +160,23 @@ def test_inner_solver_robust_to_bad_start_and_indefinite_hessian():
         lambda e: jnp.sum((e - 0.5) ** 2) - jnp.log(1.0 - e[0]), jnp.array([2.0]), InnerOptions()
     )
     assert bool(res.converged) and np.isfinite(float(res.value))
+
+
+@pytest.mark.parametrize("written_out", [False, True])
+def test_inner_search_with_a_non_finite_newton_step_is_not_converged(written_out):
+    # a slope of 1e302 and no curvature: the damped Newton step overflows at the start; the
+    # search must stop there unconverged (a non-finite step is no zero step), in both the
+    # LAPACK and the written-out algebra, alone and batched over lanes
+    def f(e, slope):
+        return slope * (e[0] - 1.0) + 0.0 * e[1]
+
+    with unrolled(written_out):
+        res = newton_lm(lambda e: f(e, 1e302), jnp.zeros(2), InnerOptions())
+        lanes = newton_lm_lanes(f, jnp.zeros((2, 2)), jnp.array([1e302, 0.0]), InnerOptions())
+    assert not bool(res.converged)
+    assert int(res.n_iter) == 1 and np.all(np.isfinite(np.asarray(res.eta)))
+    # the lane without a slope (a flat objective) is at its minimum already
+    np.testing.assert_array_equal(np.asarray(lanes.converged), [False, True])
 
 
 def test_inner_options_validated():

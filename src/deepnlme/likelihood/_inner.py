@@ -51,7 +51,9 @@ def newton_lm(
     Steps solve (H + lam I) d = -g with the exact Hessian; a step is accepted when the
     objective does not increase (and is finite), and lam shrinks tenfold; otherwise lam grows
     tenfold. Converged at an accepted point whose own Newton decrement -g'd is below `tol`.
-    A non-finite start falls back to eta = 0. Works under `vmap` (fixed shapes, while_loop).
+    A non-finite start falls back to eta = 0. The search stops, not converged, at an accepted
+    point whose Newton step is not finite (a gradient beyond what the curvature can scale,
+    e.g. an objective without a minimum). Works under `vmap` (fixed shapes, while_loop).
 
     `max_step` (``[q]``) bounds each component of a step (the step is shortened, keeping its
     direction). Far from the mode a Newton step can land at random effects many SDs out,
@@ -71,8 +73,8 @@ def _newton_parts(fun, options: InnerOptions, max_step):
         start_ok = jnp.isfinite(fun(eta0))
         eta0 = jnp.where(start_ok, eta0, jnp.zeros_like(eta0))
         # state: accepted point (eta, v, g, h), the candidate to evaluate next, damping,
-        # counters. The first candidate is the start itself (v = inf, so it is accepted when
-        # finite): the Hessian code appears once in the compiled program.
+        # counters, finished, converged. The first candidate is the start itself (v = inf, so
+        # it is accepted when finite): the Hessian code appears once in the compiled program.
         return (
             eta0,
             jnp.asarray(jnp.inf, dtype=dtype),
@@ -82,13 +84,14 @@ def _newton_parts(fun, options: InnerOptions, max_step):
             jnp.asarray(0.0, dtype),
             jnp.asarray(0),
             jnp.asarray(False),
+            jnp.asarray(False),
         )
 
     def pending(state):
         return (~state[7]) & (state[6] <= options.max_iter)
 
     def body(state):
-        eta, v, g, h, cand, lam, it, _ = state
+        eta, v, g, h, cand, lam, it, _, _ = state
         v_new, g_new, h_new = _vgh(fun, cand)
         finite = jnp.isfinite(v_new) & jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(h_new))
         accept = finite & (v_new <= v + 1e-12 * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0))))
@@ -106,19 +109,22 @@ def _newton_parts(fun, options: InnerOptions, max_step):
         step = jnp.where(step_ok, step, 0.0)
         decrement = -jnp.dot(g, step)
         # converged at the point just accepted when its own Newton decrement is below tol
-        # (the implicit step of `implicit_eta` then takes that last Newton step)
-        done = accept & (decrement < options.tol)
+        # (the implicit step of `implicit_eta` then takes that last Newton step); a non-finite
+        # step there ends the search unconverged (it is no zero step)
+        done = accept & step_ok & (decrement < options.tol)
+        broken = accept & ~step_ok
         if max_step is not None:
             step = step / jnp.maximum(1.0, jnp.max(jnp.abs(step) / max_step))
         stuck = (lam > 1e12 * (1.0 + jnp.mean(jnp.abs(jnp.diag(h))))) | (first & ~finite)
-        return eta, v, g, h, eta + step, lam, it + 1, done | stuck
+        ended = done | stuck | broken
+        return eta, v, g, h, eta + step, lam, it + 1, ended, (done | stuck) & ~broken
 
     return start, pending, body
 
 
 def _newton_result(state) -> InnerResult:
-    eta, v, g, h, _, _, it, done = state
-    return InnerResult(eta, v, g, h, it, done & jnp.isfinite(v))
+    eta, v, g, h, _, _, it, _, ok = state
+    return InnerResult(eta, v, g, h, it, ok & jnp.isfinite(v))
 
 
 def newton_lm_lanes(
