@@ -21,8 +21,10 @@ print("RESULT " + json.dumps({"ofv": fit.ofv.hex(), "u": [float(x).hex() for x i
 """
 
 
-def _fit_in_fresh_process(cache: Path, method: str = "FO", prelude: str = "") -> dict:
-    env = dict(os.environ, DEEPNLME_CACHE_DIR=str(cache))
+def _fit_in_fresh_process(
+    cache: Path, method: str = "FO", prelude: str = "", **env_vars: str
+) -> dict:
+    env = dict(os.environ, DEEPNLME_CACHE_DIR=str(cache), **env_vars)
     env.pop("DEEPNLME_NO_CACHE", None)
     out = subprocess.run(
         [sys.executable, "-c", prelude + FIT, method],
@@ -140,3 +142,72 @@ def test_program_in_jax_cache_from_a_plain_compilation_is_compiled_and_stored(tm
     assert _run_hit(tmp_path, "fill-plain") == []
     assert _run_hit(tmp_path, "store") == ["RESULT 5.048825908847379 True"]
     assert _run_hit(tmp_path, "load") == ["RESULT 5.048825908847379"]
+
+
+def _entry(path: Path, size: int, used: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    os.utime(path, (used, used))
+    return path
+
+
+def test_cache_folder_is_pruned_of_the_entries_used_longest_ago(tmp_path):
+    from deepnlme.estimation._programs import prune_cache
+
+    now = 1_800_000_000.0
+    store = tmp_path / "deepnlme-programs"
+    old_program = _entry(store / "a.xla", 400, now - 500)
+    new_program = _entry(store / "b.xla", 400, now - 100)
+    old_jax = _entry(tmp_path / "jit_f-1-cache", 300, now - 400)
+    old_jax_atime = _entry(tmp_path / "jit_f-1-atime", 8, now - 400)
+    new_jax = _entry(tmp_path / "jit_g-2-cache", 300, now - 50)
+    current = _entry(store / "c.xla", 400, now + 10)  # used by this process: kept
+    stale_tmp = _entry(store / "d.tmp", 50, now - 7200)
+    fresh_tmp = _entry(store / "e.tmp", 50, now - 60)  # perhaps another process writing
+    # a program read since it was written counts as used then (its access time)
+    os.utime(old_program, (now - 20, now - 500))
+
+    freed = prune_cache(tmp_path, 1200, keep_since=now)
+    # least recently used first: the JAX entry (with its access-time file), then b.xla
+    assert freed == 308 + 400
+    assert not old_jax.exists() and not old_jax_atime.exists() and not new_program.exists()
+    assert old_program.exists() and new_jax.exists() and current.exists()
+    assert not stale_tmp.exists() and fresh_tmp.exists()
+    # under the limit, or no limit: nothing more goes
+    assert prune_cache(tmp_path, 1200, keep_since=now) == 0
+    assert prune_cache(tmp_path, None, keep_since=now) == 0
+    # entries used by this process stay even above the limit
+    assert prune_cache(tmp_path, 0, keep_since=now) == 700
+    assert current.exists() and not old_program.exists() and not new_jax.exists()
+
+
+def test_cache_limit_is_read_from_the_environment(monkeypatch):
+    from deepnlme.errors import OptionError
+    from deepnlme.estimation._programs import cache_limit
+
+    monkeypatch.delenv("DEEPNLME_CACHE_MAX_MB", raising=False)
+    assert cache_limit() == 2048 * 2**20
+    monkeypatch.setenv("DEEPNLME_CACHE_MAX_MB", "0.5")
+    assert cache_limit() == 2**19
+    monkeypatch.setenv("DEEPNLME_CACHE_MAX_MB", "-1")
+    assert cache_limit() is None
+    monkeypatch.setenv("DEEPNLME_CACHE_MAX_MB", "2GB")
+    with pytest.raises(OptionError, match=r"DEEPNLME_CACHE_MAX_MB='2GB' is not a number.*-1"):
+        cache_limit()
+
+
+def test_stored_program_read_again_is_marked_used(tmp_path):
+    # a fit that stores programs prunes the folder to its limit (here 1 MB: the old entry
+    # goes, the fit's own stay); loading a stored program sets its access time (what the
+    # pruning orders by), not its modification time
+    old = _entry(tmp_path / "deepnlme-programs" / "old.xla", 2**20, 1_000_000_000.0)
+    _fit_in_fresh_process(tmp_path, DEEPNLME_CACHE_MAX_MB="1")
+    assert not old.exists()
+    programs = sorted((tmp_path / "deepnlme-programs").glob("*.xla"))
+    assert programs
+    for p in programs:
+        os.utime(p, (1_000_000_000.0, 1_000_000_000.0))
+    _fit_in_fresh_process(tmp_path)
+    stats = [p.stat() for p in programs]
+    assert all(st.st_mtime == 1_000_000_000.0 for st in stats)
+    assert all(st.st_atime > 1_700_000_000.0 for st in stats)

@@ -19,6 +19,7 @@ import pickle
 import platform
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,13 @@ import numpy as np
 from .._config import compile_lowered, compiler_options
 
 _FORMAT = "deepnlme-program-1"
+
+# The cache folder (this store and JAX's own cache) is kept below this size by default: the
+# entries used longest ago are deleted once per process, after it first stores a program.
+_DEFAULT_LIMIT_MB = 2048
+_LIMIT_VAR = "DEEPNLME_CACHE_MAX_MB"
+_PROCESS_START = time.time()
+_PRUNED: list[bool] = []
 
 # Passed only when compiling a program to store. An executable that JAX loaded from its own
 # cache cannot be serialised again (with jaxlib 0.10.2 the copy fails when run: "Function ...
@@ -75,6 +83,81 @@ def _host() -> str:
     return repr((platform.machine(), platform.processor(), sorted(fields.items())))
 
 
+def cache_limit() -> int | None:
+    """The size the cache folder is kept below, in bytes (`DEEPNLME_CACHE_MAX_MB`, default
+    2048; a negative value: no limit)."""
+    raw = os.environ.get(_LIMIT_VAR, "").strip()
+    if not raw:
+        return _DEFAULT_LIMIT_MB * 2**20
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = float("nan")
+    if mb != mb:  # not a number
+        from ..errors import OptionError
+
+        raise OptionError(
+            f"{_LIMIT_VAR}={raw!r} is not a number: set it to the size in megabytes that "
+            "deepnlme's cache folder is kept below (e.g. 2048), or to -1 for no limit"
+        )
+    return None if mb < 0 else int(mb * 2**20)
+
+
+def prune_cache(folder: Path, limit: int | None, keep_since: float = _PROCESS_START) -> int:
+    """Delete the entries of the cache `folder` used longest ago until the folder holds at
+    most `limit` bytes; entries used since `keep_since` (by default: by this process) are
+    kept. Entries: this store's programs (last use: their access time, which `read_program`
+    sets) and JAX's cache entries with their access-time files (last use: the later of the
+    entry's access and modification times; JAX writes its own access times only where its
+    eviction is on). Stale temporary files of interrupted writes go too. Returns the bytes
+    freed. Files that vanish or cannot be deleted meanwhile are skipped."""
+    entries = []  # (last use, size, files)
+    stale = keep_since - 3600.0
+
+    def used(st):
+        return max(st.st_atime, st.st_mtime)
+
+    store = folder / "deepnlme-programs"
+    for path in store.glob("*.tmp") if store.is_dir() else ():
+        with contextlib.suppress(OSError):
+            if path.stat().st_mtime < stale:
+                path.unlink()
+    for path in store.glob("*.xla") if store.is_dir() else ():
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            entries.append((used(st), st.st_size, (path,)))
+    for path in folder.glob("*-cache"):
+        with contextlib.suppress(OSError):
+            st = path.stat()
+            companion = path.with_name(path.name[: -len("-cache")] + "-atime")
+            size = st.st_size + (companion.stat().st_size if companion.exists() else 0)
+            entries.append((used(st), size, (path, companion)))
+    total = sum(e[1] for e in entries)
+    freed = 0
+    if limit is None:
+        return freed
+    for last, size, files in sorted(entries, key=lambda e: e[0]):
+        if total <= limit or last >= keep_since:
+            break
+        for f in files:
+            with contextlib.suppress(OSError):
+                f.unlink()
+        total -= size
+        freed += size
+    return freed
+
+
+def _prune_once() -> None:
+    """`prune_cache` on the cache folder, once per process (after its first stored program)."""
+    with _ONCE:
+        if _PRUNED:
+            return
+        _PRUNED.append(True)
+    cache_dir = jax.config.jax_compilation_cache_dir
+    if cache_dir:
+        prune_cache(Path(cache_dir), cache_limit())
+
+
 def program_path(token: str | None, parts: tuple, args: Any, optimise: bool) -> Path | None:
     """Where the program of `args`'s shapes is stored: None without a cache folder or a
     `token` (the problem's `cache_token`). `parts` hold what else decides the program (method,
@@ -82,6 +165,7 @@ def program_path(token: str | None, parts: tuple, args: Any, optimise: bool) -> 
     cache_dir = jax.config.jax_compilation_cache_dir
     if token is None or not cache_dir:
         return None
+    cache_limit()  # a malformed limit is reported here, before anything is compiled
     import jaxlib
 
     shapes = [
@@ -143,9 +227,12 @@ def read_program(path: Path | None):
         fmt, blob, in_tree, out_tree = pickle.loads(path.read_bytes())
         if fmt != _FORMAT:
             return None
-        return serialize_executable.deserialize_and_load(blob, in_tree, out_tree)
+        loaded = serialize_executable.deserialize_and_load(blob, in_tree, out_tree)
     except Exception:  # noqa: BLE001 (missing, truncated, or another jaxlib's)
         return None
+    with contextlib.suppress(OSError):  # its last use, for `prune_cache` (the write time stays)
+        os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))
+    return loaded
 
 
 def _no_cache_writes():
@@ -188,4 +275,6 @@ def compile_and_store(lowered, optimise: bool, path: Path | None):
     except Exception:  # noqa: BLE001 (read-only folder, or nothing to serialise)
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        return compiled
+    _prune_once()
     return compiled
