@@ -13,7 +13,7 @@ import toy_models as tm
 import deepnlme  # noqa: F401
 from deepnlme.errors import OptionError
 from deepnlme.estimation import FO, FOCE, FOCEI, JointMAP, NaivePooled, fit_problem
-from deepnlme.likelihood import Param, ParamLayout, Problem
+from deepnlme.likelihood import InnerOptions, Param, ParamLayout, Problem
 
 REF = "/work/shared/reference/results/fits_params.csv"
 
@@ -248,3 +248,36 @@ def test_a_stall_names_the_subjects_that_carry_the_gradient():
     assert _explain_stall(res, NS(grad_i=spread), prob, joint=False) == res.message
     done = NS(stalled=False, message="maximum number of iterations reached")
     assert _explain_stall(done, NS(grad_i=grads), prob, joint=False) == done.message
+
+
+def test_unconverged_ebe_searches_are_named_in_the_message():
+    from types import SimpleNamespace as NS
+
+    from deepnlme.estimation._fit_problem import _explain_inner
+
+    prob = NS(n_eta=2, subject_ids=tuple(range(101, 108)))
+    method = FOCEI(inner=InnerOptions(max_iter=7))
+    ok = np.array([True, False, True, False, False, False, False])
+    msg = _explain_inner("converged", NS(inner_ok=ok), prob, method)
+    assert msg.startswith("converged; the EBE search did not converge at the estimates for 5 of 7")
+    assert "(ID 102, ID 104, ID 105, ID 106, ID 107)" in msg and "max_iter=...), now 7" in msg
+    ok[1] = True
+    assert "ID 102, ID 104, ID 105, ID 106, ID 107" not in _explain_inner(
+        "x", NS(inner_ok=ok), prob, method
+    )
+    assert _explain_inner("x", NS(inner_ok=np.ones(7, bool)), prob, method) == "x"
+    assert _explain_inner("x", NS(inner_ok=ok), prob, FO()) == "x"
+
+
+def test_fit_reports_ebe_searches_that_ran_out_of_iterations():
+    # one Newton iteration cannot confirm a mode from eta = 0: every search ends unconverged
+    fit = fit_problem(
+        tm.small_oral(),
+        FOCEI(inner=InnerOptions(max_iter=1)),
+        max_iter=2,
+        covariance=None,
+        progress=False,
+    )
+    assert not fit.inner_converged
+    assert "the EBE search did not converge at the estimates for" in fit.message
+    assert "did not converge" in str(fit)

@@ -640,7 +640,7 @@ def fit_problem(
         eta_cov=np.asarray(ev.eta_cov),
         shrinkage=shrink,
         converged=bool(res.converged),
-        message=_explain_stall(res, ev, problem, joint),
+        message=_explain_inner(_explain_stall(res, ev, problem, joint), ev, problem, method),
         n_iter=res.n_iter,
         n_eval=res.n_eval,
         history=history,
@@ -678,6 +678,23 @@ def _carried(eta_in, ev, tracked) -> np.ndarray:
     new = ev.modes if tracked else ev.eta
     ok = np.all(np.isfinite(new), axis=-1, keepdims=True)
     return np.where(ok, new, eta_in)
+
+
+def _explain_inner(message: str, ev, problem, method) -> str:
+    """`message`, and where some subject's EBE search did not converge at the estimates (its
+    Newton iterations ran out, or it stopped where the step was not finite), how many and
+    which (the first five IDs), with what to do about it."""
+    ok = np.asarray(ev.inner_ok, dtype=bool)
+    if getattr(method, "inner", None) is None or not problem.n_eta or ok.all():
+        return message
+    failed = [problem.subject_ids[i] for i in np.flatnonzero(~ok)]
+    shown = ", ".join(f"ID {i}" for i in failed[:5]) + (", ..." if len(failed) > 5 else "")
+    return (
+        f"{message}; the EBE search did not converge at the estimates for {len(failed)} of "
+        f"{ok.size} subjects ({shown}): their EBEs and objective terms may be inaccurate; "
+        f"raise the search's iterations (inner=InnerOptions(max_iter=...), now "
+        f"{method.inner.max_iter}) or check these subjects' data and starting values"
+    )
 
 
 def _explain_stall(res, ev, problem, joint) -> str:
