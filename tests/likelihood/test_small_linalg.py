@@ -38,6 +38,15 @@ def test_written_out_equals_lapack(q):
         g_out = jax.grad(f)(m)
     g_lapack = jax.grad(f)(m)
     np.testing.assert_allclose(g_out, g_lapack, rtol=1e-9, atol=1e-12)
+    if q in (3, 7):  # the log det's and inverse's own derivative rules, differentiated again
+
+        def f2(mm):  # (LAPACK's solve reads all of `mm`, the written-out one its symmetric part)
+            logdet, inv = sm.logdet_inv(mm)
+            return logdet + inv[0] @ b + sm.solve(0.5 * (mm + mm.T), b) @ b
+
+        with sm.unrolled(True):
+            h_out = jax.hessian(f2)(m)
+        np.testing.assert_allclose(h_out, jax.hessian(f2)(m), rtol=1e-8, atol=1e-11)
     # batched, as an evaluation traces it: no LAPACK call at all
     ms = jnp.stack([m, _spd(q, q + 10)])
     with sm.unrolled(True):
