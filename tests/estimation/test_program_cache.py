@@ -191,6 +191,8 @@ def test_cache_limit_is_read_from_the_environment(monkeypatch):
     assert cache_limit() == 2**19
     monkeypatch.setenv("DEEPNLME_CACHE_MAX_MB", "-1")
     assert cache_limit() is None
+    monkeypatch.setenv("DEEPNLME_CACHE_MAX_MB", "inf")
+    assert cache_limit() is None
     monkeypatch.setenv("DEEPNLME_CACHE_MAX_MB", "2GB")
     with pytest.raises(OptionError, match=r"DEEPNLME_CACHE_MAX_MB='2GB' is not a number.*-1"):
         cache_limit()

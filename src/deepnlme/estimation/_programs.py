@@ -100,7 +100,7 @@ def cache_limit() -> int | None:
             f"{_LIMIT_VAR}={raw!r} is not a number: set it to the size in megabytes that "
             "deepnlme's cache folder is kept below (e.g. 2048), or to -1 for no limit"
         )
-    return None if mb < 0 else int(mb * 2**20)
+    return None if mb < 0 or mb == float("inf") else int(mb * 2**20)
 
 
 def prune_cache(folder: Path, limit: int | None, keep_since: float = _PROCESS_START) -> int:
