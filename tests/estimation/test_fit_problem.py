@@ -262,11 +262,13 @@ def test_unconverged_ebe_searches_are_named_in_the_message():
     assert msg.startswith("converged; the EBE search did not converge at the estimates for 5 of 7")
     assert "(ID 102, ID 104, ID 105, ID 106, ID 107)" in msg and "max_iter=...), now 7" in msg
     ok[1] = True
-    assert "ID 102, ID 104, ID 105, ID 106, ID 107" not in _explain_inner(
-        "x", NS(inner_ok=ok), prob, method
-    )
+    msg = _explain_inner("x", NS(inner_ok=ok), prob, method)
+    assert "for 4 of 7 subjects (ID 104, ID 105, ID 106, ID 107)" in msg
+    ok[:] = False  # more than five: the first five, then "..."
+    msg = _explain_inner("x", NS(inner_ok=ok), prob, method)
+    assert "for 7 of 7 subjects (ID 101, ID 102, ID 103, ID 104, ID 105, ...)" in msg
     assert _explain_inner("x", NS(inner_ok=np.ones(7, bool)), prob, method) == "x"
-    assert _explain_inner("x", NS(inner_ok=ok), prob, FO()) == "x"
+    assert _explain_inner("x", NS(inner_ok=ok), prob, FO()) == "x"  # no EBE search
 
 
 def test_fit_reports_ebe_searches_that_ran_out_of_iterations():

@@ -111,17 +111,18 @@ def prune_cache(folder: Path, limit: int | None, keep_since: float = _PROCESS_ST
     entry's access and modification times; JAX writes its own access times only where its
     eviction is on). Stale temporary files of interrupted writes go too. Returns the bytes
     freed. Files that vanish or cannot be deleted meanwhile are skipped."""
-    entries = []  # (last use, size, files)
-    stale = keep_since - 3600.0
+    store = folder / "deepnlme-programs"
+    for path in store.glob("*.tmp") if store.is_dir() else ():
+        with contextlib.suppress(OSError):
+            if path.stat().st_mtime < keep_since - 3600.0:
+                path.unlink()
+    if limit is None:  # nothing to weigh
+        return 0
 
     def used(st):
         return max(st.st_atime, st.st_mtime)
 
-    store = folder / "deepnlme-programs"
-    for path in store.glob("*.tmp") if store.is_dir() else ():
-        with contextlib.suppress(OSError):
-            if path.stat().st_mtime < stale:
-                path.unlink()
+    entries = []  # (last use, size, files)
     for path in store.glob("*.xla") if store.is_dir() else ():
         with contextlib.suppress(OSError):
             st = path.stat()
@@ -134,8 +135,6 @@ def prune_cache(folder: Path, limit: int | None, keep_since: float = _PROCESS_ST
             entries.append((used(st), size, (path, companion)))
     total = sum(e[1] for e in entries)
     freed = 0
-    if limit is None:
-        return freed
     for last, size, files in sorted(entries, key=lambda e: e[0]):
         if total <= limit or last >= keep_since:
             break
