@@ -10,41 +10,49 @@ The package root is the one place users import from::
 
 from __future__ import annotations
 
-from . import _config  # noqa: F401  (float64, compilation cache)
-from . import datasets as datasets
-from .data import Population as Population
-from .data import Subject as Subject
-from .data import make_population as make_population
-from .data import read_data as read_data
-from .errors import DataError as DataError
-from .errors import ModelError as ModelError
-from .errors import OptionError as OptionError
-from .errors import SolveError as SolveError
-from .estimation import Fit as Fit
-from .estimation._model_fit import fit as fit
-from .interfaces.report import write_report as write_report
-from .likelihood import FO as FO
-from .likelihood import FOCE as FOCE
-from .likelihood import FOCEI as FOCEI
-from .likelihood import InnerOptions as InnerOptions
-from .likelihood import JointMAP as JointMAP
-from .likelihood import LaplaceI as LaplaceI
-from .likelihood import NaivePooled as NaivePooled
-from .model import Model as Model
-from .model import load_model as load_model
-from .nn import Network as Network
-from .nn import network as network
-from .results import VPC as VPC
-from .results import ebe_table as ebe_table
-from .results import load_fit as load_fit
-from .results import model_predict as model_predict
-from .results import npde as npde
-from .results import predict as predict
-from .results import save_fit as save_fit
-from .results import shrinkage as shrinkage
-from .results import simulate as simulate
-from .results import vpc as vpc
-from .solve import OdeOptions as OdeOptions
+from ._gc import freeze_imported as _freeze_imported
+from ._gc import gc_paused as _gc_paused
+
+# the import allocates a few hundred thousand objects: no cyclic collections meanwhile, and
+# what it leaves is moved out of the collector's way (`_gc`)
+with _gc_paused():
+    from . import _config  # noqa: F401  (float64, compilation cache)
+    from . import datasets as datasets
+    from .data import Population as Population
+    from .data import Subject as Subject
+    from .data import make_population as make_population
+    from .data import read_data as read_data
+    from .errors import DataError as DataError
+    from .errors import ModelError as ModelError
+    from .errors import OptionError as OptionError
+    from .errors import SolveError as SolveError
+    from .estimation import Fit as Fit
+    from .estimation._model_fit import fit as fit
+    from .interfaces.report import write_report as write_report
+    from .likelihood import FO as FO
+    from .likelihood import FOCE as FOCE
+    from .likelihood import FOCEI as FOCEI
+    from .likelihood import InnerOptions as InnerOptions
+    from .likelihood import JointMAP as JointMAP
+    from .likelihood import LaplaceI as LaplaceI
+    from .likelihood import NaivePooled as NaivePooled
+    from .model import Model as Model
+    from .model import load_model as load_model
+    from .nn import Network as Network
+    from .nn import network as network
+    from .results import VPC as VPC
+    from .results import ebe_table as ebe_table
+    from .results import load_fit as load_fit
+    from .results import model_predict as model_predict
+    from .results import npde as npde
+    from .results import predict as predict
+    from .results import save_fit as save_fit
+    from .results import shrinkage as shrinkage
+    from .results import simulate as simulate
+    from .results import vpc as vpc
+    from .solve import OdeOptions as OdeOptions
+
+    _freeze_imported()
 
 __version__ = "0.1.0"
 

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from .._gc import gc_paused
 from ..errors import OptionError
 from ..likelihood import (
     LOG2PI,
@@ -110,24 +111,27 @@ def _compiled(
         out = future.result()
         return out if out is not None else build(*rebuild, pool).result()
 
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        if not has_search(problem, method):
-            whole = program("whole", args, pool)
-        else:
-            # the rest first: it takes longer to compile, and compiles while the search traces
-            z, base_u, eta, subjects = args
-            rest_future = program("rest", (z, base_u, _searched_shape(eta), subjects), pool)
-            search_future = program("search", args, pool)
-        if ahead is not None:
-            ahead()
-        if not has_search(problem, method):
-            compiled = finished(*whole, pool)
-        else:
-            search = finished(*search_future, pool)
-            rest = finished(*rest_future, pool)
+    # tracing and lowering allocate a few hundred thousand objects: no cyclic garbage
+    # collections meanwhile (`_gc`)
+    with gc_paused():
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            if not has_search(problem, method):
+                whole = program("whole", args, pool)
+            else:
+                # the rest first: it takes longer to compile, and compiles while the search traces
+                z, base_u, eta, subjects = args
+                rest_future = program("rest", (z, base_u, _searched_shape(eta), subjects), pool)
+                search_future = program("search", args, pool)
+            if ahead is not None:
+                ahead()
+            if not has_search(problem, method):
+                compiled = finished(*whole, pool)
+            else:
+                search = finished(*search_future, pool)
+                rest = finished(*rest_future, pool)
 
-            def compiled(z, base_u, eta, subjects):
-                return rest(z, base_u, search(z, base_u, eta, subjects), subjects)
+                def compiled(z, base_u, eta, subjects):
+                    return rest(z, base_u, search(z, base_u, eta, subjects), subjects)
 
     cache[key] = compiled
     return compiled, time.perf_counter() - t0
@@ -220,7 +224,8 @@ def _run_once_jit(fn, store: tuple[str | None, str] = (None, "")):
             path = program_path(token, (name, key), args, optimise=False)
             stored = read_program(path)
             if stored is None:
-                stored = compile_and_store(jitted.lower(*args), False, path)
+                with gc_paused():
+                    stored = compile_and_store(jitted.lower(*args), False, path)
             compiled[key] = stored
         return compiled[key]
 
