@@ -7,9 +7,10 @@ every object the process holds (about 200,000 after the import). In a cold Theop
 took about 0.12 s of the import and 0.26-0.32 s of the fit (nearly all while the evaluation was
 traced), on the main thread that the fit waits for.
 
-- The import runs with the collector paused, and what it leaves (modules, classes, functions:
-  kept for the life of the process) is then frozen with `gc.freeze()`: later collections no
-  longer scan it. `gc.unfreeze()` undoes that.
+- The import runs with the collector paused, and then every object alive is frozen with
+  `gc.freeze()` (mostly what the import made, modules, classes and functions kept for the
+  life of the process, and whatever existed before it): later collections no longer scan
+  them. `gc.unfreeze()` undoes that.
 - Tracing and lowering run with the collector paused (`gc_paused`). Reference counting still
   frees what is not in a cycle; the cycles tracing leaves are collected once the collector
   runs again, right after.
