@@ -113,25 +113,24 @@ def _compiled(
 
     # tracing and lowering allocate a few hundred thousand objects: no cyclic garbage
     # collections meanwhile (`_gc`)
-    with gc_paused():
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            if not has_search(problem, method):
-                whole = program("whole", args, pool)
-            else:
-                # the rest first: it takes longer to compile, and compiles while the search traces
-                z, base_u, eta, subjects = args
-                rest_future = program("rest", (z, base_u, _searched_shape(eta), subjects), pool)
-                search_future = program("search", args, pool)
-            if ahead is not None:
-                ahead()
-            if not has_search(problem, method):
-                compiled = finished(*whole, pool)
-            else:
-                search = finished(*search_future, pool)
-                rest = finished(*rest_future, pool)
+    with gc_paused(), concurrent.futures.ThreadPoolExecutor(2) as pool:
+        if not has_search(problem, method):
+            whole = program("whole", args, pool)
+        else:
+            # the rest first: it takes longer to compile, and compiles while the search traces
+            z, base_u, eta, subjects = args
+            rest_future = program("rest", (z, base_u, _searched_shape(eta), subjects), pool)
+            search_future = program("search", args, pool)
+        if ahead is not None:
+            ahead()
+        if not has_search(problem, method):
+            compiled = finished(*whole, pool)
+        else:
+            search = finished(*search_future, pool)
+            rest = finished(*rest_future, pool)
 
-                def compiled(z, base_u, eta, subjects):
-                    return rest(z, base_u, search(z, base_u, eta, subjects), subjects)
+            def compiled(z, base_u, eta, subjects):
+                return rest(z, base_u, search(z, base_u, eta, subjects), subjects)
 
     cache[key] = compiled
     return compiled, time.perf_counter() - t0

@@ -27,6 +27,7 @@ import jax
 import numpy as np
 
 from .._config import compile_lowered, compiler_options
+from ..errors import OptionError
 
 _FORMAT = "deepnlme-program-1"
 
@@ -94,8 +95,6 @@ def cache_limit() -> int | None:
     except ValueError:
         mb = float("nan")
     if mb != mb:  # not a number
-        from ..errors import OptionError
-
         raise OptionError(
             f"{_LIMIT_VAR}={raw!r} is not a number: set it to the size in megabytes that "
             "deepnlme's cache folder is kept below (e.g. 2048), or to -1 for no limit"
@@ -112,7 +111,7 @@ def prune_cache(folder: Path, limit: int | None, keep_since: float = _PROCESS_ST
     eviction is on). Stale temporary files of interrupted writes go too. Returns the bytes
     freed. Files that vanish or cannot be deleted meanwhile are skipped."""
     store = folder / "deepnlme-programs"
-    for path in store.glob("*.tmp") if store.is_dir() else ():
+    for path in store.glob("*.tmp"):  # nothing where the store does not exist
         with contextlib.suppress(OSError):
             if path.stat().st_mtime < keep_since - 3600.0:
                 path.unlink()
@@ -123,7 +122,7 @@ def prune_cache(folder: Path, limit: int | None, keep_since: float = _PROCESS_ST
         return max(st.st_atime, st.st_mtime)
 
     entries = []  # (last use, size, files)
-    for path in store.glob("*.xla") if store.is_dir() else ():
+    for path in store.glob("*.xla"):
         with contextlib.suppress(OSError):
             st = path.stat()
             entries.append((used(st), st.st_size, (path,)))

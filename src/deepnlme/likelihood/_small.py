@@ -58,6 +58,11 @@ def _loop(q: int) -> bool:
     return q > UNROLL_MAX and _UNROLL.get()
 
 
+def _lapack_free() -> bool:
+    """No LAPACK call, whatever q (`unrolled(True)`: written out, or looped)."""
+    return _UNROLL.get()
+
+
 def _pivot(c_jj, below_max, floor, beta2):
     """The squared pivot of a column whose diagonal entry (before the pivot) is `c_jj`: that
     entry, raised to `floor` when given; with `beta2`, Gill and Murray's rule
@@ -220,7 +225,7 @@ def logdet_inv(m: jax.Array) -> tuple[jax.Array, jax.Array]:
     evaluation), which evaluates as fast.
     """
     m = 0.5 * (m + m.T)
-    if _unroll(m.shape[-1]) or _loop(m.shape[-1]):
+    if _lapack_free():
         return _logdet_inv_written(m)
     chol = cholesky(m)
     return chol_logdet(chol), chol_inverse(chol)
@@ -247,7 +252,7 @@ def solve(m: jax.Array, b: jax.Array) -> jax.Array:
     Written out: Cholesky with pivots floored at the smallest normal number (no nan where `m`
     is singular to rounding); otherwise LU, as `jnp.linalg.solve`.
     """
-    if not (_unroll(m.shape[-1]) or _loop(m.shape[-1])):
+    if not _lapack_free():
         return jnp.linalg.solve(m, b)
     return chol_solve(cholesky(0.5 * (m + m.T), floor=jnp.finfo(m.dtype).tiny), b)
 
@@ -261,7 +266,7 @@ def damped_newton_step(grad: jax.Array, hess: jax.Array, lam: jax.Array) -> jax.
     bounded). Both are the plain damped Newton step where H is safely positive definite.
     """
     q = grad.shape[0]
-    if not (_unroll(q) or _loop(q)):
+    if not _lapack_free():
         w, vec = jnp.linalg.eigh(hess)
         floor = 1e-8 * (1.0 + jnp.max(jnp.abs(w)))
         w = jnp.maximum(jnp.abs(w), floor) + lam
