@@ -19,6 +19,7 @@ from deepnlme.likelihood import (
     JointMAP,
     LaplaceI,
     NaivePooled,
+    cond_parts,
     make_evaluator,
     newton_lm,
     probe,
@@ -135,6 +136,34 @@ def test_oral_with_blq_records_m3_gradient():
     _fd_check(prob, FOCEI())
 
 
+@pytest.mark.parametrize("method", [FO(), FOCEI(), LaplaceI()], ids=lambda m: m.name)
+def test_censored_term_traced_only_when_the_data_have_censored_records(method):
+    # log Phi of Beal's M3 (its erfc) is left out of the program when no record is censored:
+    # it adds exactly 0 there, and its derivatives made a FOCEI search's program a fifth larger
+    def primitives(prob):
+        u = jnp.asarray(prob.init_u())
+        ev = make_evaluator(prob, method, tuple(range(u.size)), probe(prob))
+        eta = jnp.zeros((len(prob.subject_ids), prob.n_eta))
+        return str(jax.make_jaxpr(ev)(u, u, eta, prob.subjects))
+
+    assert "erfc" not in primitives(tm.small_oral())
+    assert "erfc" in primitives(tm.small_oral(blq=True))
+
+
+def test_cond_parts_without_other_observations_is_the_gaussian_part():
+    rng = np.random.default_rng(0)
+    t = tm._terms(
+        jnp.asarray(rng.normal(size=7)),
+        jnp.asarray(rng.normal(size=7)),
+        jnp.asarray(rng.uniform(0.5, 2.0, size=7)),
+        jnp.asarray([True] * 6 + [False]),
+    )
+    gp, xp = cond_parts(t)
+    gp_only, zero = cond_parts(t, None, False)
+    assert float(xp) == 0.0 and float(zero) == 0.0
+    assert float(gp_only) == float(gp)
+
+
 @pytest.mark.parametrize("method", [LaplaceI(), JointMAP()], ids=lambda m: m.name)
 def test_poisson_model_gradients(method):
     prob = tm.poisson_problem()
@@ -155,11 +184,28 @@ def test_inner_solver_robust_to_bad_start_and_indefinite_hessian():
     res = newton_lm(f, jnp.array([-1.2, 1.0]), InnerOptions(max_iter=200))
     assert bool(res.converged)
     np.testing.assert_allclose(res.eta, [1.0, 1.0], atol=1e-7)
-    # a start where the objective is not finite falls back to eta = 0
-    res = newton_lm(
-        lambda e: jnp.sum((e - 0.5) ** 2) - jnp.log(1.0 - e[0]), jnp.array([2.0]), InnerOptions()
-    )
+
+
+def test_inner_search_from_a_non_finite_start_starts_again_at_zero():
+    # log(1 - e) is not finite at e = 2: the search goes on from e = 0 and ends where a
+    # search from 0 ends, alone and batched; the start costs one iteration
+    def f(e, c):
+        return jnp.sum((e - 0.5) ** 2) - jnp.log(c - e[0])
+
+    res = newton_lm(lambda e: f(e, 1.0), jnp.array([2.0]), InnerOptions())
+    from_zero = newton_lm(lambda e: f(e, 1.0), jnp.array([0.0]), InnerOptions())
     assert bool(res.converged) and np.isfinite(float(res.value))
+    np.testing.assert_array_equal(np.asarray(res.eta), np.asarray(from_zero.eta))
+    assert int(res.n_iter) == int(from_zero.n_iter) + 1
+    lanes = newton_lm_lanes(f, jnp.array([[2.0], [0.0]]), jnp.array([1.0, 1.0]), InnerOptions())
+    np.testing.assert_array_equal(
+        np.asarray(lanes.eta), np.asarray(from_zero.eta)[None].repeat(2, 0)
+    )
+    # not finite at 0 either (c = -1): the search stops there, not converged
+    res = newton_lm(lambda e: f(e, -1.0), jnp.array([2.0]), InnerOptions())
+    assert not bool(res.converged)
+    np.testing.assert_array_equal(np.asarray(res.eta), [0.0])
+    assert int(res.n_iter) == 2
 
 
 @pytest.mark.parametrize("written_out", [False, True])

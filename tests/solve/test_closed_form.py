@@ -244,6 +244,45 @@ def _one_cpt_cases():
     return doses, obs
 
 
+def test_dose_features_left_out_resolve_the_same_doses():
+    # a feature the records do not use resolves to exactly what the full resolution gives
+    # (flags False, rates and durations 0, the same bad records), whichever others are on
+    import itertools
+
+    from deepnlme.model.types import DosingParams
+    from deepnlme.solve import DoseEvents, DoseFeatures, resolve_doses
+
+    base = dict(
+        time=jnp.array([0.0, 6.0, 12.0, 20.0, 30.0]),
+        amt=jnp.array([100.0, 50.0, 30.0, 0.0, 20.0]),
+        cmt=jnp.array([1, 2, 3, 1, 1]),  # compartment 3 is out of range: bad
+        rate=jnp.zeros(5),
+        ss=jnp.zeros(5, dtype=jnp.int32),
+        ii=jnp.zeros(5),
+        evid=jnp.array([1, 1, 1, 2, 1]),
+        mask=jnp.array([True, True, True, True, False]),
+    )
+    uses = {
+        "infusion": dict(rate=jnp.array([0.0, 25.0, 0.0, 0.0, 0.0])),
+        "steady_state": dict(ss=jnp.array([0, 0, 0, 0, 0]).at[0].set(2), ii=jnp.full(5, 12.0)),
+        "reset": dict(evid=jnp.array([1, 1, 1, 3, 1])),
+    }
+    dosing = DosingParams(
+        jnp.array([0.5, 0.0]), jnp.array([0.8, 1.0]), jnp.full(2, jnp.nan), jnp.full(2, 2.0)
+    )
+    for used in ([], ["infusion"], ["steady_state"], ["reset"], list(uses)):
+        doses = DoseEvents(**{**base, **{k: v for u in used for k, v in uses[u].items()}})
+        full = resolve_doses(doses, dosing, 2, DoseFeatures())
+        of = DoseFeatures.of(doses.rate, doses.ss, doses.evid, doses.mask)
+        assert [f for f in DoseFeatures._fields if getattr(of, f)] == used
+        for off in itertools.product([False, True], repeat=3):
+            feats = DoseFeatures(*(o or f in used for o, f in zip(off, DoseFeatures._fields)))
+            got = resolve_doses(doses, dosing, 2, feats)
+            for name, a, b in zip(full._fields, got, full):
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+        assert bool(full.bad[2]) and not bool(full.bad[0])
+
+
 @pytest.mark.parametrize("reset", [False, True])
 @pytest.mark.parametrize(
     "ka,cl,v,lag,f",

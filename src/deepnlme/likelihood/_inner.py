@@ -70,11 +70,10 @@ def _newton_parts(fun, options: InnerOptions, max_step):
     def start(eta0):
         q = eta0.shape[0]
         dtype = eta0.dtype
-        start_ok = jnp.isfinite(fun(eta0))
-        eta0 = jnp.where(start_ok, eta0, jnp.zeros_like(eta0))
         # state: accepted point (eta, v, g, h), the candidate to evaluate next, damping,
         # counters, finished, converged. The first candidate is the start itself (v = inf, so
-        # it is accepted when finite): the Hessian code appears once in the compiled program.
+        # it is accepted when finite; when it is not, the next is eta = 0): the objective's
+        # code appears once in the compiled program, in the loop.
         return (
             eta0,
             jnp.asarray(jnp.inf, dtype=dtype),
@@ -95,10 +94,14 @@ def _newton_parts(fun, options: InnerOptions, max_step):
         v_new, g_new, h_new = _vgh(fun, cand)
         finite = jnp.isfinite(v_new) & jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(h_new))
         accept = finite & (v_new <= v + 1e-12 * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0))))
-        first = it == 0
+        first = ~jnp.isfinite(v)  # nothing accepted yet: `cand` is a start
+        # a start where the objective is not finite: start again from eta = 0 (once)
+        restart = first & ~finite & jnp.any(cand != 0)
         scale = 1e-6 * (1.0 + jnp.mean(jnp.abs(jnp.diag(jnp.where(accept, h_new, h)))))
         lam = jnp.where(
-            accept, jnp.where(lam > 1e-10 * scale, lam / 10.0, 0.0), jnp.maximum(lam * 10, scale)
+            accept | restart,
+            jnp.where(restart, lam, jnp.where(lam > 1e-10 * scale, lam / 10.0, 0.0)),
+            jnp.maximum(lam * 10, scale),
         )
         eta = jnp.where(accept, cand, eta)
         v = jnp.where(accept, v_new, v)
@@ -115,9 +118,12 @@ def _newton_parts(fun, options: InnerOptions, max_step):
         broken = accept & ~step_ok
         if max_step is not None:
             step = step / jnp.maximum(1.0, jnp.max(jnp.abs(step) / max_step))
-        stuck = (lam > 1e12 * (1.0 + jnp.mean(jnp.abs(jnp.diag(h))))) | (first & ~finite)
+        stuck = (lam > 1e12 * (1.0 + jnp.mean(jnp.abs(jnp.diag(h))))) | (first & ~finite & ~restart)
         ended = done | stuck | broken
-        return eta, v, g, h, eta + step, lam, it + 1, ended, (done | stuck) & ~broken
+        zeros = jnp.zeros_like(eta)
+        eta = jnp.where(restart, zeros, eta)
+        cand = jnp.where(restart, zeros, eta + step)
+        return eta, v, g, h, cand, lam, it + 1, ended, (done | stuck) & ~broken
 
     return start, pending, body
 

@@ -65,12 +65,17 @@ def _structure_of(mask: np.ndarray, gauss: np.ndarray, cens) -> Structure:
     )
 
 
-def cond_parts(t: ObsTerms, var: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+def cond_parts(
+    t: ObsTerms, var: jax.Array | None = None, other: bool = True
+) -> tuple[jax.Array, jax.Array]:
     """-2 log p(y | eta) of one subject, split into (uncensored Gaussian, other) parts.
 
     The Gaussian part leaves out log(2*pi) (NONMEM's OFV convention). `var` overrides
     `t.var` (FOCE evaluates the residual variance at eta = 0). Censored records contribute
     -2 log Phi(c (y - mean)/sd) with c = 1 below and -1 above the limit (Beal's M3).
+    `other` False: the data have no censored and no non-Gaussian observation, so the other
+    part is 0 and is not computed (a smaller program: the censored term's log Phi alone was
+    about 4% of a FOCEI search's compiled code).
     """
     v = t.var if var is None else var
     gm = t.mask & t.gaussian
@@ -80,6 +85,8 @@ def cond_parts(t: ObsTerms, var: jax.Array | None = None) -> tuple[jax.Array, ja
     v = jnp.where(gm, v, 1.0)
     r = jnp.where(gm, t.y - t.mean, 0.0)
     gpart = jnp.sum(jnp.where(gobs, jnp.log(v) + r * r / v - 2.0 * t.logjac, 0.0))
+    if not other:
+        return gpart, jnp.zeros_like(gpart)
     z = jnp.where(cobs, t.cens * r / jnp.sqrt(v), 0.0)
     cpart = jnp.sum(jnp.where(cobs, -2.0 * jax.scipy.special.log_ndtr(z), 0.0))
     opart = jnp.sum(jnp.where(oth, -2.0 * t.loglik_other, 0.0))
@@ -145,9 +152,9 @@ def _v0(method: Method, problem: Problem, theta, subj, q: int, dtype):
     return _obs_first(problem, theta, jnp.zeros(q, dtype=dtype), subj).var
 
 
-def _inner_value(obs_fn, th, om_inv, v0, e, subj) -> jax.Array:
+def _inner_value(obs_fn, th, om_inv, v0, e, subj, has_other: bool = True) -> jax.Array:
     """The inner objective of the EBE search: -2 log p(y, eta) up to constants."""
-    gp, xp = cond_parts(obs_fn(th, e, subj), v0)
+    gp, xp = cond_parts(obs_fn(th, e, subj), v0, has_other)
     return gp + xp + e @ om_inv @ e
 
 
@@ -158,7 +165,7 @@ def _laplace(method, problem, th, e, obs_e, subj, om_inv, om_logdet, v0, has_oth
     if isinstance(method, LaplaceI):
 
         def cond_total(x):
-            gp, xp = cond_parts(obs(th, x, subj))
+            gp, xp = cond_parts(obs(th, x, subj), None, has_other)
             return gp + xp
 
         def gh(x):
@@ -174,7 +181,7 @@ def _laplace(method, problem, th, e, obs_e, subj, om_inv, om_logdet, v0, has_oth
             return (t.mean, t.var), t
 
         (g_mat, dv), t = jax.jacfwd(mv, has_aux=True)(e)
-        gp, xp = cond_parts(t, v0)
+        gp, xp = cond_parts(t, v0, has_other)
         cval = gp + xp
         gobs = t.mask & t.gaussian & (t.cens == 0)
         v = jnp.where(gobs, t.var if v0 is None else v0, 1.0)
@@ -227,7 +234,7 @@ def search_subjects(
     search_obs = problem.obs_terms_search or problem.obs_terms
     sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
     res = newton_lm_lanes(
-        lambda e, xl: _inner_value(search_obs, theta, om_inv, xl[1], e, xl[0]),
+        lambda e, xl: _inner_value(search_obs, theta, om_inv, xl[1], e, xl[0], has_other),
         jax.lax.stop_gradient(starts).reshape(n * k1, q),
         x,
         method.inner,
@@ -294,11 +301,11 @@ def subject_m2ll(
 
     if isinstance(method, NaivePooled) or (q == 0 and not isinstance(method, JointMAP)):
         # (without random effects every marginal method is the exact likelihood)
-        gp, xp = cond_parts(obs_first(theta, zeros, subj))
+        gp, xp = cond_parts(obs_first(theta, zeros, subj), None, has_other)
         return gp + xp, SubjectOut(zeros, jnp.zeros((q, q)), jnp.asarray(True), zeros[None])
 
     if isinstance(method, JointMAP):
-        gp, xp = cond_parts(obs_first(theta, eta_in, subj))
+        gp, xp = cond_parts(obs_first(theta, eta_in, subj), None, has_other)
         val = gp + xp + eta_in @ om_inv @ eta_in + om_logdet + q * LOG2PI
         return val, SubjectOut(eta_in, nan_cov, jnp.asarray(True), eta_in[None])
 
@@ -326,9 +333,10 @@ def subject_m2ll(
             + om_logdet
             + ld_m
         )
-        vm = jnp.where(cobs, v + jnp.einsum("tj,jk,tk->t", g_mat, om, g_mat), 1.0)
-        z = jnp.where(cobs, t.cens * (t.y - t.mean) / jnp.sqrt(vm), 0.0)
-        val = val + jnp.sum(jnp.where(cobs, -2.0 * jax.scipy.special.log_ndtr(z), 0.0))
+        if has_other:  # censored observations (FO has no other kind)
+            vm = jnp.where(cobs, v + jnp.einsum("tj,jk,tk->t", g_mat, om, g_mat), 1.0)
+            z = jnp.where(cobs, t.cens * (t.y - t.mean) / jnp.sqrt(vm), 0.0)
+            val = val + jnp.sum(jnp.where(cobs, -2.0 * jax.scipy.special.log_ndtr(z), 0.0))
         return val, SubjectOut(m_inv @ b, m_inv, jnp.asarray(True), (m_inv @ b)[None])
 
     # FOCE, FOCEI, LaplaceI: Laplace's formula at the EBE.
@@ -337,7 +345,7 @@ def subject_m2ll(
     def inner_with(obs_fn):
         def inner(e, p):
             th, oi, vv = p
-            return _inner_value(obs_fn, th, oi, vv, e, subj)
+            return _inner_value(obs_fn, th, oi, vv, e, subj, has_other)
 
         return inner
 

@@ -110,50 +110,63 @@ def resolve_doses(
     col = jnp.clip(cmt - 1, 0, n_states - 1)
     bioav = jnp.asarray(dosing.bioav, float)[col]
     lag = jnp.asarray(dosing.lag, float)[col]
-    m_rate = jnp.asarray(dosing.rate, float)[col]
-    m_dur = jnp.asarray(dosing.duration, float)[col]
 
     amount = jnp.where(is_dose, bioav * amt, 0.0)
-    is_inf = is_dose & (rate_in != 0)
-    is_ss = is_dose & (ss >= 1)
-    is_const = is_ss & is_inf & (ii <= 0)  # steady state of a constant infusion
-    use_mrate = is_inf & (rate_in == -1)
-    use_mdur = is_inf & (rate_in == -2)
-    mrate_ok = jnp.isfinite(m_rate) & (m_rate > 0)
-    mdur_ok = jnp.isfinite(m_dur) & (m_dur > 0)
-    # double-where: the unused branches see harmless values, so no nan reaches a gradient
-    safe_mrate = jnp.where(use_mrate & mrate_ok, m_rate, 1.0)
-    safe_mdur = jnp.where(use_mdur & mdur_ok, m_dur, 1.0)
-    rate = jnp.where(
-        rate_in > 0,
-        rate_in,
-        jnp.where(use_mrate, safe_mrate, jnp.where(use_mdur, amount / safe_mdur, 0.0)),
-    )
-    rate = jnp.where(is_inf, rate, 0.0)
-    # a steady-state constant infusion delivers F * RATE per unit time (AMT is 0 there)
-    rate = jnp.where(is_const, jnp.where(use_mdur, 0.0, bioav * rate), rate)
-    safe_rate = jnp.where(is_inf & (rate > 0), rate, 1.0)
-    dur = jnp.where(is_inf & ~is_const, amount / safe_rate, 0.0)
-    start = jnp.where(is_const, time, time + lag)
+    # a feature the data do not use (`DoseFeatures`) is left out of the program: its records'
+    # flags are all False and their rates and durations 0
+    none = jnp.zeros_like(is_dose)
+    is_ss = is_dose & (ss >= 1) if features.steady_state else none
+    bad = ~col_ok
+    if features.infusion:
+        m_rate = jnp.asarray(dosing.rate, float)[col]
+        m_dur = jnp.asarray(dosing.duration, float)[col]
+        is_inf = is_dose & (rate_in != 0)
+        is_const = is_ss & is_inf & (ii <= 0)  # steady state of a constant infusion
+        use_mrate = is_inf & (rate_in == -1)
+        use_mdur = is_inf & (rate_in == -2)
+        mrate_ok = jnp.isfinite(m_rate) & (m_rate > 0)
+        mdur_ok = jnp.isfinite(m_dur) & (m_dur > 0)
+        # double-where: the unused branches see harmless values, so no nan reaches a gradient
+        safe_mrate = jnp.where(use_mrate & mrate_ok, m_rate, 1.0)
+        safe_mdur = jnp.where(use_mdur & mdur_ok, m_dur, 1.0)
+        rate = jnp.where(
+            rate_in > 0,
+            rate_in,
+            jnp.where(use_mrate, safe_mrate, jnp.where(use_mdur, amount / safe_mdur, 0.0)),
+        )
+        rate = jnp.where(is_inf, rate, 0.0)
+        # a steady-state constant infusion delivers F * RATE per unit time (AMT is 0 there)
+        rate = jnp.where(is_const, jnp.where(use_mdur, 0.0, bioav * rate), rate)
+        safe_rate = jnp.where(is_inf & (rate > 0), rate, 1.0)
+        dur = jnp.where(is_inf & ~is_const, amount / safe_rate, 0.0)
+        start = jnp.where(is_const, time, time + lag)
+        bad = (
+            bad
+            | (use_mrate & ~mrate_ok)
+            | (use_mdur & ~mdur_ok)
+            | (use_mdur & is_const)
+            | (is_inf & (rate <= 0) & (amount > 0))
+            | (is_ss & ~is_const & is_inf & (dur > ii))
+        )
+    else:
+        is_inf = is_const = none
+        rate = dur = jnp.zeros_like(time)
+        start = time + lag
+    if features.steady_state:
+        bad = (
+            bad | (is_ss & ~is_inf & (ii <= 0)) | (is_ss & (lag >= jnp.where(ii > 0, ii, jnp.inf)))
+        )
+    bad = is_dose & bad
 
-    is_reset = mask & ((evid == 3) | (evid == 4) | (is_ss & (ss == 1)))
     if features.reset:
+        is_reset = mask & ((evid == 3) | (evid == 4) | (is_ss & (ss == 1)))
         idx = jnp.arange(time.shape[0])
         later = idx[None, :] > idx[:, None]
         kill = jnp.min(jnp.where(later & is_reset[None, :], time[None, :], jnp.inf), axis=1)
     else:
+        is_reset = none
         kill = jnp.full_like(time, jnp.inf)
 
-    bad = is_dose & (
-        ~col_ok
-        | (use_mrate & ~mrate_ok)
-        | (use_mdur & ~mdur_ok)
-        | (use_mdur & is_const)
-        | (is_ss & ~is_inf & (ii <= 0))
-        | (is_inf & (rate <= 0) & (amount > 0))
-        | (is_ss & ~is_const & is_inf & (dur > ii))
-        | (is_ss & (lag >= jnp.where(ii > 0, ii, jnp.inf)))
-    )
     return ResolvedDoses(
         time=time,
         start=start,
@@ -166,7 +179,7 @@ def resolve_doses(
         is_reset=is_reset,
         is_inf=is_inf,
         is_ss=is_ss,
-        ss2=is_ss & (ss == 2),
+        ss2=is_ss & (ss == 2) if features.steady_state else none,
         is_const=is_const,
         ii=ii,
         bad=bad,
