@@ -32,12 +32,17 @@ def _vgh(fun: Callable[[jax.Array], jax.Array], eta: jax.Array):
     reverse-mode transposes are costly under `vmap`.
     """
 
-    def gv(e):
-        grad = jax.jacfwd(fun)(e)
-        return grad, grad
+    def fv(e):
+        v = fun(e)
+        return v, v
 
-    hess, grad = jax.jacfwd(gv, has_aux=True)(eta)
-    return fun(eta), grad, 0.5 * (hess + hess.T)
+    def gv(e):
+        grad, v = jax.jacfwd(fv, has_aux=True)(e)
+        return grad, (grad, v)
+
+    # the value is the forward passes' own primal: `fun` is traced (and compiled) once
+    hess, (grad, v) = jax.jacfwd(gv, has_aux=True)(eta)
+    return v, grad, 0.5 * (hess + hess.T)
 
 
 def newton_lm(

@@ -67,11 +67,13 @@ def taylor2(f: Callable[[Any], jax.Array], x: Any, x_c: Any, varying: Sequence[b
     rebuild = _rebuilder(leaves_c, treedef, idx)
 
     def g(zz):
-        return f(rebuild(zz))
+        y = f(rebuild(zz))
+        return y, y
 
     def jac_and_value(zz):
-        jac = jax.jacfwd(g)(zz)
-        return jac, (jac, g(zz))
+        # the value is the forward pass's own primal: `f` is traced once
+        jac, val = jax.jacfwd(g, has_aux=True)(zz)
+        return jac, (jac, val)
 
     hess, (jac, val) = jax.jacfwd(jac_and_value, has_aux=True)(z_c)
     finite = jnp.isfinite(z_c)
