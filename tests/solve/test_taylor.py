@@ -15,7 +15,13 @@ import deepnlme as dn
 from deepnlme._config import compile_lowered
 from deepnlme.likelihood import make_evaluator, probe
 from deepnlme.likelihood._from_model import model_problem
-from deepnlme.solve._taylor import dependent_leaves, taylor2, taylor_mixed, used_leaves
+from deepnlme.solve._taylor import (
+    dependent_leaves,
+    taylor2,
+    taylor_mixed,
+    used_leaves,
+    used_rows,
+)
 
 
 def _f(p):
@@ -213,3 +219,43 @@ def test_ode_surrogate_leaves_objective_and_gradient_unchanged():
     # the unused parameter takes no part in the expansion, and its gradient is zero
     k = [p.name for p in problem.param_info].index("tunused")
     assert float(jnp.max(jnp.abs(outs[0].grad_i[:, k]))) == 0.0
+
+
+def _near_and_exact_states(text, pop):
+    problem, predictor = model_problem(dn.load_model(text), pop)
+    sd = jax.tree_util.tree_map(lambda a: a[0], problem.subjects)
+    theta = problem.unpack(jnp.asarray(problem.init_u()))
+    eta_c = jnp.full(problem.n_eta, 0.05)
+
+    def near(e):
+        return predictor.states_near(theta, e, sd, eta_c)[0]
+
+    def exact(e):
+        return predictor.states(theta, e, sd)[0]
+
+    return predictor._observed_states(theta, eta_c, sd), near, exact, eta_c
+
+
+def test_closed_form_expansion_covers_the_states_the_observations_read():
+    # an oral model's observations read the central amount only: the depot's is not expanded
+    # (it keeps its value at the point); a model that reads the depot too expands both
+    pop = dn.datasets.load("theophylline")
+    pop = pop.subset(pop.ids[:2])
+    both = _LAGGED.replace("conc = Central / v", "conc = (Central + 0.01 * Depot) / v")
+    for text, expect in ((_LAGGED, [1]), (both, [0, 1])):
+        used, near, exact, eta_c = _near_and_exact_states(text, pop)
+        assert used == expect
+        np.testing.assert_allclose(near(eta_c), exact(eta_c), rtol=1e-13)
+        jac, exact_jac = jax.jacfwd(near)(eta_c), jax.jacfwd(exact)(eta_c)
+        np.testing.assert_allclose(jac[:, used], exact_jac[:, used], rtol=1e-10, atol=1e-12)
+        if used == [1]:
+            assert float(jnp.max(jnp.abs(jac[:, 0]))) == 0.0
+
+
+def test_used_rows_reads_static_indexing_and_is_conservative_otherwise():
+    x = jnp.zeros(4)
+    assert used_rows(lambda v, a: v[1] * a, (x, 2.0)) == [1]
+    assert used_rows(lambda v, a: {"p": v[0:2].sum(), "q": a}, (x, 2.0)) == [0, 1]
+    unused_read = (lambda v, a: (v[3], v[2] * 0.0 + a)[1], (x, 2.0))
+    assert used_rows(*unused_read) == [2]  # v[3] is read but reaches no output
+    assert used_rows(lambda v, a: jnp.sum(v) * a, (x, 2.0)) == [0, 1, 2, 3]

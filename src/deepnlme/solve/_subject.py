@@ -23,7 +23,14 @@ from ..model._distributions import ObsDist
 from ._closed_form import closed_form_amounts_jit
 from ._doses import DoseEvents, DoseFeatures
 from ._ode import OdeOptions, ode_states
-from ._taylor import dependent_leaves, mixed_coefficients, mixed_polynomial, taylor2, used_leaves
+from ._taylor import (
+    dependent_leaves,
+    mixed_coefficients,
+    mixed_polynomial,
+    taylor2,
+    used_leaves,
+    used_rows,
+)
 
 
 class SubjectData(NamedTuple):
@@ -260,7 +267,9 @@ class SubjectPredictor:
         `_taylor`):
 
         - closed form: the amounts expanded to second order in the individual PK and dosing
-          parameters (a few inputs; exact in every second derivative);
+          parameters (a few inputs; exact in every second derivative); only the amounts the
+          observations read (`_observed_states`) are expanded, the others (an oral model's
+          depot) keep their value at the point;
         - ODE: the solve expanded in the parameters it uses and the random effects, second
           order only in pairs with a random effect (`taylor_mixed`), computed by forward
           sensitivities (diffrax's forward mode) so that no reverse pass enters the solve;
@@ -278,13 +287,42 @@ class SubjectPredictor:
 
         varying = dependent_leaves(inputs, (theta, eta, cov0), dep=(0, 1))
         center = jax.lax.stop_gradient(inputs(theta, eta_c, cov0))
-        x = taylor2(
-            lambda psi: self._closed_form_amounts(psi, sd),
-            inputs(theta, eta, cov0),
-            center,
-            varying,
-        )
+        # only the amounts the predictions read are expanded (an oral model's observations
+        # see the central amount, not the depot's): the others keep their value at the point
+        used = self._observed_states(theta, eta, sd)
+        n_states = len(cm.states)
+        every = len(used) == n_states
+
+        def amounts(psi):
+            x = self._closed_form_amounts(psi, sd)
+            return x if every else x[:, used]
+
+        if used:
+            x = taylor2(
+                amounts,
+                inputs(theta, eta, cov0),
+                center,
+                varying,
+            )
+        if not every:
+            at_center = jax.lax.stop_gradient(self._closed_form_amounts(center, sd))
+            x = at_center.at[:, used].set(x) if used else at_center
         return x, self._solve_ok(x, sd), jnp.asarray(jnp.nan)
+
+    def _observed_states(self, theta, eta, sd: SubjectData) -> list[int]:
+        """The state columns `derived` reads for the observations (from the traced program,
+        conservatively: never leaves out a column it reads). Found once per predictor."""
+        cache = self.__dict__.setdefault("_observed_cache", {})
+        if "used" not in cache:
+            cm = self.model.compiled
+            ind0 = cm.pre(theta, eta, sd.cov_value[0])
+
+            def outputs(x, t, th, e, cov, ind):
+                return cm.derived(t, x, th, e, cov, ind)
+
+            x = jnp.zeros(len(cm.states), float)
+            cache["used"] = used_rows(outputs, (x, sd.obs_time[0], theta, eta, sd.obs_cov[0], ind0))
+        return cache["used"]
 
     @functools.cached_property
     def forward_only(self) -> SubjectPredictor:

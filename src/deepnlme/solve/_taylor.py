@@ -99,9 +99,42 @@ def used_leaves(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[bool, ...]
     return _needed_inputs(closed.jaxpr, [True] * len(closed.jaxpr.outvars))
 
 
+def used_rows(fn: Callable[..., Any], args: Sequence[Any]) -> list[int]:
+    """Which entries ``x[i]`` of the first argument ``x`` (a vector) the outputs of
+    `fn(*args)` depend on, from the traced program (abstract values).
+
+    Row by row where `fn` reads `x` only by static indexing (``x[i]``, ``x[a:b]``);
+    any other use of `x` that an output needs counts as reading every row (conservative).
+    """
+
+    def abstract(a):
+        return jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a))
+
+    abstract_args = [jax.tree_util.tree_map(abstract, a) for a in args]
+    closed = jax.make_jaxpr(lambda *a: jax.tree_util.tree_leaves(fn(*a)))(*abstract_args)
+    jaxpr = closed.jaxpr
+    n = int(np.shape(args[0])[0])
+    needed = _needed_vars(jaxpr, [True] * len(jaxpr.outvars))
+    x = jaxpr.invars[0]
+    rows: set[int] = set()
+    for eqn in jaxpr.eqns:
+        if not any(v is x for v in eqn.invars) or not any(id(v) in needed for v in eqn.outvars):
+            continue
+        if eqn.primitive.name != "slice" or eqn.params.get("strides") not in (None, (1,)):
+            return list(range(n))
+        rows.update(range(eqn.params["start_indices"][0], eqn.params["limit_indices"][0]))
+    return sorted(rows)
+
+
 def _needed_inputs(jaxpr, out_needed: Sequence[bool]) -> tuple[bool, ...]:
     """Backward liveness: which inputs of `jaxpr` the flagged outputs depend on (through
     nested jit calls; any other equation with a needed output needs all its inputs)."""
+    needed = _needed_vars(jaxpr, out_needed)
+    return tuple(id(v) in needed for v in jaxpr.invars)
+
+
+def _needed_vars(jaxpr, out_needed: Sequence[bool]) -> set[int]:
+    """The ids of the variables of `jaxpr` that the flagged outputs depend on (`_needed_inputs`)."""
     needed = {id(v) for v, f in zip(jaxpr.outvars, out_needed) if f and not hasattr(v, "val")}
     for eqn in reversed(jaxpr.eqns):
         outs = [id(v) in needed for v in eqn.outvars]
@@ -113,7 +146,7 @@ def _needed_inputs(jaxpr, out_needed: Sequence[bool]) -> tuple[bool, ...]:
         else:
             flags = [True] * len(eqn.invars)
         needed.update(id(v) for v, f in zip(eqn.invars, flags) if f and not hasattr(v, "val"))
-    return tuple(id(v) in needed for v in jaxpr.invars)
+    return needed
 
 
 def taylor_mixed(
