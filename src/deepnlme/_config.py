@@ -69,11 +69,23 @@ _EXTRA_OPTIONS = {
 }
 _REFUSED: set[str] = set()
 
+# LLVM's optimisation level for the programs compiled to run many times (`optimise=True`):
+# 1 instead of XLA's default 3, which compiles longer for code that runs no faster here
+# (jaxlib 0.10.2, 2 cores; docs/estimation.md "Compilation"): `python benchmarks/bench_ab.py
+# --cases synth10000 --pairs 4` gave the cold N=10000 FOCEI fit 0.39 s shorter and the warm fit
+# the same (+0.002 s, medians of paired differences); study 1's ODE FOCE evaluation compiled
+# in 10.5-10.8 s instead of 10.9-11.7 s at the same evaluation time (`python
+# benchmarks/bench_evaluation.py --cases study1`), and the network models of
+# `benchmarks/bench_network_scale.py` took the same time per iteration. Level 0 halves the
+# compile time again but doubles the run time: only programs that run once or on little data
+# take it.
+_OPT_LEVEL = 1
+
 
 def compiler_options(optimise: bool = True) -> dict:
     """The XLA options `compile_lowered` passes (less any this jaxlib refused so far)."""
     extra = {k: v for k, v in _EXTRA_OPTIONS.items() if k not in _REFUSED}
-    return ({} if optimise else {"xla_backend_optimization_level": 0}) | extra
+    return {"xla_backend_optimization_level": _OPT_LEVEL if optimise else 0} | extra
 
 
 def compile_lowered(lowered, optimise: bool = True, extra: dict | None = None):
