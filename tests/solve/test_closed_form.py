@@ -335,3 +335,22 @@ def test_one_compartment_iv_fast_path_equals_general():
     )
     b = closed_form_amounts("OneCompartment", p, dosing, doses, obs)
     np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+
+
+@pytest.mark.parametrize("kind", sorted(CLOSED_FORMS))
+@pytest.mark.parametrize("infusion", [False, True])
+def test_amounts_of_chosen_compartments_are_those_columns(kind, infusion):
+    # `states` computes only the wanted compartments (the fast one-compartment path and the
+    # general superposition alike): those columns of all the amounts (to rounding: the
+    # superposition's sums run over fewer terms)
+    from deepnlme.solve import DoseFeatures
+
+    p = {k: jnp.asarray(v) for k, v in PARAMS[kind].items()}
+    n = len(CLOSED_FORMS[kind][0])
+    dose = doses([0.0, 12.0], [100.0, 50.0], [1, n], rate=[0.0, 25.0 if infusion else 0.0])
+    feats = DoseFeatures(infusion=infusion, steady_state=False, reset=False)
+    obs = jnp.array([0.5, 3.0, 12.0, 13.0, 30.0])
+    full = closed_form_amounts(kind, p, dosing(n), dose, obs, features=feats)
+    for states in [(i,) for i in range(n)] + [tuple(range(n - 1, -1, -1))]:
+        got = closed_form_amounts(kind, p, dosing(n), dose, obs, features=feats, states=states)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(full)[:, list(states)], rtol=1e-14)

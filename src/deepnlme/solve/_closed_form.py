@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..model.types import DosingParams
 from ._doses import DoseEvents, DoseFeatures, resolve_doses
@@ -299,7 +300,7 @@ def _bateman(ka, k, s):
     return jnp.where(small, near, far)
 
 
-def _one_compartment_bolus(kind, p, dosing, doses, obs_time, features) -> jax.Array:
+def _one_compartment_bolus(kind, p, dosing, doses, obs_time, features, states) -> jax.Array:
     """One-compartment models with bolus doses only: the explicit textbook formulas.
 
     The same amounts as the general superposition (tested to 1e-12), with a much smaller
@@ -320,14 +321,19 @@ def _one_compartment_bolus(kind, p, dosing, doses, obs_time, features) -> jax.Ar
     k = jnp.asarray(p["cl"], float) / jnp.asarray(p["v"], float)
     central_dose = res.col[None, :] == n_states - 1
     direct = jnp.where(central_dose, amount * jnp.exp(-k * s), 0.0)
-    if not oral:
+    states = tuple(range(n_states)) if states is None else states
+    if not oral:  # one compartment: states is (0,)
         amounts = jnp.sum(direct, axis=1)[:, None]
     else:
         ka = jnp.asarray(p["ka"], float)
         depot_dose = ~central_dose
-        depot = jnp.where(depot_dose, amount * jnp.exp(-ka * s), 0.0)
-        absorbed = jnp.where(depot_dose, amount * _bateman(ka, k, s), 0.0)
-        amounts = jnp.stack([jnp.sum(depot, axis=1), jnp.sum(absorbed + direct, axis=1)], axis=1)
+        columns = {}
+        if 0 in states:
+            columns[0] = jnp.sum(jnp.where(depot_dose, amount * jnp.exp(-ka * s), 0.0), axis=1)
+        if 1 in states:
+            absorbed = jnp.where(depot_dose, amount * _bateman(ka, k, s), 0.0)
+            columns[1] = jnp.sum(absorbed + direct, axis=1)
+        amounts = jnp.stack([columns[i] for i in states], axis=1)
     bad_seen = jnp.any(res.bad[None, :] & (t > res.time[None, :]), axis=1)
     return jnp.where(bad_seen[:, None], jnp.nan, amounts)
 
@@ -340,6 +346,7 @@ def closed_form_amounts(
     obs_time: jax.Array,
     *,
     features: DoseFeatures | None = None,
+    states: tuple[int, ...] | None = None,
 ) -> jax.Array:
     """Compartment amounts ``[T, S]`` of a closed-form PK model at the observation times.
 
@@ -353,6 +360,8 @@ def closed_form_amounts(
     - `features`: which dose features the data can contain (`DoseFeatures`, static); a
       feature that is switched off is left out of the compiled program, which makes it much
       smaller (compile time, and the derivatives FOCE needs). The default allows all.
+    - `states`: the compartments (0-based, CMT order) whose amounts are wanted, ``[T,
+      len(states)]`` in that order (static); only those are computed. Default all.
 
     NONMEM semantics: F scales the amount; the lag delays the dose; an infusion gives F*AMT at
     RATE (RATE=-1: the model's rate, RATE=-2: the model's duration); SS=1 resets and puts the
@@ -367,9 +376,10 @@ def closed_form_amounts(
     _check_kind(kind, p)
     features = features or DoseFeatures()
     if kind.startswith("One") and not (features.infusion or features.steady_state):
-        return _one_compartment_bolus(kind, p, dosing, doses, obs_time, features)
+        return _one_compartment_bolus(kind, p, dosing, doses, obs_time, features, states)
     k, lam, ka = _system(kind, p)
     n_states = k.shape[0]
+    every = states is None or tuple(states) == tuple(range(n_states))
     res = resolve_doses(doses, dosing, n_states, features)
     obs_time = jnp.asarray(obs_time, float)
     f = _DoseResponse(res, obs_time, features)
@@ -390,6 +400,8 @@ def closed_form_amounts(
     mats = [eye]
     for sh in shifts[: len(coeffs) - 1]:
         mats.append(mats[-1] @ (k - sh * eye))
+    if not every:  # the wanted compartments' rows only
+        mats = [m[np.asarray(states)] for m in mats]
     cols = jnp.stack([m[:, res.col] for m in mats])  # [n, S, D]
     amounts = jnp.einsum("ktd,ksd->ts", jnp.stack(coeffs), cols)
     bad_seen = jnp.any(res.bad[None, :] & (obs_time[:, None] > res.time[None, :]), axis=1)
@@ -402,5 +414,5 @@ def closed_form_amounts(
 # running the Python of the dosing superposition again, which shortened the tracing of a FOCEI
 # evaluation of Theoph noticeably. Compiled code is the same (the call is inlined).
 closed_form_amounts_jit = jax.jit(
-    closed_form_amounts, static_argnums=(0,), static_argnames=("features",)
+    closed_form_amounts, static_argnums=(0,), static_argnames=("features", "states")
 )

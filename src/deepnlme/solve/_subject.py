@@ -294,19 +294,14 @@ class SubjectPredictor:
         every = len(used) == n_states
 
         def amounts(psi):
-            x = self._closed_form_amounts(psi, sd)
-            return x if every else x[:, used]
+            return self._closed_form_amounts(psi, sd, None if every else tuple(used))
 
-        if used:
-            x = taylor2(
-                amounts,
-                inputs(theta, eta, cov0),
-                center,
-                varying,
-            )
+        x = taylor2(amounts, inputs(theta, eta, cov0), center, varying) if used else None
         if not every:
-            at_center = jax.lax.stop_gradient(self._closed_form_amounts(center, sd))
-            x = at_center.at[:, used].set(x) if used else at_center
+            # (all amounts at the point, the expanded ones put in: faster to run than holding
+            # the others apart, and XLA shares their computation with the expansion's value)
+            full = jax.lax.stop_gradient(self._closed_form_amounts(center, sd))
+            x = full if x is None else full.at[:, used].set(x)
         return x, self._solve_ok(x, sd), jnp.asarray(jnp.nan)
 
     def _observed_states(self, theta, eta, sd: SubjectData) -> list[int]:
@@ -379,8 +374,9 @@ class SubjectPredictor:
         states = mixed_polynomial((val, jac, hess), (theta, eta), center, varying, second)
         return states, ok & self._solve_ok(states, sd), fail_time
 
-    def _closed_form_amounts(self, psi, sd: SubjectData) -> jax.Array:
-        """Closed-form amounts ``[T, S]`` from psi = (closed-form parameters, dosing)."""
+    def _closed_form_amounts(self, psi, sd: SubjectData, states=None) -> jax.Array:
+        """Closed-form amounts ``[T, S]`` from psi = (closed-form parameters, dosing); with
+        `states`, of those compartments only (``[T, len(states)]``)."""
         cfp, dosing = psi
         return closed_form_amounts_jit(
             self.model.compiled.closed_form,
@@ -389,6 +385,7 @@ class SubjectPredictor:
             sd.doses,
             sd.obs_time,
             features=self.features,
+            states=states,
         )
 
     @staticmethod
