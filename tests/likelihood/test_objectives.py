@@ -208,6 +208,27 @@ def test_inner_search_from_a_non_finite_start_starts_again_at_zero():
     assert int(res.n_iter) == 2
 
 
+def test_inner_search_halves_a_rejected_step_cut_to_max_step():
+    # from 0 the Newton step (+5) is cut to max_step (2) and lands on a steep wall: rejected.
+    # The next trial is at most half as long (1); raising the damping alone would shorten it
+    # only after several more rejected trials (12 iterations in all, against 8)
+    def f(e):
+        wall = jax.nn.softplus(8.0 * (e[0] - 1.0)) / 8.0
+        return 0.01 * (e[0] - 5.0) ** 2 + 5.0 * wall**2
+
+    res = newton_lm(f, jnp.array([0.0]), InnerOptions(), max_step=jnp.array([2.0]))
+    assert bool(res.converged) and int(res.n_iter) <= 8
+    assert abs(float(jax.grad(f)(res.eta)[0])) < 1e-9
+    lanes = newton_lm_lanes(
+        lambda e, c: f(e) + c,
+        jnp.zeros((2, 1)),
+        jnp.zeros(2),
+        InnerOptions(),
+        jnp.full((2, 1), 2.0),
+    )
+    np.testing.assert_array_equal(np.asarray(lanes.eta), np.repeat(np.asarray(res.eta)[None], 2, 0))
+
+
 @pytest.mark.parametrize("written_out", [False, True])
 def test_inner_search_with_a_non_finite_newton_step_is_not_converged(written_out):
     # a slope of 1e302 and no curvature: the damped Newton step overflows at the start; the

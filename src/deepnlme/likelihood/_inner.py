@@ -61,9 +61,11 @@ def newton_lm(
     e.g. an objective without a minimum). Works under `vmap` (fixed shapes, while_loop).
 
     `max_step` (``[q]``) bounds each component of a step (the step is shortened, keeping its
-    direction). Far from the mode a Newton step can land at random effects many SDs out,
-    where an ODE model turns stiff and one subject's solve holds up the whole batch; bounded
-    steps avoid such trial points and change nothing near the mode.
+    direction), and after a rejected step the next is at most half as long (in units of
+    `max_step`; of the plain max-norm without it). Far from the mode a Newton step can land
+    at random effects many SDs out, where an ODE model turns stiff and one subject's solve
+    holds up the whole batch; bounded steps avoid such trial points and change nothing near
+    the mode.
     """
     start, pending, body = _newton_parts(fun, options, max_step)
     return _newton_result(jax.lax.while_loop(pending, body, start(eta0)))
@@ -94,8 +96,12 @@ def _newton_parts(fun, options: InnerOptions, max_step):
     def pending(state):
         return (~state[7]) & (state[6] <= options.max_iter)
 
+    unit = 1.0 if max_step is None else max_step
+
     def body(state):
         eta, v, g, h, cand, lam, it, _, _ = state
+        # the length of the step just tried, in units of `max_step` (max-norm)
+        tried = jnp.max(jnp.abs(cand - eta) / unit)
         v_new, g_new, h_new = _vgh(fun, cand)
         finite = jnp.isfinite(v_new) & jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(h_new))
         accept = finite & (v_new <= v + 1e-12 * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0))))
@@ -121,8 +127,15 @@ def _newton_parts(fun, options: InnerOptions, max_step):
         # step there ends the search unconverged (it is no zero step)
         done = accept & step_ok & (decrement < options.tol)
         broken = accept & ~step_ok
-        if max_step is not None:
-            step = step / jnp.maximum(1.0, jnp.max(jnp.abs(step) / max_step))
+        # at most `max_step`, and after a rejected step at most half of it: where the step
+        # was cut to `max_step`, raising the damping alone shortens it only once lam nears
+        # the Hessian's eigenvalues, many rejected trials later
+        limit = jnp.where(
+            accept | first,
+            1.0 if max_step is not None else jnp.inf,
+            jnp.maximum(0.5 * tried, 1e-300),  # (a zero step tried: no 0 / 0)
+        )
+        step = step / jnp.maximum(1.0, jnp.max(jnp.abs(step) / unit) / limit)
         stuck = (lam > 1e12 * (1.0 + jnp.mean(jnp.abs(jnp.diag(h))))) | (first & ~finite & ~restart)
         ended = done | stuck | broken
         zeros = jnp.zeros_like(eta)
