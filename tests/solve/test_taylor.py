@@ -259,3 +259,4 @@ def test_used_rows_reads_static_indexing_and_is_conservative_otherwise():
     unused_read = (lambda v, a: (v[3], v[2] * 0.0 + a)[1], (x, 2.0))
     assert used_rows(*unused_read) == [2]  # v[3] is read but reaches no output
     assert used_rows(lambda v, a: jnp.sum(v) * a, (x, 2.0)) == [0, 1, 2, 3]
+    assert used_rows(lambda v, a: (v, v[1] * a), (x, 2.0)) == [0, 1, 2, 3]  # returned whole
