@@ -307,17 +307,16 @@ class SubjectPredictor:
     def _observed_states(self, theta, eta, sd: SubjectData) -> list[int]:
         """The state columns `derived` reads for the observations (from the traced program,
         conservatively: never leaves out a column it reads). Found once per predictor."""
-        cache = self.__dict__.setdefault("_observed_cache", {})
-        if "used" not in cache:
+        if "_observed" not in self.__dict__:  # (a frozen dataclass: set as cached_property does)
             cm = self.model.compiled
-            ind0 = cm.pre(theta, eta, sd.cov_value[0])
 
-            def outputs(x, t, th, e, cov, ind):
-                return cm.derived(t, x, th, e, cov, ind)
+            def outputs(x, t, th, e, cov0, cov):
+                return cm.derived(t, x, th, e, cov, cm.pre(th, e, cov0))
 
             x = jnp.zeros(len(cm.states), float)
-            cache["used"] = used_rows(outputs, (x, sd.obs_time[0], theta, eta, sd.obs_cov[0], ind0))
-        return cache["used"]
+            args = (x, sd.obs_time[0], theta, eta, sd.cov_value[0], sd.obs_cov[0])
+            self.__dict__["_observed"] = used_rows(outputs, args)
+        return self.__dict__["_observed"]
 
     @functools.cached_property
     def forward_only(self) -> SubjectPredictor:

@@ -22,6 +22,17 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def _leaves_jaxpr(fn: Callable[..., Any], args: Sequence[Any]):
+    """The program of `fn(*args)` (its output leaves, in order), traced from abstract values
+    of `args` (so it works inside other traces)."""
+
+    def abstract(a):
+        return jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a))
+
+    abstract_args = [jax.tree_util.tree_map(abstract, a) for a in args]
+    return jax.make_jaxpr(lambda *a: jax.tree_util.tree_leaves(fn(*a)))(*abstract_args).jaxpr
+
+
 def dependent_leaves(fn: Callable[..., Any], args: Sequence[Any], dep: Sequence[int]) -> tuple:
     """Which leaves of `fn(*args)` depend on the arguments at positions `dep`.
 
@@ -29,13 +40,7 @@ def dependent_leaves(fn: Callable[..., Any], args: Sequence[Any], dep: Sequence[
     data dependence through its equations; an equation with a dependent input has dependent
     outputs (conservative: never says independent for a dependent leaf).
     """
-
-    def abstract(a):
-        return jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a))
-
-    abstract_args = [jax.tree_util.tree_map(abstract, a) for a in args]
-    closed = jax.make_jaxpr(lambda *a: jax.tree_util.tree_leaves(fn(*a)))(*abstract_args)
-    jaxpr = closed.jaxpr
+    jaxpr = _leaves_jaxpr(fn, args)
     counts = [len(jax.tree_util.tree_leaves(a)) for a in args]
     flags = []
     for pos, c in enumerate(counts):
@@ -91,12 +96,8 @@ def used_leaves(fn: Callable[..., Any], args: Sequence[Any]) -> tuple[bool, ...]
     is used). Leaves in the order of ``jax.tree_util.tree_leaves(args)``.
     """
 
-    def abstract(a):
-        return jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a))
-
-    abstract_args = [jax.tree_util.tree_map(abstract, a) for a in args]
-    closed = jax.make_jaxpr(lambda *a: jax.tree_util.tree_leaves(fn(*a)))(*abstract_args)
-    return _needed_inputs(closed.jaxpr, [True] * len(closed.jaxpr.outvars))
+    jaxpr = _leaves_jaxpr(fn, args)
+    return _needed_inputs(jaxpr, [True] * len(jaxpr.outvars))
 
 
 def used_rows(fn: Callable[..., Any], args: Sequence[Any]) -> list[int]:
@@ -107,12 +108,7 @@ def used_rows(fn: Callable[..., Any], args: Sequence[Any]) -> list[int]:
     any other use of `x` that an output needs counts as reading every row (conservative).
     """
 
-    def abstract(a):
-        return jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a))
-
-    abstract_args = [jax.tree_util.tree_map(abstract, a) for a in args]
-    closed = jax.make_jaxpr(lambda *a: jax.tree_util.tree_leaves(fn(*a)))(*abstract_args)
-    jaxpr = closed.jaxpr
+    jaxpr = _leaves_jaxpr(fn, args)
     n = int(np.shape(args[0])[0])
     needed = _needed_vars(jaxpr, [True] * len(jaxpr.outvars))
     x = jaxpr.invars[0]
