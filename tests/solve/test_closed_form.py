@@ -354,3 +354,7 @@ def test_amounts_of_chosen_compartments_are_those_columns(kind, infusion):
     for states in [(i,) for i in range(n)] + [tuple(range(n - 1, -1, -1))]:
         got = closed_form_amounts(kind, p, dosing(n), dose, obs, features=feats, states=states)
         np.testing.assert_allclose(np.asarray(got), np.asarray(full)[:, list(states)], rtol=1e-14)
+    with pytest.raises(ValueError, match=r"states=\(0, 0\)\): give distinct compartment"):
+        closed_form_amounts(kind, p, dosing(n), dose, obs, features=feats, states=(0, 0))
+    with pytest.raises(ValueError, match=f"states=\\({n},\\)"):
+        closed_form_amounts(kind, p, dosing(n), dose, obs, features=feats, states=(n,))

@@ -374,6 +374,16 @@ def closed_form_amounts(
     One subject; ``jax.vmap`` over subjects. Differentiable (forward and reverse, any order).
     """
     _check_kind(kind, p)
+    names = CLOSED_FORMS[kind][0]
+    if states is not None and (
+        not states
+        or len(set(states)) != len(states)
+        or not all(isinstance(i, int) and 0 <= i < len(names) for i in states)
+    ):
+        raise ValueError(
+            f"closed_form_amounts(states={states!r}): give distinct compartment indices of "
+            f"{kind}, 0-based in CMT order ({', '.join(f'{i}: {n}' for i, n in enumerate(names))})"
+        )
     features = features or DoseFeatures()
     if kind.startswith("One") and not (features.infusion or features.steady_state):
         return _one_compartment_bolus(kind, p, dosing, doses, obs_time, features, states)
