@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import numpy as np
 import pandas as pd
@@ -427,3 +428,59 @@ def test_numeric_and_label_columns_parse_the_same_on_both_paths():
     assert values[0] == 1.5 and values[3] == 4.0 and not bad.any()
     labels, missing = parse_labels(table, "C")
     assert labels == ["7", "x", None, "8"] and missing.tolist() == [False, False, True, False]
+
+
+# ------------------------------------------------------------------ numbers from the C reader
+ODD_CELLS = {
+    "ID": ["1", "1", "1", "2", "2", "2 ", "3", "3", "3"],
+    "TIME": ["0", "1.5e0", "+2", "0", " 3", "4.000", "0", "1", "2"],
+    "DV": [".", "NA", "1.25 ", "", "null", "2e-1", "None", "0.3", "nan"],
+    "AMT": ["100", "0", "0", "50.0", "0", "0", "25", "", "."],
+    "EVID": ["1", "0", "0", "1", "2", "0", "1", "0", "0"],
+    "WT": ["70", "70", "7e1", "80.5", "80.5", "80.5", "NaN", "60", "60"],
+    "INF": ["1", "inf", "2", "3", "4", "5", "6", "7", "8"],
+    "NANS": ["1", "NAN", "2", "3", "4", "5", "6", "7", "8"],
+    "SEX": ["M", "M", "M", "F", "F", "F", "M", "M", "M"],
+    "FLAG": ["True", "True", "False", "True", "True", "True", "False", "False", "False"],
+    "MIXED": ["1", "x", "2", "3", "4", "5", "6", "7", "8"],
+}
+
+
+def test_numbers_from_the_c_reader_are_the_cells_parsed_as_text(tmp_path, monkeypatch):
+    """A CSV's numbers come from pandas' C reader where its reading is the text's (missing
+    markers, spaces, exponents, signs); infinities, unknown markers, booleans and text go the
+    way of the text. Column by column and for the whole population, both ways agree."""
+    import dataclasses
+
+    from deepnlme.data import _table
+
+    p = tmp_path / "odd.csv"
+    names = list(ODD_CELLS)
+    rows = zip(*(ODD_CELLS[c] for c in names), strict=True)
+    p.write_text(",".join(names) + "\n" + "\n".join(",".join(r) for r in rows) + "\n")
+    table = _table.load_table(p)
+    assert table.numbers is not None
+    as_text = dataclasses.replace(table, numbers=None)
+    fast = {c for c in names if table.numeric(c) is not None}
+    assert fast == {"ID", "TIME", "DV", "AMT", "EVID", "WT"}
+    for c in names:
+        for a, b in zip(_table.parse_numeric(table, c), _table.parse_numeric(as_text, c)):
+            np.testing.assert_array_equal(a, b, err_msg=c)
+    pop = read_data(p, covariates=["WT"], fill="nocb", sort=True)
+    monkeypatch.setattr(_table, "_numbers", lambda path, frame: None)
+    slow = read_data(p, covariates=["WT"], fill="nocb", sort=True)
+    assert pop == slow and pop.ids == (1, 2, 3)
+    for field in PopulationArrays._fields:
+        np.testing.assert_array_equal(getattr(pop.arrays(), field), getattr(slow.arrays(), field))
+
+
+def test_numbers_from_the_c_reader_skip_blank_lines_and_keep_line_numbers(tmp_path):
+    p = tmp_path / "b.csv"
+    lines = ["ID,TIME,DV,AMT,EVID", "1,0,,100,1", "", "1,1,2.5,0,0", " ", "1,-2,2,0,0"]
+    p.write_text("\n".join(lines) + "\n")
+    from deepnlme.data._table import load_table
+
+    table = load_table(p)
+    assert table.n == 3 and table.numeric("TIME").tolist() == [0.0, 1.0, -2.0]
+    with pytest.raises(Exception, match=re.escape("row 3 (line 6 of b.csv), column TIME")):
+        read_data(p)

@@ -197,6 +197,11 @@ class _Reader:
 
 def _subject_ids(reader: _Reader, column: str) -> list:
     table = reader.table
+    values = table.numeric(column)
+    if values is not None and np.all(np.abs(values) < 2.0**53):  # none missing (NaN)
+        if np.all(values == np.round(values)):
+            return values.astype(np.int64).tolist()
+        return values.tolist()
     labels, missing = parse_labels(table, column)
     if missing.any():
         i = int(np.flatnonzero(missing)[0])
@@ -613,8 +618,13 @@ def _sorted_table(rd: _Reader, id_col: str, time_col: str) -> RawTable:
     table = rd.table
     ids = _subject_ids(rd, id_col)
     time = parse_numeric(table, time_col)[0]
-    first: dict[object, int] = {}
-    group = np.array([first.setdefault(i, len(first)) for i in ids])
+    numbered = table.numeric(id_col)
+    if numbered is not None:  # subjects in order of first appearance (none missing: see ids)
+        _, first_at, which = np.unique(numbered, return_index=True, return_inverse=True)
+        group = np.argsort(np.argsort(first_at))[which]
+    else:
+        first: dict[object, int] = {}
+        group = np.array([first.setdefault(i, len(first)) for i in ids])
     order = np.lexsort((np.arange(table.n), time, group))
     return RawTable(
         table.frame.iloc[order].reset_index(drop=True),
@@ -622,6 +632,7 @@ def _sorted_table(rd: _Reader, id_col: str, time_col: str) -> RawTable:
         None if table.lines is None else table.lines[order],
         None if table.labels is None else tuple(table.labels[i] for i in order),
         table.source_name,
+        None if table.numbers is None else table.numbers.iloc[order].reset_index(drop=True),
     )
 
 

@@ -30,6 +30,29 @@ class RawTable:
     lines: np.ndarray | None  # int, 1-based line number in the file (CSV only)
     labels: tuple | None  # DataFrame index labels (DataFrame only)
     source_name: str
+    # The same CSV parsed by pandas' C reader with numbers as numbers (the missing markers
+    # empty), row for row with `frame`; `numeric` takes a column's values from it when they
+    # are what parsing `frame`'s cells gives, which spares parsing a large table's text.
+    numbers: pd.DataFrame | None = None
+
+    def numeric(self, column: str) -> np.ndarray | None:
+        """The column's values (NaN where missing) from `numbers`, or None where only the cells
+        as written can tell (not a column of numbers and missing markers, or an infinity)."""
+        if self.numbers is None or column not in self.numbers.columns:
+            return None
+        col = self.numbers[column]
+        if col.dtype.kind not in "iuf":
+            return None
+        values = col.to_numpy(dtype=float)
+        if col.dtype.kind == "f":
+            nan = np.isnan(values)
+            if np.isinf(values).any():
+                return None
+            if nan.any():
+                text = self.frame[column].to_numpy(dtype=object)[nan]
+                if not all(str(v).strip() in _MISSING_STRINGS for v in text):
+                    return None
+        return values
 
     @property
     def n(self) -> int:
@@ -93,14 +116,22 @@ def load_table(source: object) -> RawTable:
                 "text with one header line of column names."
             ) from exc
         frame = frame.set_axis([str(c).strip() for c in frame.columns], axis=1)
+        numbers = _numbers(path, frame)
         # A blank line gives a row of empty cells: drop it but keep the line numbers right.
-        cells = frame.to_numpy(dtype=object)
-        blank = np.all((cells == "") | (cells == " "), axis=1) if cells.size else np.zeros(0, bool)
+        blank = np.zeros(len(frame), dtype=bool)
+        if frame.size:  # the rows whose first cell is empty, then all their cells
+            first = frame.iloc[:, 0].to_numpy(dtype=object)
+            maybe = np.flatnonzero((first == "") | (first == " "))
+            cells = frame.iloc[maybe].to_numpy(dtype=object)
+            blank[maybe] = np.all((cells == "") | (cells == " "), axis=1)
         lines_all = np.arange(len(frame)) + 2  # header is line 1
-        frame = frame.loc[~blank].reset_index(drop=True)
+        if blank.any():
+            frame = frame.loc[~blank].reset_index(drop=True)
+            if numbers is not None:
+                numbers = numbers.loc[~blank].reset_index(drop=True)
         lines = lines_all[~blank]
         rows = np.arange(1, len(frame) + 1)
-        table = RawTable(frame, rows, lines, None, os.path.basename(path))
+        table = RawTable(frame, rows, lines, None, os.path.basename(path), numbers)
     else:
         raise DataError(
             f"read_data expects a CSV path or a pandas DataFrame, got {type(source).__name__}. "
@@ -118,6 +149,25 @@ def load_table(source: object) -> RawTable:
     return table
 
 
+def _numbers(path: str, frame: pd.DataFrame) -> pd.DataFrame | None:
+    """The CSV read again with numbers parsed by pandas' C reader, or None when that reading
+    does not line up with `frame` (then every column is parsed from its text)."""
+    try:
+        numbers = pd.read_csv(
+            path,
+            keep_default_na=False,
+            na_values=sorted(_MISSING_STRINGS),
+            skip_blank_lines=False,
+            skipinitialspace=True,
+        )
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError):  # pragma: no cover
+        return None
+    numbers = numbers.set_axis([str(c).strip() for c in numbers.columns], axis=1)
+    if len(numbers) != len(frame) or list(numbers.columns) != list(frame.columns):
+        return None  # pragma: no cover - both readings split the file the same way
+    return numbers
+
+
 def _clean(value: object) -> object:
     if isinstance(value, str):
         v = value.strip()
@@ -132,6 +182,10 @@ def parse_numeric(table: RawTable, column: str) -> tuple[np.ndarray, np.ndarray,
 
     `bad` marks cells that hold something that is not a finite number.
     """
+    values = table.numeric(column)
+    if values is not None:
+        missing = np.isnan(values)
+        return values, missing, np.zeros(len(values), dtype=bool)
     raw = table.frame[column]
     if pd.api.types.is_bool_dtype(raw.dtype):
         values = raw.to_numpy(dtype=float)
