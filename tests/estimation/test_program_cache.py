@@ -111,6 +111,7 @@ elif sys.argv[1] == "fill-plain":  # ... as compiled without storing (or by an o
     _config.compile_lowered(low, False)
 elif sys.argv[1] == "store":
     compiled = _programs.compile_and_store(low, False, path)
+    _programs.wait_stored()  # stored on a thread of its own
     print("RESULT", float(compiled(jnp.ones(3))), path.exists())
 else:
     print("RESULT", float(_programs.read_program(path)(jnp.ones(3))))

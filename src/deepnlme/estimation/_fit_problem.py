@@ -35,7 +35,7 @@ from ..likelihood._small import unrolled
 from ._fit import Fit
 from ._optimizer import minimize
 from ._options import COVARIANCE, OPTIMIZERS, check_choice, check_number
-from ._programs import compile_and_store, program_path, read_program
+from ._programs import compile_and_store, program_path, read_program, wait_stored
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -74,7 +74,9 @@ def _compiled(
     is traced. XLA compiles a program on one core, so on two cores the two compilations and
     the tracing overlap. `ahead()`, when given, runs once the evaluation is traced, while it
     compiles: it may trace and compile other small programs (the main thread would otherwise
-    wait).
+    wait). This returns once the search is compiled: the first call runs its search while
+    the rest may still compile, and waits for the rest only then; the compiled evaluation's
+    attribute `waited` holds how long it waited (a time of compilation, not of the fit).
     """
     cache = _problem_cache(problem)
     key = ("eval", method, free)
@@ -109,31 +111,51 @@ def _compiled(
 
     def finished(future, rebuild, pool):
         out = future.result()
-        return out if out is not None else build(*rebuild, pool).result()
+        if out is None:
+            with gc_paused():
+                out = build(*rebuild, pool).result()
+        return out
 
+    pool = concurrent.futures.ThreadPoolExecutor(2)
     # tracing and lowering allocate a few hundred thousand objects: no cyclic garbage
     # collections meanwhile (`_gc`)
-    with gc_paused(), concurrent.futures.ThreadPoolExecutor(2) as pool:
+    with gc_paused():
         if not has_search(problem, method):
             whole = program("whole", args, pool)
         else:
-            # the rest first: it takes longer to compile, and compiles while the search traces
+            # optimised programs: the search first, which compiles while the rest traces, and
+            # the first evaluation's search then runs while the rest compiles; the others: the
+            # rest first, which takes longer to compile, while the search traces
             z, base_u, eta, subjects = args
+            if optimise:
+                search_future = program("search", args, pool)
             rest_future = program("rest", (z, base_u, _searched_shape(eta), subjects), pool)
-            search_future = program("search", args, pool)
+            if not optimise:
+                search_future = program("search", args, pool)
         if ahead is not None:
             ahead()
-        if not has_search(problem, method):
-            compiled = finished(*whole, pool)
-        else:
-            search = finished(*search_future, pool)
-            rest = finished(*rest_future, pool)
+    if not has_search(problem, method):
+        compiled = finished(*whole, pool)
+        pool.shutdown()
+        cache[key] = compiled
+        return compiled, time.perf_counter() - t0
+    search = finished(*search_future, pool)
+    t_search = time.perf_counter() - t0
+    rest = []
 
-            def compiled(z, base_u, eta, subjects):
-                return rest(z, base_u, search(z, base_u, eta, subjects), subjects)
+    def compiled(z, base_u, eta, subjects):
+        searched = search(z, base_u, eta, subjects)  # runs while the call goes on (JAX)
+        if not rest:
+            # the first call: the search runs while the rest may still be compiling
+            t = time.perf_counter()
+            rest.append(finished(*rest_future, pool))
+            pool.shutdown()
+            compiled.waited = time.perf_counter() - t
+        return rest[0](z, base_u, searched, subjects)
 
+    compiled.waited = 0.0
     cache[key] = compiled
-    return compiled, time.perf_counter() - t0
+    return compiled, t_search
 
 
 def _penalty_hessian(problem: Problem, free: tuple[int, ...]):
@@ -559,6 +581,9 @@ def fit_problem(
         hessian_guess=hessian_guess,
         on_accept=on_accept,
     )
+    # the first evaluation's wait for the rest of the program to compile (`_compiled`)
+    waited, compiled.waited = getattr(compiled, "waited", 0.0), 0.0
+    t_compile += waited
     z_hat = res.x[:p]
     # the result is the last accepted point, which `fun` evaluated last before accepting it:
     # its evaluation (EBE search warm-started from the previous accepted EBEs, run to its
@@ -570,7 +595,7 @@ def fit_problem(
         ev = evaluate(z_hat, eta_hat_in)
         if not joint:
             state["eta"] = _carried(eta_hat_in, ev, tracked)
-    t_run = time.perf_counter() - t_run0
+    t_run = time.perf_counter() - t_run0 - waited
 
     u_hat = u0.copy()
     u_hat[list(free)] = z_hat
@@ -622,6 +647,7 @@ def fit_problem(
     shrink = _shrinkage(problem, eta_arr, omega, method)
     table = _add_shrinkage(table, problem, shrink, estimates)
     history = pd.DataFrame(res.history, columns=["iter", "ofv", "gradnorm", "time"])
+    wait_stored()  # the programs this fit compiled are in the store when it returns
     timings = {
         "compile": t_compile,
         "run": t_run,

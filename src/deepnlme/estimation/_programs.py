@@ -251,8 +251,6 @@ def compile_and_store(lowered, optimise: bool, path: Path | None):
     nothing and does not stop the fit)."""
     if path is None:
         return compile_lowered(lowered, optimise)
-    from jax.experimental import serialize_executable
-
     with _ONCE:
         if not _LISTENING:
             jax.monitoring.register_event_listener(_on_event)
@@ -262,6 +260,21 @@ def compile_and_store(lowered, optimise: bool, path: Path | None):
         compiled = compile_lowered(lowered, optimise, _STORE_MARK)
     if _HITS.seen:  # loaded from JAX's cache after all: not serialisable (see _STORE_MARK)
         return compiled
+    # stored on a thread of its own, while the program runs (serialising a large program
+    # takes a tenth of a second or more); `wait_stored` joins it
+    writer = threading.Thread(target=_store, args=(compiled, path), name="deepnlme-store")
+    with _ONCE:
+        _WRITERS.append(writer)
+    writer.start()
+    return compiled
+
+
+_WRITERS: list[threading.Thread] = []
+
+
+def _store(compiled, path: Path) -> None:
+    from jax.experimental import serialize_executable
+
     tmp = None
     try:
         blob = pickle.dumps((_FORMAT, *serialize_executable.serialize(compiled)))
@@ -273,6 +286,15 @@ def compile_and_store(lowered, optimise: bool, path: Path | None):
     except Exception:  # noqa: BLE001 (read-only folder, or nothing to serialise)
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        return compiled
+        return
     _prune_once()
-    return compiled
+
+
+def wait_stored() -> None:
+    """Wait until the programs compiled so far are stored (`compile_and_store` writes them on
+    threads of their own)."""
+    with _ONCE:
+        writers = list(_WRITERS)
+        _WRITERS.clear()
+    for writer in writers:
+        writer.join()
