@@ -24,7 +24,7 @@ from deepnlme.likelihood import (
     newton_lm,
     probe,
 )
-from deepnlme.likelihood._inner import implicit_eta, newton_lm_lanes
+from deepnlme.likelihood._inner import InnerResult, implicit_eta, keep_best, newton_lm_lanes
 from deepnlme.likelihood._small import unrolled
 
 _EVALUATORS: dict = {}
@@ -335,6 +335,40 @@ def test_inner_steps_are_bounded():
     assert bool(res.converged)
     np.testing.assert_allclose(res.eta, [10.0], atol=1e-10)
     assert int(res.n_iter) >= 20
+
+
+def test_converged_search_returns_the_end_of_its_last_newton_step():
+    # with a loose tol the accepted point is far from the mode (there g = H (point - mode) to
+    # first order); the search returns it plus its Newton step, at O(step^2) from the mode,
+    # with the accepted point's value, gradient and Hessian
+    def f(e):
+        return jnp.sum(jnp.exp(e) - 2.0 * e + 0.1 * e**4)
+
+    mode = newton_lm(f, jnp.zeros(2), InnerOptions(tol=1e-30)).eta
+    res = newton_lm(f, jnp.zeros(2), InnerOptions(tol=1e-4))
+    assert bool(res.converged)
+    step = float(jnp.max(jnp.abs(jnp.linalg.solve(res.hess, res.grad))))  # ~ |accepted - mode|
+    assert step > 1e-3
+    assert float(jnp.max(jnp.abs(res.eta - mode))) < 0.01 * step
+    assert float(f(res.eta)) < float(res.value)  # the returned point is not the accepted one
+
+
+def test_keep_best_keeps_the_first_of_modes_equal_up_to_rounding():
+    q = 2
+    found = InnerResult(
+        jnp.arange(6.0).reshape(3, q),
+        jnp.zeros(3),
+        jnp.zeros((3, q)),
+        jnp.zeros((3, q, q)),
+        jnp.zeros(3, int),
+        jnp.ones(3, bool),
+    )
+    res, ends = keep_best(found, jnp.array([5.0 + 1e-12, 5.0, 7.0]))
+    assert res.eta.tolist() == [0.0, 1.0]  # within 1e-10 relative of the lowest: the first
+    res, ends = keep_best(found, jnp.array([5.0 + 1e-6, 5.0, jnp.nan]))
+    assert res.eta.tolist() == [2.0, 3.0] and ends[0].tolist() == [2.0, 3.0]
+    res, _ = keep_best(found, jnp.array([jnp.inf, jnp.nan, jnp.inf]))
+    assert res.eta.tolist() == [0.0, 1.0]
 
 
 def test_split_evaluation_equals_the_whole(oral):

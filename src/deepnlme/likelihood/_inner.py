@@ -55,7 +55,9 @@ def newton_lm(
 
     Steps solve (H + lam I) d = -g with the exact Hessian; a step is accepted when the
     objective does not increase (and is finite), and lam shrinks tenfold; otherwise lam grows
-    tenfold. Converged at an accepted point whose own Newton decrement -g'd is below `tol`.
+    tenfold. Converged at an accepted point whose own Newton decrement -g'd is below `tol`;
+    the mode returned is then that point plus its Newton step d (`value`, `grad` and `hess`
+    are the accepted point's: they differ from the mode's by O(|d|)).
     A non-finite start falls back to eta = 0. The search stops, not converged, at an accepted
     point whose Newton step is not finite (a gradient beyond what the curvature can scale,
     e.g. an objective without a minimum). Works under `vmap` (fixed shapes, while_loop).
@@ -140,15 +142,19 @@ def _newton_parts(fun, options: InnerOptions, max_step):
         ended = done | stuck | broken
         zeros = jnp.zeros_like(eta)
         eta = jnp.where(restart, zeros, eta)
-        cand = jnp.where(restart, zeros, eta + step)
+        # (ended: the point the search returns; converged, the Newton step's end: `_newton_result`)
+        cand = jnp.where(restart, zeros, jnp.where(stuck & ~done, eta, eta + step))
         return eta, v, g, h, cand, lam, it + 1, ended, (done | stuck) & ~broken
 
     return start, pending, body
 
 
 def _newton_result(state) -> InnerResult:
-    eta, v, g, h, _, _, it, _, ok = state
-    return InnerResult(eta, v, g, h, it, ok & jnp.isfinite(v))
+    eta, v, g, h, cand, _, it, _, ok = state
+    ok = ok & jnp.isfinite(v)
+    # converged: the end of the Newton step computed at the last accepted point, a mode
+    # accurate to about tol squared (value, gradient and Hessian stay the accepted point's)
+    return InnerResult(jnp.where(ok[..., None], cand, eta), v, g, h, it, ok)
 
 
 def newton_lm_lanes(
@@ -210,11 +216,14 @@ def newton_lm_lanes(
 
 def keep_best(found: InnerResult, values: jax.Array) -> tuple[InnerResult, jax.Array]:
     """Of the searches `found` (``[K + 1]``, the one from the warm start first), the one of
-    lowest `values` (not finite: never kept; the first of equals), and the end points of all
-    ``[K + 1, q]`` with the kept one first and the first search's in its place."""
+    lowest `values` (not finite: never kept; the first of those within 1e-10 relative of the
+    lowest: searches that found the same mode differ by rounding, and the first, from eta0,
+    is kept whatever the rounding), and the end points of all ``[K + 1, q]`` with the kept
+    one first and the first search's in its place."""
     values = jax.lax.stop_gradient(values)
     values = jnp.where(jnp.isfinite(values) & jnp.isfinite(found.value), values, jnp.inf)
-    k = jnp.argmin(values)  # the first of equals: the search from eta0
+    best = jnp.min(values)
+    k = jnp.argmax(values <= best + 1e-10 * (1.0 + jnp.abs(best)))  # (all inf: the first)
     res = jax.tree_util.tree_map(lambda a: a[k], found)
     rows = jnp.arange(values.shape[0])
     found_eta = found.eta[jnp.where(rows == 0, k, jnp.where(rows == k, 0, rows))]

@@ -24,14 +24,14 @@ class InnerOptions:
 
     - `max_iter`: Newton iterations at most (per outer evaluation), default 50.
     - `tol`: convergence when the Newton decrement g'(H + lam I)^-1 g at the current EBE
-      (on the -2LL scale) is below `tol`; default 1e-14. The returned EBEs then carry one more
-      Newton step, so they are accurate to about `tol` squared.
+      (on the -2LL scale) is below `tol`; default 1e-14. The search returns that point plus
+      its Newton step, and the returned EBEs carry one more Newton step (the implicit step).
     - `multistart`: besides the previous EBEs, start the search from eta = 0 and from
       +-1.5 SD of Omega along each random effect (2q + 1 more searches, batched), and keep the
-      mode with the lowest contribution to the method's objective (ties: the mode found from
-      the previous EBEs). Where a subject's conditional density has several modes (networks
-      that take random effects as inputs), a search from the previous EBEs alone can stay in
-      a worse one.
+      mode with the lowest contribution to the method's objective (ties, within 1e-10
+      relative: the mode found from the previous EBEs). Where a subject's conditional
+      density has several modes (networks that take random effects as inputs), a search from
+      the previous EBEs alone can stay in a worse one.
       None (default): on for models with network parameters, off otherwise; True or False:
       always or never. The inner solve costs 2q + 2 times as much with it.
     """

@@ -357,7 +357,10 @@ def subject_m2ll(
     p = (theta, om_inv, v0)
     fun_near = (lambda eta_c: inner_with(obs_at(eta_c))) if use_near else None
     eta = implicit_step(inner, p, searched.eta, searched.hess, fun_near)
-    val, m_inv = laplace(theta, eta, obs_at(eta))  # expanded about the returned EBE (its value)
+    # expanded about the search's mode, like the implicit step: one expansion serves both; the
+    # returned EBE `eta` differs from it by the implicit step's Newton step, of order
+    # |d|^2 after the search's final step d (`newton_lm`)
+    val, m_inv = laplace(theta, eta, obs_at(searched.eta))
     return val, SubjectOut(eta, m_inv, searched.converged, searched.modes)
 
 
