@@ -246,9 +246,9 @@ def _no_cache_writes():
 
 
 def compile_and_store(lowered, optimise: bool, path: Path | None):
-    """Compile `lowered` (`compile_lowered`) and store the executable at `path` (atomically;
-    a folder that cannot be written, or an executable that cannot be serialised, stores
-    nothing and does not stop the fit)."""
+    """Compile `lowered` (`compile_lowered`) and store the executable at `path` (atomically,
+    on a thread of its own: `wait_stored`; a folder that cannot be written, or an executable
+    that cannot be serialised, stores nothing and does not stop the fit)."""
     if path is None:
         return compile_lowered(lowered, optimise)
     with _ONCE:
@@ -260,8 +260,8 @@ def compile_and_store(lowered, optimise: bool, path: Path | None):
         compiled = compile_lowered(lowered, optimise, _STORE_MARK)
     if _HITS.seen:  # loaded from JAX's cache after all: not serialisable (see _STORE_MARK)
         return compiled
-    # stored on a thread of its own, while the program runs (serialising a large program
-    # takes a tenth of a second or more); `wait_stored` joins it
+    # stored on a thread of its own, while the program runs (serialising the N=10000 FOCEI
+    # rest and writing it takes a few hundredths of a second); `wait_stored` joins it
     writer = threading.Thread(target=_store, args=(compiled, path), name="deepnlme-store")
     with _ONCE:
         _WRITERS.append(writer)
