@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,13 +154,16 @@ def _numbers(path: str, frame: pd.DataFrame) -> pd.DataFrame | None:
     """The CSV read again with numbers parsed by pandas' C reader, or None when that reading
     does not line up with `frame` (then every column is parsed from its text)."""
     try:
-        numbers = pd.read_csv(
-            path,
-            keep_default_na=False,
-            na_values=sorted(_MISSING_STRINGS),
-            skip_blank_lines=False,
-            skipinitialspace=True,
-        )
+        with warnings.catch_warnings():
+            # a column of numbers and text read in chunks: object dtype, parsed from its text
+            warnings.simplefilter("ignore", pd.errors.DtypeWarning)
+            numbers = pd.read_csv(
+                path,
+                keep_default_na=False,
+                na_values=sorted(_MISSING_STRINGS),
+                skip_blank_lines=False,
+                skipinitialspace=True,
+            )
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError):  # pragma: no cover
         return None
     numbers = numbers.set_axis([str(c).strip() for c in numbers.columns], axis=1)

@@ -70,13 +70,14 @@ def _compiled(
     compiling again.
 
     A method with an EBE search is two programs, the search and the rest (`make_evaluator`'s
-    stages), called one after the other: the rest compiles on a second thread while the search
-    is traced. XLA compiles a program on one core, so on two cores the two compilations and
-    the tracing overlap. `ahead()`, when given, runs once the evaluation is traced, while it
-    compiles: it may trace and compile other small programs (the main thread would otherwise
-    wait). This returns once the search is compiled: the first call runs its search while
-    the rest may still compile, and waits for the rest only then; the compiled evaluation's
-    attribute `waited` holds how long it waited (a time of compilation, not of the fit).
+    stages), called one after the other. Each compiles on a thread of its own while the main
+    thread traces the other: optimised programs trace the search first, the others the rest
+    (which takes longer to compile). `ahead()`, when given, runs once the evaluation is
+    traced, while it compiles: it may trace and compile other small programs (the main thread
+    would otherwise wait). This returns once the search is compiled: the first call runs its
+    search while the rest may still compile, and waits for the rest only then; the compiled
+    evaluation's attribute `waited` holds how long it waited (a time of compilation, not of
+    the fit).
     """
     cache = _problem_cache(problem)
     key = ("eval", method, free)

@@ -142,7 +142,9 @@ def _newton_parts(fun, options: InnerOptions, max_step):
         ended = done | stuck | broken
         zeros = jnp.zeros_like(eta)
         eta = jnp.where(restart, zeros, eta)
-        # (ended: the point the search returns; converged, the Newton step's end: `_newton_result`)
+        # once the search has ended, `cand` is what a converged search returns
+        # (`_newton_result`): the accepted point plus its Newton step, or the point itself
+        # where the damping ran away
         cand = jnp.where(restart, zeros, jnp.where(stuck & ~done, eta, eta + step))
         return eta, v, g, h, cand, lam, it + 1, ended, (done | stuck) & ~broken
 
@@ -152,8 +154,8 @@ def _newton_parts(fun, options: InnerOptions, max_step):
 def _newton_result(state) -> InnerResult:
     eta, v, g, h, cand, _, it, _, ok = state
     ok = ok & jnp.isfinite(v)
-    # converged: the end of the Newton step computed at the last accepted point, a mode
-    # accurate to about tol squared (value, gradient and Hessian stay the accepted point's)
+    # converged: the end of the Newton step d computed at the last accepted point, a mode
+    # accurate to O(|d|^2) (value, gradient and Hessian stay the accepted point's)
     return InnerResult(jnp.where(ok[..., None], cand, eta), v, g, h, it, ok)
 
 
