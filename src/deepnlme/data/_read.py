@@ -197,10 +197,10 @@ class _Reader:
 
 def _subject_ids(reader: _Reader, column: str) -> list:
     table = reader.table
-    values = table.numeric(column)
-    if values is not None and np.all(np.abs(values) < 2.0**53):  # none missing (NaN)
+    values, missing, bad = parse_numeric(table, column)
+    if not (missing.any() or bad.any()):  # numbers (int where every ID is whole)
         if np.all(values == np.round(values)):
-            return values.astype(np.int64).tolist()
+            return [int(v) for v in values.tolist()]
         return values.tolist()
     labels, missing = parse_labels(table, column)
     if missing.any():
@@ -208,11 +208,6 @@ def _subject_ids(reader: _Reader, column: str) -> list:
         raise reader.fail(
             i, column, "the subject ID is missing", "Every record needs the ID of its subject."
         )
-    values, _, bad = parse_numeric(table, column)
-    if not bad.any():
-        if np.all(values == np.round(values)):
-            return [int(v) for v in values]
-        return [float(v) for v in values]
     return [str(v) for v in labels]
 
 

@@ -46,13 +46,11 @@ class RawTable:
             return None
         values = col.to_numpy(dtype=float)
         if col.dtype.kind == "f":
-            nan = np.isnan(values)
             if np.isinf(values).any():
                 return None
-            if nan.any():
-                text = self.frame[column].to_numpy(dtype=object)[nan]
-                if not all(str(v).strip() in _MISSING_STRINGS for v in text):
-                    return None
+            nan = np.isnan(values)  # each must be a missing marker as `_cleaned` knows them
+            if nan.any() and not _cleaned(self.frame[column][nan]).isna().all():
+                return None
         return values
 
     @property
