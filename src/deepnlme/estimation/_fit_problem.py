@@ -582,8 +582,11 @@ def fit_problem(
         hessian_guess=hessian_guess,
         on_accept=on_accept,
     )
-    # the first evaluation's wait for the rest of the program to compile (`_compiled`)
-    waited, compiled.waited = getattr(compiled, "waited", 0.0), 0.0
+    # the first evaluation's wait for the rest of the program to compile (`_compiled`; taken
+    # once: a later fit reusing the program waits for nothing)
+    waited = getattr(compiled, "waited", 0.0)
+    if waited:
+        compiled.waited = 0.0
     t_compile += waited
     z_hat = res.x[:p]
     # the result is the last accepted point, which `fun` evaluated last before accepting it:
