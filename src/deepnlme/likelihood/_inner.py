@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from ..solve._taylor import value_jac_hess
 from ._methods import InnerOptions
 from ._small import damped_newton_step, solve
 
@@ -32,16 +33,7 @@ def _vgh(fun: Callable[[jax.Array], jax.Array], eta: jax.Array):
     reverse-mode transposes are costly under `vmap`.
     """
 
-    def fv(e):
-        v = fun(e)
-        return v, v
-
-    def gv(e):
-        grad, v = jax.jacfwd(fv, has_aux=True)(e)
-        return grad, (grad, v)
-
-    # the value is the forward passes' own primal: `fun` is traced (and compiled) once
-    hess, (grad, v) = jax.jacfwd(gv, has_aux=True)(eta)
+    v, grad, hess = value_jac_hess(fun, eta)  # (`fun` traced once)
     return v, grad, 0.5 * (hess + hess.T)
 
 

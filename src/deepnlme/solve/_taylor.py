@@ -33,6 +33,31 @@ def _leaves_jaxpr(fn: Callable[..., Any], args: Sequence[Any]):
     return jax.make_jaxpr(lambda *a: jax.tree_util.tree_leaves(fn(*a)))(*abstract_args).jaxpr
 
 
+def value_jac_hess(
+    f: Callable[[jax.Array], Any],
+    z: jax.Array,
+    second: np.ndarray | None = None,
+    has_aux: bool = False,
+) -> tuple:
+    """``(f(z), jac, hess)`` in forward mode: `jac` the derivatives in every entry of `z`
+    (last axis), `hess` jacfwd over the entries `second` of `z` (default all) of that. The
+    value (and, with `has_aux`, the aux of ``f(z) -> (out, aux)``, returned fourth) comes from
+    the passes' own primal, so `f` is traced, and compiled, once."""
+
+    def g(zz):
+        out = f(zz)
+        out, aux = out if has_aux else (out, None)
+        return out, (out, aux)
+
+    def first(zs):
+        zz = zs if second is None else z.at[second].set(zs)
+        jac, (val, aux) = jax.jacfwd(g, has_aux=True)(zz)
+        return jac, (jac, val, aux)
+
+    hess, (jac, val, aux) = jax.jacfwd(first, has_aux=True)(z if second is None else z[second])
+    return (val, jac, hess, aux) if has_aux else (val, jac, hess)
+
+
 def dependent_leaves(fn: Callable[..., Any], args: Sequence[Any], dep: Sequence[int]) -> tuple:
     """Which leaves of `fn(*args)` depend on the arguments at positions `dep`.
 
@@ -70,17 +95,7 @@ def taylor2(f: Callable[[Any], jax.Array], x: Any, x_c: Any, varying: Sequence[b
     z_c = _flat(leaves_c, idx)
 
     rebuild = _rebuilder(leaves_c, treedef, idx)
-
-    def g(zz):
-        y = f(rebuild(zz))
-        return y, y
-
-    def jac_and_value(zz):
-        # the value is the forward pass's own primal: `f` is traced once
-        jac, val = jax.jacfwd(g, has_aux=True)(zz)
-        return jac, (jac, val)
-
-    hess, (jac, val) = jax.jacfwd(jac_and_value, has_aux=True)(z_c)
+    val, jac, hess = value_jac_hess(lambda zz: f(rebuild(zz)), z_c)
     finite = jnp.isfinite(z_c)
     d = jnp.where(finite, z - z_c, 0.0)
     jac = jnp.where(finite, jac, 0.0)
@@ -226,18 +241,7 @@ def mixed_coefficients(
         out = f(rebuild(zz))
         return out if has_aux else (out, None)
 
-    def first_with_value(zs):
-        zz = z_c.at[sec].set(zs)
-
-        def gv(v):
-            out, aux = g(v)
-            return out, (out, aux)
-
-        jac, (val, aux) = jax.jacfwd(gv, has_aux=True)(zz)
-        return jac, (jac, val, aux)
-
-    hess, (jac, val, aux) = jax.jacfwd(first_with_value, has_aux=True)(z_c[sec])
-    return val, jac, hess, aux
+    return value_jac_hess(g, z_c, sec, has_aux=True)
 
 
 def mixed_polynomial(coef, x: Any, x_c: Any, varying: Sequence[bool], second: Sequence[bool]):
