@@ -80,7 +80,8 @@ def main() -> None:
                     runs[name].append((cold["total_s"], cached["total_s"], cold["warm_s"]))
                     print(
                         f"{case} {name:6s} cold {cold['total_s']:.2f} s "
-                        f"(compile {cold['compile_s']:.2f}) cached {cached['total_s']:.2f} s "
+                        f"(import {cold['import_s']:.2f}, read {cold['read_s']:.2f}, compile "
+                        f"{cold['compile_s']:.2f}) cached {cached['total_s']:.2f} s "
                         f"warm {cold['warm_s']:.3f} s -2LL {cold['m2ll']!r} / {cached['m2ll']!r}",
                         flush=True,
                     )

@@ -174,7 +174,8 @@ def main() -> None:
         n_t = f"{nl['time_s']:.3f}" if nl else "n/a"
         print(
             f"{case}: nlme {n_t} s | deepnlme cold {cold['total_s']:.2f} s "
-            f"(import {cold['import_s']:.2f}, compile {cold['compile_s']:.2f}), "
+            f"(import {cold['import_s']:.2f}, read {cold['read_s']:.2f}, "
+            f"compile {cold['compile_s']:.2f}), "
             f"cached {cached['total_s']:.2f} s, warm {cold['warm_s']:.3f} s",
             flush=True,
         )
