@@ -126,6 +126,11 @@ _BAD_STMTS = {
     ast.Assert: ("'assert' is not allowed", ""),
 }
 
+_NO_COVARIANCE = (
+    "Write 'eta ~ MvNormal(omega)' with omega = PDiag(init=[...]) or "
+    "PSD(init=[[...]]) in 'param:', or 'eta ~ Normal(0, sd)'."
+)
+
 
 @dataclass
 class _Stmt:
@@ -156,6 +161,32 @@ def _strip_comment(s: str) -> str:
 
 def _depth(s: str) -> int:
     return sum(s.count(c) for c in "([{") - sum(s.count(c) for c in ")]}")
+
+
+def _suggest(name: str, candidates, rest: str) -> str:
+    """``rest``, after "Did you mean ...?" when one of ``candidates`` is close to ``name``."""
+    sugg = did_you_mean(name, candidates)
+    return (sugg + " " if sugg else "") + rest
+
+
+def _name_target(st: _Stmt) -> ast.Name | None:
+    """The name a statement assigns (``name = ...``, ``X' = ...``, ``DV ~ ...``), or None."""
+    node = st.node
+    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+        return node.targets[0]
+    return None
+
+
+def _closed_form_stmt(dyn: list[_Stmt]) -> _Stmt | None:
+    """The statement of 'dynamics:' that names a closed-form model, if it is its only one."""
+    if len(dyn) == 1 and isinstance(dyn[0].node, ast.Expr) and dyn[0].kind == "plain":
+        return dyn[0]
+    return None
+
+
+def _time_scope(scope: dict, states) -> dict:
+    """``scope`` with the time and the states, as dynamics and derived see them."""
+    return {**scope, "t": ("time", ()), **{s: ("state", ()) for s in states}}
 
 
 @dataclass(frozen=True)
@@ -221,15 +252,13 @@ class _Parser:
                     )
                 name = m.group(1)
                 if name not in BLOCKS:
-                    sugg = did_you_mean(name, BLOCKS)
                     raise self.src.error(
                         start + 1,
                         0,
                         f"unknown block '{name}:'",
-                        (sugg + " " if sugg else "")
-                        + "Blocks are: "
-                        + ", ".join(b + ":" for b in BLOCKS)
-                        + ".",
+                        _suggest(
+                            name, BLOCKS, "Blocks are: " + ", ".join(b + ":" for b in BLOCKS) + "."
+                        ),
                     )
                 if name in blocks:
                     raise self.src.error(
@@ -528,29 +557,30 @@ class _Parser:
                 f"'{fname}' is not a function",
                 "Only the built-in functions and declared networks can be called.",
             )
-        sugg = did_you_mean(fname, FUNCTIONS)
         raise self.err(
             st,
             node.func,
             f"unknown function '{fname}'",
-            (sugg + " " if sugg else "") + "Allowed functions: " + ", ".join(FUNCTIONS) + ".",
+            _suggest(fname, FUNCTIONS, "Allowed functions: " + ", ".join(FUNCTIONS) + "."),
         )
 
     def network_call(self, st, node, fname, held, scope) -> tuple[Expr, tuple]:
         """A call of a callable parameter (a network); vector arguments are flattened."""
         dom = self.domains[fname]
-        args, width = list(held), sum(w for _, w in held)
-        for a in node.args:
-            e, shape = self.expr(st, a, scope)
-            if len(shape) > 1:
-                self._not_scalar(st, a, shape)
-            args.append((e, shape[0] if shape else 1))
-            width += shape[0] if shape else 1
+        args = [*held, *(self.network_input(st, a, scope) for a in node.args)]
+        width = sum(w for _, w in args)
         try:
             shape = tuple(dom.call_shape(width))
         except DomainError as e:
             raise self.err(st, node, str(e)) from None
         return Call(fname, tuple(e for e, _ in args), kind="param"), shape
+
+    def network_input(self, st: _Stmt, node: ast.AST, scope: dict) -> tuple[Expr, int]:
+        """An input of a network call: a number or a vector, with its width."""
+        e, shape = self.expr(st, node, scope)
+        if len(shape) > 1:
+            self._not_scalar(st, node, shape)
+        return e, shape[0] if shape else 1
 
     def fix_assign(self, st: _Stmt, name: str, node: ast.Call, scope: dict) -> None:
         """``g = fix(NN, a, b)`` in 'pre:': g(x) means NN(a, b, x) (leading inputs held)."""
@@ -579,12 +609,7 @@ class _Parser:
             inner, held0 = net, ()
         if node.keywords:
             raise self.err(st, node.keywords[0].value, "fix() takes no keyword arguments")
-        held = list(held0)
-        for a in node.args[1:]:
-            e, shape = self.expr(st, a, scope)
-            if len(shape) > 1:
-                self._not_scalar(st, a, shape)
-            held.append((e, shape[0] if shape else 1))
+        held = [*held0, *(self.network_input(st, a, scope) for a in node.args[1:])]
         n_in = getattr(self.domains[inner], "n_in", None)
         if n_in is not None and sum(w for _, w in held) > n_in:
             raise self.err(
@@ -694,230 +719,29 @@ class _Parser:
         return self.err(st, st.node, f"this statement does not belong in '{self.block}:'", hint)
 
     def run(self) -> ParsedModel:
-        blocks = self.split()
-        for b in blocks.values():
-            for st in b.stmts:
-                self.parse_stmt(st)
-        get = lambda name: blocks[name].stmts if name in blocks else []  # noqa: E731
-
-        # ---- param
-        self.block = "param"
-        params: list[ParamDecl] = []
-        for st in get("param"):
-            node = st.node
-            if (
-                st.kind != "plain"
-                or not isinstance(node, ast.Assign)
-                or not isinstance(node.targets[0], ast.Name)
-            ):
-                raise self.wrong_stmt(st, "Declare parameters as 'name = Real(init=...)'.")
-            name = node.targets[0].id
-            self.declare(name, st.loc(node.targets[0]), "param", st, node.targets[0])
-            params.append(ParamDecl(name, self.domain(st, node.value), st.loc(node)))
-            self.domains[name] = params[-1].domain
-        scope: dict[str, tuple[str, tuple]] = {
-            p.name: ("param", tuple(p.domain.shape)) for p in params
+        """Build the IR block by block, each block seeing the names of the blocks before it."""
+        stmts = self.statements()
+        params = self.param_block(stmts["param"])
+        param_scope = {p.name: ("param", tuple(p.domain.shape)) for p in params}
+        random = self.random_block(stmts["random"], param_scope)
+        covariates = self.covariates_block(stmts["covariates"])
+        scope = {
+            **param_scope,
+            **{r.name: ("random", (r.size,) if r.is_vector else ()) for r in random},
+            **{c: ("covariate", ()) for c in covariates},
         }
-        param_scope = dict(scope)
-
-        # ---- random
-        self.block = "random"
-        random: list[RandomDecl] = []
-        for st in get("random"):
-            node = st.node
-            if st.kind != "tilde":
-                raise self.wrong_stmt(
-                    st,
-                    "Declare random effects as 'eta ~ MvNormal(omega)' or "
-                    "'eta_cl ~ Normal(0, sd)'.",
-                )
-            tgt = node.targets[0]
-            self.declare(tgt.id, st.loc(tgt), "random", st, tgt)
-            random.append(self.random_effect(st, tgt.id, node.value, param_scope))
-        for r in random:
-            scope[r.name] = ("random", (r.size,) if r.is_vector else ())
-
-        # ---- covariates
-        self.block = "covariates"
-        covariates: list[str] = []
-        for st in get("covariates"):
-            node = st.node
-            elts = []
-            if isinstance(node, ast.Expr) and st.kind == "plain":
-                v = node.value
-                elts = v.elts if isinstance(v, ast.Tuple) else [v]
-            if not elts or not all(isinstance(e, ast.Name) for e in elts):
-                raise self.wrong_stmt(st, "List covariate columns by name: 'covariates: WT, AGE'.")
-            for e in elts:
-                self.declare(e.id, st.loc(e), "covariate", st, e)
-                covariates.append(e.id)
-                scope[e.id] = ("covariate", ())
-
-        # ---- collect names of later blocks (for 'used before assigned' messages)
-        dyn = get("dynamics")
-        closed = None
-        if len(dyn) == 1 and isinstance(dyn[0].node, ast.Expr) and dyn[0].kind == "plain":
-            closed = dyn[0]
-        for blk in ("pre", "dynamics", "derived"):
-            self.block = blk
-            for st in get(blk):
-                if st is closed:
-                    continue
-                node = st.node
-                if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-                    tgt = node.targets[0]
-                    what = {"plain": "var", "deriv": "state", "tilde": "output"}[st.kind]
-                    if blk == "pre" and st.kind != "plain":
-                        raise self.wrong_stmt(
-                            st,
-                            "'pre:' holds assignments 'name = expression'; "
-                            "derivatives go in 'dynamics:', observations in "
-                            "'derived:'.",
-                        )
-                    if blk == "dynamics" and st.kind == "tilde":
-                        raise self.wrong_stmt(st, "Observations 'DV ~ ...' go in 'derived:'.")
-                    if blk == "derived" and st.kind == "deriv":
-                        raise self.wrong_stmt(st, "Derivatives 'X' = ...' go in 'dynamics:'.")
-                    self.declare(tgt.id, st.loc(tgt), what, st, tgt)
-                elif isinstance(node, ast.Expr) and blk == "dynamics":
-                    raise self.err(
-                        st,
-                        node,
-                        "a closed-form model name must be the only statement of 'dynamics:'",
-                        "Use either ODEs (Name' = ...) or one closed-form name such "
-                        "as 'dynamics: OneCompartmentOral'.",
-                    )
-                else:
-                    hint = {
-                        "pre": "Write 'name = expression'.",
-                        "dynamics": "Write ODEs as 'Central' = expression'.",
-                        "derived": "Write 'name = expression' or 'DV ~ Normal(conc, sigma)'.",
-                    }[blk]
-                    raise self.wrong_stmt(st, hint)
-
-        # ---- states
-        closed_form = None
-        states: tuple[str, ...]
+        dyn = stmts["dynamics"]
+        closed = _closed_form_stmt(dyn)
+        self.declare_assigned_names(stmts, closed)
+        closed_form, states = self.states(dyn, closed)
+        pre, base_scope = self.pre_block(stmts["pre"], scope)
         if closed is not None:
-            self.block = "dynamics"
-            v = closed.node.value
-            if not isinstance(v, ast.Name):
-                raise self.err(
-                    closed,
-                    v,
-                    "expected the name of a closed-form model",
-                    "Available: " + ", ".join(CLOSED_FORMS) + ".",
-                )
-            if v.id not in CLOSED_FORMS:
-                sugg = did_you_mean(v.id, CLOSED_FORMS)
-                raise self.err(
-                    closed,
-                    v,
-                    f"unknown closed-form model '{v.id}'",
-                    (sugg + " " if sugg else "") + "Available: " + ", ".join(CLOSED_FORMS) + ".",
-                )
-            closed_form = v.id
-            states = CLOSED_FORMS[v.id].states
-            for s in states:
-                self.block = "dynamics"
-                self.declare(s, closed.loc(v), "state", closed, v)
-        else:
-            states = tuple(st.node.targets[0].id for st in dyn if st.kind == "deriv")
-
-        # ---- pre
-        self.block = "pre"
-        pre: list[Assign] = []
-        for st in get("pre"):
-            node = st.node
-            name = node.targets[0].id
-            v = node.value
-            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "fix":
-                self.fix_assign(st, name, v, scope)
-                continue
-            e = self.scalar(st, node.value, scope)
-            pre.append(Assign(name, e, st.loc(node)))
-            scope[name] = ("pre", ())
-        base_scope = dict(scope)
-        if closed_form is not None:
-            cf = CLOSED_FORMS[closed_form]
-            have = [a.name for a in pre]
-            for p in cf.params:
-                if p not in have:
-                    c = closest(p, have)
-                    hint = f"Found '{c}': names are case-sensitive. " if c else ""
-                    raise self.err(
-                        closed,
-                        closed.node.value,
-                        f"{closed_form} needs the individual parameter '{p}' assigned in 'pre:'",
-                        hint + f"{closed_form} uses " + ", ".join(cf.params) + ".",
-                    )
-
-        # ---- dynamics
-        self.block = "dynamics"
-        dynamics: list[Assign | Derivative] = []
-        dyn_scope = dict(base_scope)
-        dyn_scope["t"] = ("time", ())
-        for s in states:
-            dyn_scope[s] = ("state", ())
-        dyn_vars: dict[str, tuple[str, tuple]] = {}
-        if closed_form is None:
-            for st in dyn:
-                node = st.node
-                name = node.targets[0].id
-                e = self.scalar(st, node.value, dyn_scope)
-                if st.kind == "deriv":
-                    dynamics.append(Derivative(name, e, st.loc(node)))
-                else:
-                    dynamics.append(Assign(name, e, st.loc(node)))
-                    dyn_scope[name] = dyn_vars[name] = ("var", ())
-
-        # ---- dosing / init
-        self.block = "dosing"
-        dosing: list[DosingAssign] = []
-        seen: dict[tuple[str, str], int] = {}
-        for st in get("dosing"):
-            dosing.append(self.dosing_stmt(st, states, base_scope, seen))
-        self.block = "init"
-        init: list[Assign] = []
-        seen_init: dict[str, int] = {}
-        for st in get("init"):
-            node = st.node
-            if (
-                st.kind != "plain"
-                or not isinstance(node, ast.Assign)
-                or not isinstance(node.targets[0], ast.Name)
-            ):
-                raise self.wrong_stmt(st, "Write initial conditions as 'Central = expression'.")
-            tgt = node.targets[0]
-            self.check_state(st, tgt, tgt.id, states)
-            if tgt.id in seen_init:
-                raise self.err(
-                    st,
-                    tgt,
-                    f"the initial value of '{tgt.id}' is assigned twice "
-                    f"(first on line {seen_init[tgt.id]})",
-                    "Keep one of them.",
-                )
-            seen_init[tgt.id] = st.line
-            init.append(Assign(tgt.id, self.scalar(st, node.value, base_scope), st.loc(node)))
-
-        # ---- derived
-        self.block = "derived"
-        der_scope = dict(base_scope)
-        der_scope["t"] = ("time", ())
-        for s in states:
-            der_scope[s] = ("state", ())
-        der_scope.update(dyn_vars)
-        derived: list[Assign | Observation] = []
-        for st in get("derived"):
-            node = st.node
-            name = node.targets[0].id
-            if st.kind == "tilde":
-                derived.append(self.observation(st, name, node.value, der_scope))
-            else:
-                derived.append(Assign(name, self.scalar(st, node.value, der_scope), st.loc(node)))
-                der_scope[name] = ("var", ())
-
+            self.check_closed_form_inputs(closed, closed_form, pre)
+        time_scope = _time_scope(base_scope, states)
+        dynamics, dyn_vars = self.dynamics_block(dyn if closed is None else [], time_scope)
+        dosing = self.dosing_block(stmts["dosing"], states, base_scope)
+        init = self.init_block(stmts["init"], states, base_scope)
+        derived = self.derived_block(stmts["derived"], {**time_scope, **dyn_vars})
         ir = ModelIR(
             params=tuple(params),
             random=tuple(random),
@@ -932,6 +756,220 @@ class _Parser:
         )
         return ParsedModel(ir, param_kinds(ir))
 
+    def statements(self) -> dict[str, list[_Stmt]]:
+        """The parsed statements of every block (an empty list for a block that is absent)."""
+        blocks = self.split()
+        for b in blocks.values():
+            for st in b.stmts:
+                self.parse_stmt(st)
+        return {name: blocks[name].stmts if name in blocks else [] for name in BLOCKS}
+
+    def param_block(self, stmts: list[_Stmt]) -> list[ParamDecl]:
+        """'param:': each statement declares a parameter and its domain."""
+        self.block = "param"
+        params: list[ParamDecl] = []
+        for st in stmts:
+            tgt = _name_target(st)
+            if st.kind != "plain" or tgt is None:
+                raise self.wrong_stmt(st, "Declare parameters as 'name = Real(init=...)'.")
+            self.declare(tgt.id, st.loc(tgt), "param", st, tgt)
+            params.append(ParamDecl(tgt.id, self.domain(st, st.node.value), st.loc(st.node)))
+            self.domains[tgt.id] = params[-1].domain
+        return params
+
+    def random_block(self, stmts: list[_Stmt], param_scope: dict) -> list[RandomDecl]:
+        """'random:': each statement declares a random effect; its variance sees the params."""
+        self.block = "random"
+        random: list[RandomDecl] = []
+        for st in stmts:
+            if st.kind != "tilde":
+                raise self.wrong_stmt(
+                    st,
+                    "Declare random effects as 'eta ~ MvNormal(omega)' or "
+                    "'eta_cl ~ Normal(0, sd)'.",
+                )
+            tgt = st.node.targets[0]
+            self.declare(tgt.id, st.loc(tgt), "random", st, tgt)
+            random.append(self.random_effect(st, tgt.id, st.node.value, param_scope))
+        return random
+
+    def covariates_block(self, stmts: list[_Stmt]) -> list[str]:
+        """'covariates:': the names of the covariate columns, separated by commas."""
+        self.block = "covariates"
+        covariates: list[str] = []
+        for st in stmts:
+            node = st.node
+            elts = []
+            if isinstance(node, ast.Expr) and st.kind == "plain":
+                v = node.value
+                elts = v.elts if isinstance(v, ast.Tuple) else [v]
+            if not elts or not all(isinstance(e, ast.Name) for e in elts):
+                raise self.wrong_stmt(st, "List covariate columns by name: 'covariates: WT, AGE'.")
+            for e in elts:
+                self.declare(e.id, st.loc(e), "covariate", st, e)
+                covariates.append(e.id)
+        return covariates
+
+    def declare_assigned_names(self, stmts: dict[str, list[_Stmt]], closed) -> None:
+        """Declare the names pre, dynamics and derived assign before reading any expression.
+
+        An expression that uses a name assigned later (or in a block it does not see) then gets
+        an error saying so, rather than 'undefined name'.
+        """
+        for blk in ("pre", "dynamics", "derived"):
+            self.block = blk
+            for st in stmts[blk]:
+                if st is not closed:
+                    self.declare_assigned(blk, st)
+
+    def declare_assigned(self, blk: str, st: _Stmt) -> None:
+        """Check that a statement of pre, dynamics or derived fits its block; declare its name."""
+        node = st.node
+        tgt = _name_target(st)
+        if tgt is not None:
+            what = {"plain": "var", "deriv": "state", "tilde": "output"}[st.kind]
+            if blk == "pre" and st.kind != "plain":
+                raise self.wrong_stmt(
+                    st,
+                    "'pre:' holds assignments 'name = expression'; derivatives go in "
+                    "'dynamics:', observations in 'derived:'.",
+                )
+            if blk == "dynamics" and st.kind == "tilde":
+                raise self.wrong_stmt(st, "Observations 'DV ~ ...' go in 'derived:'.")
+            if blk == "derived" and st.kind == "deriv":
+                raise self.wrong_stmt(st, "Derivatives 'X' = ...' go in 'dynamics:'.")
+            self.declare(tgt.id, st.loc(tgt), what, st, tgt)
+        elif isinstance(node, ast.Expr) and blk == "dynamics":
+            raise self.err(
+                st,
+                node,
+                "a closed-form model name must be the only statement of 'dynamics:'",
+                "Use either ODEs (Name' = ...) or one closed-form name such "
+                "as 'dynamics: OneCompartmentOral'.",
+            )
+        else:
+            hint = {
+                "pre": "Write 'name = expression'.",
+                "dynamics": "Write ODEs as 'Central' = expression'.",
+                "derived": "Write 'name = expression' or 'DV ~ Normal(conc, sigma)'.",
+            }[blk]
+            raise self.wrong_stmt(st, hint)
+
+    def states(self, dyn: list[_Stmt], closed) -> tuple[str | None, tuple[str, ...]]:
+        """The closed-form model's name (None for ODEs) and the states of the dynamics."""
+        if closed is None:
+            return None, tuple(st.node.targets[0].id for st in dyn if st.kind == "deriv")
+        self.block = "dynamics"
+        v = closed.node.value
+        available = "Available: " + ", ".join(CLOSED_FORMS) + "."
+        if not isinstance(v, ast.Name):
+            raise self.err(closed, v, "expected the name of a closed-form model", available)
+        if v.id not in CLOSED_FORMS:
+            raise self.err(
+                closed,
+                v,
+                f"unknown closed-form model '{v.id}'",
+                _suggest(v.id, CLOSED_FORMS, available),
+            )
+        states = CLOSED_FORMS[v.id].states
+        for s in states:
+            self.declare(s, closed.loc(v), "state", closed, v)
+        return v.id, states
+
+    def pre_block(self, stmts: list[_Stmt], scope: dict) -> tuple[list[Assign], dict]:
+        """'pre:': the individual parameters, in order; also the scope the later blocks see."""
+        self.block = "pre"
+        scope = dict(scope)
+        pre: list[Assign] = []
+        for st in stmts:
+            node = st.node
+            name = node.targets[0].id
+            v = node.value
+            if isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "fix":
+                self.fix_assign(st, name, v, scope)
+                continue
+            e = self.scalar(st, node.value, scope)
+            pre.append(Assign(name, e, st.loc(node)))
+            scope[name] = ("pre", ())
+        return pre, scope
+
+    def check_closed_form_inputs(self, closed: _Stmt, name: str, pre: list[Assign]) -> None:
+        """A closed-form model reads its parameters (CL, V, ...) from names assigned in 'pre:'."""
+        cf = CLOSED_FORMS[name]
+        have = [a.name for a in pre]
+        for p in cf.params:
+            if p not in have:
+                c = closest(p, have)
+                hint = f"Found '{c}': names are case-sensitive. " if c else ""
+                raise self.err(
+                    closed,
+                    closed.node.value,
+                    f"{name} needs the individual parameter '{p}' assigned in 'pre:'",
+                    hint + f"{name} uses " + ", ".join(cf.params) + ".",
+                )
+
+    def dynamics_block(
+        self, stmts: list[_Stmt], scope: dict
+    ) -> tuple[list[Assign | Derivative], dict]:
+        """ODE 'dynamics:': derivatives and variables, and the variables' scope for derived."""
+        self.block = "dynamics"
+        scope = dict(scope)
+        dynamics: list[Assign | Derivative] = []
+        dyn_vars: dict[str, tuple[str, tuple]] = {}
+        for st in stmts:
+            node = st.node
+            name = node.targets[0].id
+            e = self.scalar(st, node.value, scope)
+            if st.kind == "deriv":
+                dynamics.append(Derivative(name, e, st.loc(node)))
+            else:
+                dynamics.append(Assign(name, e, st.loc(node)))
+                scope[name] = dyn_vars[name] = ("var", ())
+        return dynamics, dyn_vars
+
+    def dosing_block(self, stmts: list[_Stmt], states, scope: dict) -> list[DosingAssign]:
+        """'dosing:': lag, bioavailability, rate and duration of the doses into each state."""
+        self.block = "dosing"
+        seen: dict[tuple[str, str], int] = {}
+        return [self.dosing_stmt(st, states, scope, seen) for st in stmts]
+
+    def init_block(self, stmts: list[_Stmt], states, scope: dict) -> list[Assign]:
+        """'init:': the initial value of some states (the others start at 0)."""
+        self.block = "init"
+        init: list[Assign] = []
+        seen: dict[str, int] = {}
+        for st in stmts:
+            tgt = _name_target(st)
+            if st.kind != "plain" or tgt is None:
+                raise self.wrong_stmt(st, "Write initial conditions as 'Central = expression'.")
+            self.check_state(st, tgt, tgt.id, states)
+            if tgt.id in seen:
+                raise self.err(
+                    st,
+                    tgt,
+                    f"the initial value of '{tgt.id}' is assigned twice "
+                    f"(first on line {seen[tgt.id]})",
+                    "Keep one of them.",
+                )
+            seen[tgt.id] = st.line
+            init.append(Assign(tgt.id, self.scalar(st, st.node.value, scope), st.loc(st.node)))
+        return init
+
+    def derived_block(self, stmts: list[_Stmt], scope: dict) -> list[Assign | Observation]:
+        """'derived:': variables of the states and observations of the outputs."""
+        self.block = "derived"
+        scope = dict(scope)
+        derived: list[Assign | Observation] = []
+        for st in stmts:
+            node = st.node
+            name = node.targets[0].id
+            if st.kind == "tilde":
+                derived.append(self.observation(st, name, node.value, scope))
+            else:
+                derived.append(Assign(name, self.scalar(st, node.value, scope), st.loc(node)))
+                scope[name] = ("var", ())
+        return derived
+
     # ------------------------------------------------------------------ statement helpers
     def domain(self, st: _Stmt, node: ast.AST):
         names = domain_names()
@@ -944,29 +982,26 @@ class _Parser:
         dname = node.func.id
         factory = domain_factory(dname)
         if factory is None:
-            sugg = did_you_mean(dname, names)
             raise self.err(
                 st,
                 node.func,
                 f"unknown parameter domain '{dname}'",
-                (sugg + " " if sugg else "") + "Domains: " + ", ".join(names) + ".",
+                _suggest(dname, names, "Domains: " + ", ".join(names) + "."),
             )
         args = [self.literal(st, a) for a in node.args]
         kwargs = {k.arg: self.literal(st, k.value) for k in node.keywords}
-        sig_text = f"{dname}{inspect.signature(factory)}".split(" ->")[0]
+        sig = inspect.signature(factory)
+        sig_text = f"{dname}{sig}".split(" ->")[0]
         try:
-            inspect.signature(factory).bind(*args, **kwargs)
+            sig.bind(*args, **kwargs)
         except TypeError as e:
-            bad = [k for k in kwargs if k not in inspect.signature(factory).parameters]
-            hint = ""
-            if bad:
-                hint = did_you_mean(bad[0], inspect.signature(factory).parameters)
-                hint = (hint + " ") if hint else ""
+            bad = [k for k in kwargs if k not in sig.parameters]
+            hint = f"The signature is {sig_text}."
             raise self.err(
                 st,
                 node,
                 f"wrong arguments for {dname}: {e}",
-                hint + f"The signature is {sig_text}.",
+                _suggest(bad[0], sig.parameters, hint) if bad else hint,
             ) from None
         try:
             return factory(*args, **kwargs)
@@ -974,13 +1009,9 @@ class _Parser:
             raise self.err(st, node, f"{dname}: {e}", f"The signature is {sig_text}.") from None
 
     def random_effect(self, st: _Stmt, name: str, node: ast.AST, scope: dict) -> RandomDecl:
-        loc = st.loc(st.node)
-        nocov = (
-            "Write 'eta ~ MvNormal(omega)' with omega = PDiag(init=[...]) or "
-            "PSD(init=[[...]]) in 'param:', or 'eta ~ Normal(0, sd)'."
-        )
+        """The distribution of a random effect: MvNormal(omega) or Normal(0, sd)."""
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-            raise self.err(st, node, f"random effect '{name}' needs a distribution", nocov)
+            raise self.err(st, node, f"random effect '{name}' needs a distribution", _NO_COVARIANCE)
         dist = node.func.id
         if node.keywords:
             raise self.err(
@@ -990,74 +1021,79 @@ class _Parser:
                 "Pass the arguments by position.",
             )
         if dist == "MvNormal":
-            if len(node.args) == 0:
-                raise self.err(st, node, f"random effect '{name}' has no covariance", nocov)
-            if len(node.args) != 1:
-                raise self.err(
-                    st,
-                    node,
-                    f"MvNormal takes 1 argument (the covariance matrix), got {len(node.args)}",
-                    "Random effects have mean 0: write MvNormal(omega).",
-                )
-            a = node.args[0]
-            mats = [p for p, (_, s) in scope.items() if len(s) == 2]
-            if not isinstance(a, ast.Name):
-                raise self.err(
-                    st,
-                    a,
-                    "the covariance of MvNormal must be the name of a PDiag or PSD parameter",
-                    nocov,
-                )
-            if a.id not in scope:
-                sugg = did_you_mean(a.id, mats)
-                raise self.err(
-                    st,
-                    a,
-                    f"random effect '{name}' has no covariance: '{a.id}' is "
-                    "not a declared parameter",
-                    sugg or nocov,
-                )
-            shape = scope[a.id][1]
-            if len(shape) != 2:
-                raise self.err(
-                    st,
-                    a,
-                    f"'{a.id}' is not a covariance matrix (it is {self.domains[a.id].describe()})",
-                    "Declare it as PDiag(init=[...]) or PSD(init=[[...]]).",
-                )
-            return RandomDecl(name, "MvNormal", shape[0], cov=a.id, loc=loc)
+            return self.mvnormal_effect(st, name, node, scope)
         if dist == "Normal":
-            if len(node.args) < 2:
-                raise self.err(
-                    st,
-                    node,
-                    f"random effect '{name}' has no standard deviation",
-                    "Write Normal(0, sd), with sd an expression of parameters.",
-                )
-            if len(node.args) > 2:
-                raise self.err(
-                    st,
-                    node,
-                    f"Normal takes 2 arguments (0, sd), got {len(node.args)}",
-                    "Write Normal(0, sd).",
-                )
-            m = node.args[0]
-            if not (isinstance(m, ast.Constant) and m.value == 0 and not isinstance(m.value, bool)):
-                raise self.err(
-                    st,
-                    m,
-                    "the mean of a random effect must be 0",
-                    "Put the typical value in 'pre:', e.g. cl = tcl * exp(eta_cl).",
-                )
-            sd = self.scalar(st, node.args[1], scope)
-            return RandomDecl(name, "Normal", 1, sd=sd, loc=loc)
-        sugg = did_you_mean(dist, ("MvNormal", "Normal"))
+            return self.normal_effect(st, name, node, scope)
         raise self.err(
             st,
             node.func,
             f"unknown random-effect distribution '{dist}'",
-            (sugg + " " if sugg else "") + "Use MvNormal(omega) or Normal(0, sd).",
+            _suggest(dist, ("MvNormal", "Normal"), "Use MvNormal(omega) or Normal(0, sd)."),
         )
+
+    def mvnormal_effect(self, st: _Stmt, name: str, node: ast.Call, scope: dict) -> RandomDecl:
+        """``eta ~ MvNormal(omega)``: a vector random effect with a PDiag or PSD covariance."""
+        if len(node.args) == 0:
+            raise self.err(st, node, f"random effect '{name}' has no covariance", _NO_COVARIANCE)
+        if len(node.args) != 1:
+            raise self.err(
+                st,
+                node,
+                f"MvNormal takes 1 argument (the covariance matrix), got {len(node.args)}",
+                "Random effects have mean 0: write MvNormal(omega).",
+            )
+        a = node.args[0]
+        if not isinstance(a, ast.Name):
+            raise self.err(
+                st,
+                a,
+                "the covariance of MvNormal must be the name of a PDiag or PSD parameter",
+                _NO_COVARIANCE,
+            )
+        if a.id not in scope:
+            mats = [p for p, (_, s) in scope.items() if len(s) == 2]
+            raise self.err(
+                st,
+                a,
+                f"random effect '{name}' has no covariance: '{a.id}' is not a declared parameter",
+                did_you_mean(a.id, mats) or _NO_COVARIANCE,
+            )
+        shape = scope[a.id][1]
+        if len(shape) != 2:
+            raise self.err(
+                st,
+                a,
+                f"'{a.id}' is not a covariance matrix (it is {self.domains[a.id].describe()})",
+                "Declare it as PDiag(init=[...]) or PSD(init=[[...]]).",
+            )
+        return RandomDecl(name, "MvNormal", shape[0], cov=a.id, loc=st.loc(st.node))
+
+    def normal_effect(self, st: _Stmt, name: str, node: ast.Call, scope: dict) -> RandomDecl:
+        """``eta ~ Normal(0, sd)``: a scalar random effect whose sd is an expression of params."""
+        if len(node.args) < 2:
+            raise self.err(
+                st,
+                node,
+                f"random effect '{name}' has no standard deviation",
+                "Write Normal(0, sd), with sd an expression of parameters.",
+            )
+        if len(node.args) > 2:
+            raise self.err(
+                st,
+                node,
+                f"Normal takes 2 arguments (0, sd), got {len(node.args)}",
+                "Write Normal(0, sd).",
+            )
+        m = node.args[0]
+        if not (isinstance(m, ast.Constant) and m.value == 0 and not isinstance(m.value, bool)):
+            raise self.err(
+                st,
+                m,
+                "the mean of a random effect must be 0",
+                "Put the typical value in 'pre:', e.g. cl = tcl * exp(eta_cl).",
+            )
+        sd = self.scalar(st, node.args[1], scope)
+        return RandomDecl(name, "Normal", 1, sd=sd, loc=st.loc(st.node))
 
     def check_state(self, st: _Stmt, node, name: str, states) -> None:
         if name in states:
@@ -1069,12 +1105,11 @@ class _Parser:
                 f"'{name}' is not a state: this model has no dynamics",
                 "Add a 'dynamics:' block (ODEs or a closed-form model name).",
             )
-        sugg = did_you_mean(name, states)
         raise self.err(
             st,
             node,
             f"'{name}' is not a state of the dynamics",
-            (sugg + " " if sugg else "") + "States: " + ", ".join(states) + ".",
+            _suggest(name, states, "States: " + ", ".join(states) + "."),
         )
 
     def dosing_stmt(self, st, states, scope, seen) -> DosingAssign:
@@ -1091,12 +1126,11 @@ class _Parser:
             )
         kind = tgt.value.id
         if kind not in DOSING_KINDS:
-            sugg = did_you_mean(kind, DOSING_KINDS)
             raise self.err(
                 st,
                 tgt.value,
                 f"unknown dosing parameter '{kind}'",
-                (sugg + " " if sugg else "") + "Use lag, bioav, rate or duration.",
+                _suggest(kind, DOSING_KINDS, "Use lag, bioav, rate or duration."),
             )
         sl = tgt.slice
         if not isinstance(sl, ast.Name):
@@ -1130,12 +1164,11 @@ class _Parser:
             )
         dname = node.func.id
         if dname not in DISTRIBUTIONS:
-            sugg = did_you_mean(dname, DISTRIBUTIONS)
             raise self.err(
                 st,
                 node.func,
                 f"unknown observation distribution '{dname}'",
-                (sugg + " " if sugg else "") + f"Distributions: {dists}.",
+                _suggest(dname, DISTRIBUTIONS, f"Distributions: {dists}."),
             )
         spec = DISTRIBUTIONS[dname]
         args: list = [None] * len(spec.argnames)
@@ -1151,12 +1184,11 @@ class _Parser:
             args[i] = self.scalar(st, a, scope)
         for kw in node.keywords:
             if kw.arg not in spec.argnames:
-                sugg = did_you_mean(kw.arg or "", spec.argnames)
                 raise self.err(
                     st,
                     kw.value,
                     f"{dname} has no argument '{kw.arg}'",
-                    (sugg + " " if sugg else "") + f"The signature is {spec.signature}.",
+                    _suggest(kw.arg or "", spec.argnames, f"The signature is {spec.signature}."),
                 )
             i = spec.argnames.index(kw.arg)
             if args[i] is not None:
@@ -1195,12 +1227,7 @@ def param_kinds(ir: ModelIR) -> tuple[ParamSpec, ...]:
                 out |= deps[n]
         return out
 
-    for a in ir.pre:
-        deps[a.name] = params_of(a.expr)
-    for s in ir.dynamics:
-        if isinstance(s, Assign):
-            deps[s.name] = params_of(s.expr)
-    for s in ir.derived:
+    for s in (*ir.pre, *ir.dynamics, *ir.derived):
         if isinstance(s, Assign):
             deps[s.name] = params_of(s.expr)
 
