@@ -9,7 +9,15 @@ import scipy.special as sps
 import scipy.stats as st
 
 import deepnlme  # noqa: F401  (float64)
-from deepnlme.model import DISTRIBUTIONS, obs_cdf, obs_logcdf, obs_logpdf, transform_obs
+from deepnlme.model import (
+    DISTRIBUTIONS,
+    TRANSFORMS,
+    inverse_transform,
+    obs_cdf,
+    obs_logcdf,
+    obs_logpdf,
+    transform_obs,
+)
 
 Y = np.array([0.3, 1.0, 2.5, 7.0])
 
@@ -103,6 +111,47 @@ def test_jacobian_matches_finite_differences(transform, lam, ys):
         # and autodiff of h agrees too
         ad = jax.grad(lambda yy: transform_obs(transform, yy, lam)[0])(float(y))
         assert np.log(abs(float(ad))) == pytest.approx(fd, abs=1e-7)
+
+
+# sample points of each transform domain, away from the kinks (yeojohnson at 0)
+DOMAIN_POINTS = {
+    "real": [-3.0, -0.7, -0.05, 0.05, 0.4, 2.0, 9.0],
+    "positive": [0.02, 0.3, 1.0, 2.5, 40.0],
+    "unit": [0.01, 0.2, 0.5, 0.83, 0.99],
+}
+# lambda values including the special ones of boxcox (0) and yeojohnson (0, 2)
+LAMBDAS = [-1.3, 0.0, 0.5, 1.0, 2.0, 2.7]
+
+
+@pytest.mark.parametrize("name", list(TRANSFORMS), ids=str)
+def test_every_transform_row_inverts_and_has_its_jacobian(name):
+    spec = TRANSFORMS[name]
+    assert spec.name == name
+    ys = np.asarray(DOMAIN_POINTS[spec.domain])
+    for lam in LAMBDAS:
+        h, logjac = spec.forward(jnp.asarray(ys), jnp.asarray(lam))
+        # the inverse undoes the forward transform
+        y_back = np.asarray(spec.inverse(h, jnp.asarray(lam)))
+        np.testing.assert_allclose(y_back, ys, rtol=1e-12, atol=1e-14, err_msg=f"lam={lam}")
+        # and the generic entry points dispatch to this row
+        np.testing.assert_array_equal(np.asarray(transform_obs(name, ys, lam)[0]), h)
+        np.testing.assert_array_equal(
+            np.asarray(inverse_transform(name, h, jnp.asarray(lam))), y_back
+        )
+        # log|h'(y)| against a central finite difference of h
+        step = 1e-6 * np.maximum(1.0, np.abs(ys))
+        step = np.minimum(step, 0.5 * np.minimum(ys, 1.0 - ys)) if spec.domain == "unit" else step
+        hp = np.asarray(spec.forward(jnp.asarray(ys + step), jnp.asarray(lam))[0])
+        hm = np.asarray(spec.forward(jnp.asarray(ys - step), jnp.asarray(lam))[0])
+        fd = np.log(np.abs((hp - hm) / (2 * step)))
+        np.testing.assert_allclose(np.asarray(logjac), fd, rtol=0, atol=1e-6, err_msg=f"{lam}")
+
+
+def test_unknown_transform_is_refused():
+    with pytest.raises(ValueError, match="unknown transform 'sqrt'"):
+        transform_obs("sqrt", 1.0)
+    with pytest.raises(ValueError, match="unknown transform 'sqrt'"):
+        inverse_transform("sqrt", 1.0, 1.0)
 
 
 def test_lambda_gradients_finite_at_special_values():

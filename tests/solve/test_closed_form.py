@@ -17,16 +17,38 @@ TN = np.asarray(T)
 
 
 def amounts(kind, p, dose, dp=None, t=T):
-    n = len(CLOSED_FORMS[kind][0])
+    n = len(CLOSED_FORMS[kind].states)
     return np.asarray(closed_form_amounts(kind, p, dp or dosing(n), dose, t))
 
 
 def test_table_lists_states_and_parameters():
-    assert CLOSED_FORMS["TwoCompartmentOral"] == (
-        ("Depot", "Central", "Peripheral"),
-        ("ka", "cl", "v1", "q", "v2"),
-    )
+    cf = CLOSED_FORMS["TwoCompartmentOral"]
+    assert cf.states == ("Depot", "Central", "Peripheral")
+    assert cf.params == ("ka", "cl", "v1", "q", "v2")
+    assert cf.oral and cf.peripherals == 1
     assert set(CLOSED_FORMS) == set(PARAMS)
+
+
+def test_solver_uses_the_model_layers_table():
+    import deepnlme.model
+
+    assert CLOSED_FORMS is deepnlme.model.CLOSED_FORMS
+
+
+@pytest.mark.parametrize("kind", sorted(CLOSED_FORMS))
+def test_table_rows_are_consistent(kind):
+    # the ODE matrix (all states) and the disposition the closed form is built on (central and
+    # peripherals in micro-constants) describe the same system; the disposition's rates are
+    # minus the eigenvalues of its matrix
+    cf = CLOSED_FORMS[kind]
+    p = {k: jnp.asarray(v) for k, v in PARAMS[kind].items()}
+    assert len(cf.states) == cf.oral + 1 + cf.peripherals
+    assert (cf.states[0] == "Depot") == cf.oral
+    a = np.asarray(cf.matrix(p))
+    kd, rates = cf.disposition(p)
+    np.testing.assert_allclose(np.asarray(kd), a[int(cf.oral) :, int(cf.oral) :], rtol=1e-14)
+    eig = np.sort(-np.linalg.eigvals(np.asarray(kd)).real)
+    np.testing.assert_allclose(np.sort(np.asarray(rates)), eig, rtol=1e-12)
 
 
 def test_missing_parameter_is_named():
@@ -165,7 +187,7 @@ def test_lag_bioavailability_and_resets():
 @pytest.mark.parametrize("kind", sorted(CLOSED_FORMS))
 def test_against_matrix_exponential(kind):
     p = PARAMS[kind]
-    n = len(CLOSED_FORMS[kind][0])
+    n = len(CLOSED_FORMS[kind].states)
     kmat = np.asarray(jax.jacfwd(closed_form_rhs(kind, p), argnums=1)(0.0, jnp.zeros(n)))
     dose = doses([0.0, 5.0], [100.0, 40.0], [1, n], rate=[0.0, 20.0])
     a = amounts(kind, p, dose)
@@ -346,7 +368,7 @@ def test_amounts_of_chosen_compartments_are_those_columns(kind, infusion):
     from deepnlme.solve import DoseFeatures
 
     p = {k: jnp.asarray(v) for k, v in PARAMS[kind].items()}
-    n = len(CLOSED_FORMS[kind][0])
+    n = len(CLOSED_FORMS[kind].states)
     dose = doses([0.0, 12.0], [100.0, 50.0], [1, n], rate=[0.0, 25.0 if infusion else 0.0])
     feats = DoseFeatures(infusion=infusion, steady_state=False, reset=False)
     obs = jnp.array([0.5, 3.0, 12.0, 13.0, 30.0])

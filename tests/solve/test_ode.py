@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import diffrax as dfx
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,7 +30,7 @@ NO_SS = OdeOptions(steady_state=False)
 
 
 def _ode(kind, p, dp, dose, t, options=DEFAULT):
-    n = len(CLOSED_FORMS[kind][0])
+    n = len(CLOSED_FORMS[kind].states)
     return ode_states(
         lambda t, x, args: closed_form_rhs(kind, args)(t, x),
         jnp.zeros(n),
@@ -90,9 +92,9 @@ def _scenarios(n, depot):
 @pytest.mark.parametrize("kind", KINDS)
 def test_ode_matches_closed_form(solvers, kind):
     ode, cf = solvers[kind]
-    n = len(CLOSED_FORMS[kind][0])
+    n = len(CLOSED_FORMS[kind].states)
     p = PARAMS[kind]
-    for name, (dose, dp) in _scenarios(n, kind.endswith("Oral")).items():
+    for name, (dose, dp) in _scenarios(n, CLOSED_FORMS[kind].oral).items():
         sol = ode(p, dp, dose)
         ref = np.asarray(cf(p, dp, dose))
         assert bool(sol.ok), name
@@ -147,6 +149,57 @@ def test_bad_options_are_named():
         OdeOptions(solver="euler")
     with pytest.raises(OptionError, match=r"max_steps must be a positive integer; got 0"):
         OdeOptions(max_steps=0)
+
+
+class _SubclassedTsit5(dfx.Tsit5):
+    """Tsit5's arithmetic under another class: a solver object no shorthand stands for."""
+
+
+def test_solver_objects_give_the_states_of_their_shorthand():
+    from deepnlme.solve._ode import _SOLVERS, solver_name, solver_object
+
+    # the shorthands and their diffrax default instances, both ways
+    for name, cls in _SOLVERS.items():
+        obj = getattr(dfx, cls)()
+        assert solver_name(obj) == name and solver_object(name) == obj
+        opts = OdeOptions(solver=obj)
+        assert opts == OdeOptions(solver=name) and hash(opts) == hash(OdeOptions(solver=name))
+        assert opts.solver == name and type(opts.solver_object) is type(obj)
+    assert OdeOptions().solver_object == dfx.Tsit5()
+    other = _SubclassedTsit5()
+    opts = OdeOptions(solver=other, steady_state=False)
+    assert solver_name(other) is None and opts.solver is other and opts.solver_object is other
+    kind = "OneCompartmentOral"
+    dose = doses([0.0, 12.0], [100.0, 100.0], [1, 1], rate=[0.0, 30.0])
+    states = {}
+    for label, solver in [("name", "tsit5"), ("object", dfx.Tsit5()), ("subclass", other)]:
+        o = OdeOptions(solver=solver, steady_state=False)
+        sol = jax.jit(lambda p, dp, d, o=o: _ode(kind, p, dp, d, T, options=o))(
+            PARAMS[kind], dosing(2), dose
+        )
+        assert bool(sol.ok), label
+        states[label] = np.asarray(sol.states)
+    np.testing.assert_array_equal(states["object"], states["name"])
+    np.testing.assert_array_equal(states["subclass"], states["name"])
+
+
+def test_bad_solvers_are_refused_with_a_message():
+    with pytest.raises(OptionError, match=r"solver must be one of \['dopri5', 'dopri8', 'kvaer"):
+        OdeOptions(solver="Tsit5")
+    with pytest.raises(OptionError, match=r"or a diffrax solver .*got int 5"):
+        OdeOptions(solver=5)
+    with pytest.raises(OptionError, match=r"or a diffrax solver .*got NoneType None"):
+        OdeOptions(solver=None)
+    with pytest.raises(OptionError, match=r"instance, not the class: give Kvaerno5\(\)"):
+        OdeOptions(solver=dfx.Kvaerno5)
+    with pytest.raises(OptionError, match="or a diffrax solver .*got PIDController"):
+        OdeOptions(solver=dfx.PIDController(rtol=1e-6, atol=1e-8))
+
+    class WithArray(dfx.Tsit5):
+        w: jax.Array = eqx.field(default_factory=lambda: jnp.ones(2))
+
+    with pytest.raises(OptionError, match="solver must be hashable"):
+        OdeOptions(solver=WithArray())
 
 
 def test_derivatives_forward_and_reverse_over_forward():

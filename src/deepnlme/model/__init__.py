@@ -4,7 +4,10 @@ from ._closed_forms import CLOSED_FORMS as CLOSED_FORMS
 from ._closed_forms import ClosedForm as ClosedForm
 from ._compile import CompiledModel as CompiledModel
 from ._distributions import DISTRIBUTIONS as DISTRIBUTIONS
+from ._distributions import TRANSFORMS as TRANSFORMS
 from ._distributions import ObsDist as ObsDist
+from ._distributions import TransformSpec as TransformSpec
+from ._distributions import inverse_transform as inverse_transform
 from ._distributions import obs_cdf as obs_cdf
 from ._distributions import obs_logcdf as obs_logcdf
 from ._distributions import obs_logpdf as obs_logpdf

@@ -1,7 +1,8 @@
 """Observation distributions of the ``derived:`` block and their log-densities.
 
 An observation model is an ``ObsDist``: a static ``family`` ("normal", "poisson",
-"bernoulli") and ``transform`` (None, "log", "boxcox", "yeojohnson", "logit"), and arrays.
+"bernoulli") and ``transform`` (None, "log", "boxcox", "yeojohnson", "logit": `TRANSFORMS`,
+each with its inverse), and arrays.
 For the normal family the observation y is transformed, h(y) ~ Normal(mean, sd), with ``mean``
 and ``sd`` on the transformed scale; the density of y includes the Jacobian log|h'(y)|.
 ``pred`` is the model prediction on the scale of the data (IPRED).
@@ -54,10 +55,42 @@ def _safe_lam(lam, at):
     return small, jnp.where(small, at + 1.0, lam)
 
 
+def _identity(y, lam):
+    return y, jnp.zeros_like(y)
+
+
+def _identity_inv(h, lam):
+    return h
+
+
+def _log(y, lam):
+    ly = jnp.log(y)
+    return ly, -ly
+
+
+def _log_inv(h, lam):
+    return jnp.exp(h)
+
+
+def _logit(y, lam):
+    ly, l1y = jnp.log(y), jnp.log1p(-y)
+    return ly - l1y, -ly - l1y
+
+
+def _logit_inv(h, lam):
+    return jax.nn.sigmoid(h)
+
+
 def _boxcox(y, lam):
     small, ls = _safe_lam(lam, 0.0)
     ly = jnp.log(y)
     return jnp.where(small, ly, jnp.expm1(ls * ly) / ls), (lam - 1.0) * ly
+
+
+def _boxcox_inv(h, lam):
+    small = jnp.abs(lam) < 1e-10
+    ls = jnp.where(small, 1.0, lam)
+    return jnp.where(small, jnp.exp(h), jnp.power(jnp.maximum(ls * h + 1.0, 0.0), 1.0 / ls))
 
 
 def _yeojohnson(y, lam):
@@ -75,27 +108,73 @@ def _yeojohnson(y, lam):
     return h, logjac
 
 
+def _yeojohnson_inv(h, lam):
+    s0 = jnp.abs(lam) < 1e-10
+    s2 = jnp.abs(lam - 2.0) < 1e-10
+    l0 = jnp.where(s0, 1.0, lam)
+    l2 = jnp.where(s2, 1.0, 2.0 - lam)
+    pos = jnp.where(s0, jnp.expm1(h), jnp.power(jnp.maximum(l0 * h + 1.0, 0.0), 1.0 / l0) - 1)
+    neg = jnp.where(s2, -jnp.expm1(-h), 1.0 - jnp.power(jnp.maximum(1.0 - l2 * h, 0.0), 1.0 / l2))
+    return jnp.where(h >= 0, pos, neg)
+
+
+@dataclass(frozen=True)
+class TransformSpec:
+    """A transform h of the observations (transform both sides), by the name `ObsDist.transform`
+    gives it (None: the identity): `forward(y, lam) -> (h(y), log|h'(y)|)`, `inverse(h, lam)
+    -> y`, where y may lie (`domain`: "real", "positive" or "unit", the open interval (0, 1))
+    and a formula for the docs. `lam` is the shape parameter of the transforms that have one
+    (the others ignore it)."""
+
+    name: str | None
+    forward: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+    inverse: Callable[[jax.Array, jax.Array], jax.Array]
+    domain: str
+    formula: str
+
+
+TRANSFORMS: dict[str | None, TransformSpec] = {
+    t.name: t
+    for t in [
+        TransformSpec(None, _identity, _identity_inv, "real", "h(y) = y"),
+        TransformSpec("log", _log, _log_inv, "positive", "h(y) = log y"),
+        TransformSpec("logit", _logit, _logit_inv, "unit", "h(y) = log(y / (1 - y))"),
+        TransformSpec(
+            "boxcox", _boxcox, _boxcox_inv, "positive", "h(y) = (y^lam - 1)/lam, log y at lam = 0"
+        ),
+        TransformSpec(
+            "yeojohnson",
+            _yeojohnson,
+            _yeojohnson_inv,
+            "real",
+            "h(y) = ((1 + y)^lam - 1)/lam (y >= 0), -((1 - y)^(2 - lam) - 1)/(2 - lam) (y < 0)",
+        ),
+    ]
+}
+"""The transforms of the observations by the name `ObsDist.transform` gives them (None: the
+identity): each one's forward and inverse together."""
+
+
+def _transform(transform: str | None) -> TransformSpec:
+    spec = TRANSFORMS.get(transform)
+    if spec is None:
+        raise ValueError(f"unknown transform {transform!r}")
+    return spec
+
+
 def transform_obs(transform: str | None, y, lam=1.0) -> tuple[jax.Array, jax.Array]:
     """The transform of both sides: ``(h(y), log|h'(y)|)``.
 
-    Transforms: None (identity), "log", "boxcox" ((y^λ - 1)/λ, log y at λ = 0; y > 0),
-    "yeojohnson" (any real y), "logit" (log(y / (1 - y)); 0 < y < 1).
+    Transforms (`TRANSFORMS`): None (identity), "log", "boxcox" ((y^λ - 1)/λ, log y at λ = 0;
+    y > 0), "yeojohnson" (any real y), "logit" (log(y / (1 - y)); 0 < y < 1).
     """
-    y = _a(y)
-    lam = _a(lam)
-    if transform is None:
-        return y, jnp.zeros_like(y)
-    if transform == "log":
-        ly = jnp.log(y)
-        return ly, -ly
-    if transform == "boxcox":
-        return _boxcox(y, lam)
-    if transform == "yeojohnson":
-        return _yeojohnson(y, lam)
-    if transform == "logit":
-        ly, l1y = jnp.log(y), jnp.log1p(-y)
-        return ly - l1y, -ly - l1y
-    raise ValueError(f"unknown transform {transform!r}")
+    spec = _transform(transform)
+    return spec.forward(_a(y), _a(lam))
+
+
+def inverse_transform(transform: str | None, h, lam):
+    """y from h(y) for the transforms of the observation models (see `transform_obs`)."""
+    return _transform(transform).inverse(h, lam)
 
 
 def obs_logpdf(dist: ObsDist, y) -> jax.Array:

@@ -17,8 +17,9 @@ from ..errors import OptionError
 from ..likelihood import InnerOptions, cond_parts, newton_lm
 from ..likelihood._from_model import batched, binding_of, model_problem
 from ..likelihood._objective import max_step_of
+from ..model._distributions import inverse_transform
 from ..solve._subject import raise_failed_solves
-from ._simulate import inverse_transform, prediction_frame
+from ._simulate import prediction_frame
 
 
 class Bound(NamedTuple):

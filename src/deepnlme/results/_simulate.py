@@ -12,33 +12,9 @@ import pandas as pd
 
 from ..errors import OptionError
 from ..likelihood._from_model import batched, binding_of, model_problem
+from ..model._distributions import inverse_transform
 from ..solve._ode import OdeOptions
 from ..solve._subject import raise_failed_solves
-
-
-def inverse_transform(transform: str | None, h, lam):
-    """y from h(y) for the transforms of the observation models (see `transform_obs`)."""
-    if transform is None:
-        return h
-    if transform == "log":
-        return jnp.exp(h)
-    if transform == "logit":
-        return jax.nn.sigmoid(h)
-    if transform == "boxcox":
-        small = jnp.abs(lam) < 1e-10
-        ls = jnp.where(small, 1.0, lam)
-        return jnp.where(small, jnp.exp(h), jnp.power(jnp.maximum(ls * h + 1.0, 0.0), 1.0 / ls))
-    if transform == "yeojohnson":
-        s0 = jnp.abs(lam) < 1e-10
-        s2 = jnp.abs(lam - 2.0) < 1e-10
-        l0 = jnp.where(s0, 1.0, lam)
-        l2 = jnp.where(s2, 1.0, 2.0 - lam)
-        pos = jnp.where(s0, jnp.expm1(h), jnp.power(jnp.maximum(l0 * h + 1.0, 0.0), 1.0 / l0) - 1)
-        neg = jnp.where(
-            s2, -jnp.expm1(-h), 1.0 - jnp.power(jnp.maximum(1.0 - l2 * h, 0.0), 1.0 / l2)
-        )
-        return jnp.where(h >= 0, pos, neg)
-    raise ValueError(f"unknown transform {transform!r}")
 
 
 def _theta(model, params) -> dict[str, Any]:

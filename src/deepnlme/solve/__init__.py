@@ -5,7 +5,7 @@ Everything here works on ONE subject; callers ``jax.vmap`` over subjects.
 
 from __future__ import annotations
 
-from ._closed_form import CLOSED_FORMS as CLOSED_FORMS
+from ..model._closed_forms import CLOSED_FORMS as CLOSED_FORMS
 from ._closed_form import closed_form_amounts as closed_form_amounts
 from ._closed_form import closed_form_rhs as closed_form_rhs
 from ._doses import DoseEvents as DoseEvents

@@ -29,98 +29,44 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..model._closed_forms import CLOSED_FORMS, ClosedForm
 from ..model.types import DosingParams
 from ._doses import DoseEvents, DoseFeatures, resolve_doses
 
-CLOSED_FORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "OneCompartment": (("Central",), ("cl", "v")),
-    "OneCompartmentOral": (("Depot", "Central"), ("ka", "cl", "v")),
-    "TwoCompartment": (("Central", "Peripheral"), ("cl", "v1", "q", "v2")),
-    "TwoCompartmentOral": (("Depot", "Central", "Peripheral"), ("ka", "cl", "v1", "q", "v2")),
-    "ThreeCompartment": (
-        ("Central", "Peripheral1", "Peripheral2"),
-        ("cl", "v1", "q2", "v2", "q3", "v3"),
-    ),
-    "ThreeCompartmentOral": (
-        ("Depot", "Central", "Peripheral1", "Peripheral2"),
-        ("ka", "cl", "v1", "q2", "v2", "q3", "v3"),
-    ),
-}
-"""Closed-form model name -> (state names in CMT order, required individual parameters)."""
 
-
-def _check_kind(kind: str, p: dict) -> None:
+def _check_kind(kind: str, p: dict) -> ClosedForm:
+    """The closed form named `kind`, after checking that `p` has its parameters."""
     if kind not in CLOSED_FORMS:
         raise ValueError(
             f"unknown closed-form model {kind!r}; expected one of {sorted(CLOSED_FORMS)}"
         )
-    missing = [n for n in CLOSED_FORMS[kind][1] if n not in p]
+    cf = CLOSED_FORMS[kind]
+    missing = [n for n in cf.params if n not in p]
     if missing:
         raise ValueError(
-            f"closed-form model {kind} needs individual parameters {CLOSED_FORMS[kind][1]}; "
+            f"closed-form model {kind} needs individual parameters {cf.params}; "
             f"missing {missing}: define them in the model's pre block"
         )
+    return cf
 
 
-def _system(kind: str, p: dict) -> tuple[jax.Array, list[jax.Array], jax.Array | None]:
+def _system(cf: ClosedForm, p: dict) -> tuple[jax.Array, list[jax.Array], jax.Array | None]:
     """Return (K, disposition eigenvalues as positive rates, ka or None)."""
-    f = lambda n: jnp.asarray(p[n], float)  # noqa: E731
-    oral = kind.endswith("Oral")
-    if kind.startswith("One"):
-        k10 = f("cl") / f("v")
-        kd = jnp.array([[-k10]])
-        lam = [k10]
-    elif kind.startswith("Two"):
-        v1 = f("v1")
-        k10, k12, k21 = f("cl") / v1, f("q") / v1, f("q") / f("v2")
-        kd = jnp.array([[-(k10 + k12), k21], [k12, -k21]])
-        b = k10 + k12 + k21
-        c = k10 * k21
-        alpha = 0.5 * (b + jnp.sqrt(b * b - 4.0 * c))
-        lam = [alpha, c / alpha]
-    else:
-        v1 = f("v1")
-        k10, k12, k13 = f("cl") / v1, f("q2") / v1, f("q3") / v1
-        k21, k31 = f("q2") / f("v2"), f("q3") / f("v3")
-        kd = jnp.array([[-(k10 + k12 + k13), k21, k31], [k12, -k21, 0.0], [k13, 0.0, -k31]])
-        lam = _cubic_roots(k10, k12, k13, k21, k31)
-    if not oral:
+    kd, lam = cf.disposition(p)
+    if not cf.oral:
         return kd, lam, None
-    ka = f("ka")
+    ka = jnp.asarray(p["ka"], float)
     n = kd.shape[0]
     k = jnp.zeros((n + 1, n + 1))
     k = k.at[1:, 1:].set(kd).at[0, 0].set(-ka).at[1, 0].set(ka)
     return k, lam, ka
 
 
-def _cubic_roots(k10, k12, k13, k21, k31) -> list[jax.Array]:
-    """Eigenvalues (positive rates) of the 3-compartment mammillary model (ADVAN11 form)."""
-    a0 = k10 * k21 * k31
-    a1 = k10 * k31 + k21 * k31 + k21 * k13 + k10 * k21 + k31 * k12
-    a2 = k10 + k12 + k13 + k21 + k31
-    p = a1 - a2 * a2 / 3.0
-    q = 2.0 * a2**3 / 27.0 - a1 * a2 / 3.0 + a0
-    r1 = jnp.sqrt(-(p**3) / 27.0)
-    phi = jnp.arccos(jnp.clip(-q / (2.0 * r1), -1.0, 1.0)) / 3.0
-    r2 = 2.0 * jnp.cbrt(r1)
-    roots = [a2 / 3.0 - r2 * jnp.cos(phi + j * 2.0 * math.pi / 3.0) for j in range(3)]
-
-    def polish(x):  # two Newton steps on the cubic restore full relative precision
-        for _ in range(2):
-            val = ((x - a2) * x + a1) * x - a0
-            der = (3.0 * x - 2.0 * a2) * x + a1
-            x = x - val / der
-        return x
-
-    return [polish(r) for r in roots]
-
-
 def closed_form_rhs(
     kind: str, p: dict[str, jax.Array]
 ) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """The linear ODE ``x' = K x`` (amounts) of a closed-form model, as ``f(t, x) -> dx``."""
-    _check_kind(kind, p)
-    k, _, _ = _system(kind, p)
+    k, _, _ = _system(_check_kind(kind, p), p)
     return lambda t, x: k @ x
 
 
@@ -300,7 +246,7 @@ def _bateman(ka, k, s):
     return jnp.where(small, near, far)
 
 
-def _one_compartment_bolus(kind, p, dosing, doses, obs_time, features, states) -> jax.Array:
+def _one_compartment_bolus(cf, p, dosing, doses, obs_time, features, states) -> jax.Array:
     """One-compartment models with bolus doses only: the explicit textbook formulas.
 
     The same amounts as the general superposition (tested to 1e-12), with a much smaller
@@ -308,8 +254,8 @@ def _one_compartment_bolus(kind, p, dosing, doses, obs_time, features, states) -
     predictions in eta inside a gradient). The absorption term (`_bateman`) is exact and
     smooth at ka == k.
     """
-    oral = kind.endswith("Oral")
-    n_states = 2 if oral else 1
+    oral = cf.oral
+    n_states = len(cf.states)  # 2 with a depot, else 1
     res = resolve_doses(doses, dosing, n_states, features)
     t = jnp.asarray(obs_time, float)[:, None]
     s = t - res.start[None, :]
@@ -352,8 +298,9 @@ def closed_form_amounts(
 
     **Arguments**
 
-    - `kind`: a name in `CLOSED_FORMS` (e.g. ``"TwoCompartmentOral"``).
-    - `p`: individual parameters (scalars) by name, as listed in `CLOSED_FORMS`.
+    - `kind`: a name in `CLOSED_FORMS` (the model layer's table, e.g.
+      ``"TwoCompartmentOral"``).
+    - `p`: individual parameters (scalars) by name, as listed in ``CLOSED_FORMS[kind].params``.
     - `dosing`: lag, bioavailability, modelled rate and duration per compartment ``[S]``.
     - `doses`: the subject's dose and reset records (`DoseEvents`, ``[D]`` each).
     - `obs_time`: observation times ``[T]``.
@@ -373,8 +320,8 @@ def closed_form_amounts(
 
     One subject; ``jax.vmap`` over subjects. Differentiable (forward and reverse, any order).
     """
-    _check_kind(kind, p)
-    names = CLOSED_FORMS[kind][0]
+    cf = _check_kind(kind, p)
+    names = cf.states
     if states is not None and (
         not states
         or len(set(states)) != len(states)
@@ -385,9 +332,9 @@ def closed_form_amounts(
             f"{kind}, 0-based in CMT order ({', '.join(f'{i}: {n}' for i, n in enumerate(names))})"
         )
     features = features or DoseFeatures()
-    if kind.startswith("One") and not (features.infusion or features.steady_state):
-        return _one_compartment_bolus(kind, p, dosing, doses, obs_time, features, states)
-    k, lam, ka = _system(kind, p)
+    if cf.peripherals == 0 and not (features.infusion or features.steady_state):
+        return _one_compartment_bolus(cf, p, dosing, doses, obs_time, features, states)
+    k, lam, ka = _system(cf, p)
     n_states = k.shape[0]
     every = states is None or tuple(states) == tuple(range(n_states))
     res = resolve_doses(doses, dosing, n_states, features)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -13,14 +13,20 @@ from ..errors import OptionError
 from ..model.types import DosingParams
 from ._doses import DoseEvents, resolve_doses
 
+if TYPE_CHECKING:
+    import diffrax
+
 # diffrax is imported when an ODE is first solved (it adds a third of a second to every
-# `import deepnlme`, and closed-form models never need it)
+# `import deepnlme`, and closed-form models never need it); so the shorthands name the diffrax
+# classes, and a solver is built from its name only when the ODE is traced.
 _SOLVERS = {
     "tsit5": "Tsit5",
     "dopri5": "Dopri5",
     "dopri8": "Dopri8",
     "kvaerno5": "Kvaerno5",
 }
+"""Shorthand -> diffrax solver class: the shorthand stands for the class's default instance
+(``"kvaerno5"`` is ``diffrax.Kvaerno5()``), both ways (`solver_name`, `solver_object`)."""
 _ADJOINTS = {
     "direct": "DirectAdjoint",
     "recursive": "RecursiveCheckpointAdjoint",
@@ -34,8 +40,14 @@ class OdeOptions:
 
     **Arguments**
 
-    - `solver`: ``"tsit5"`` (default, non-stiff), ``"dopri5"``, ``"dopri8"`` or ``"kvaerno5"``
-      (stiff, implicit; much slower on non-stiff models).
+    - `solver`: a diffrax solver (any ``diffrax.AbstractSolver`` instance, e.g.
+      ``diffrax.Tsit5()`` or ``diffrax.Kvaerno5()``), or one of the shorthands ``"tsit5"``
+      (default, non-stiff), ``"dopri5"``, ``"dopri8"`` or ``"kvaerno5"`` (stiff, implicit; much
+      slower on non-stiff models) for that class's default instance. A solver that equals a
+      shorthand's instance is stored as the shorthand (``OdeOptions(diffrax.Tsit5()) ==
+      OdeOptions("tsit5")``: the same program, cache entry and saved fit), any other as the
+      object; `solver_object` gives the diffrax solver either way. The options are a cache key,
+      so the solver must be hashable.
     - `rtol`, `atol`: tolerances of the PID step-size controller (defaults 1e-8 / 1e-10 give
       about 1e-7 relative accuracy on amounts of order 1-1000).
     - `max_steps`: steps allowed per segment between two events; a segment that needs more
@@ -49,7 +61,7 @@ class OdeOptions:
     - `steady_state`: set False when no record has SS > 0 to compile a smaller program.
     """
 
-    solver: str = "tsit5"
+    solver: str | diffrax.AbstractSolver = "tsit5"
     rtol: float = 1e-8
     atol: float = 1e-10
     max_steps: int = 4096
@@ -58,10 +70,8 @@ class OdeOptions:
     steady_state: bool = True
 
     def __post_init__(self) -> None:
-        if self.solver not in _SOLVERS:
-            raise OptionError(
-                f"OdeOptions.solver must be one of {sorted(_SOLVERS)}; got {self.solver!r}"
-            )
+        # normalised here, with diffrax imported only for a solver object (its caller has)
+        object.__setattr__(self, "solver", _normal_solver(self.solver))
         if self.adjoint not in _ADJOINTS:
             raise OptionError(
                 f"OdeOptions.adjoint must be one of {sorted(_ADJOINTS)}; got {self.adjoint!r}"
@@ -79,6 +89,74 @@ class OdeOptions:
                 f"OdeOptions.ss_iterations must be an integer >= 2 (the last iteration checks "
                 f"convergence); got {self.ss_iterations!r}"
             )
+
+    @property
+    def solver_object(self) -> diffrax.AbstractSolver:
+        """The diffrax solver (a shorthand's default instance, or the object given)."""
+        return solver_object(self.solver)
+
+
+def solver_object(solver: str | diffrax.AbstractSolver) -> diffrax.AbstractSolver:
+    """The diffrax solver of a shorthand (``"tsit5"`` -> ``diffrax.Tsit5()``), or `solver`
+    itself when it is one already."""
+    if isinstance(solver, str):
+        import diffrax as dfx
+
+        return getattr(dfx, _SOLVERS[solver])()
+    return solver
+
+
+def solver_name(solver: str | diffrax.AbstractSolver) -> str | None:
+    """The shorthand of `solver` (a shorthand, or a diffrax solver equal to a shorthand's default
+    instance: ``diffrax.Kvaerno5()`` -> ``"kvaerno5"``); None for any other solver."""
+    if isinstance(solver, str):
+        return solver if solver in _SOLVERS else None
+    import diffrax as dfx
+
+    for name, cls in _SOLVERS.items():
+        if type(solver) is getattr(dfx, cls) and _equal(solver, getattr(dfx, cls)()):
+            return name
+    return None
+
+
+def _equal(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # e.g. an array field compared elementwise: not the default instance
+        return False
+
+
+def _normal_solver(solver: Any) -> str | diffrax.AbstractSolver:
+    """`OdeOptions.solver` as stored: a shorthand for a shorthand or an object equal to its
+    instance, else the diffrax solver object (checked to be one, and hashable)."""
+    if isinstance(solver, str):
+        if solver not in _SOLVERS:
+            raise OptionError(
+                f"OdeOptions.solver must be one of {sorted(_SOLVERS)}; got {solver!r}"
+            )
+        return solver
+    import diffrax as dfx
+
+    if isinstance(solver, type) and issubclass(solver, dfx.AbstractSolver):
+        raise OptionError(
+            f"OdeOptions.solver must be a diffrax solver instance, not the class: give "
+            f"{solver.__name__}(); got {solver!r}"
+        )
+    if not isinstance(solver, dfx.AbstractSolver):
+        raise OptionError(
+            f"OdeOptions.solver must be one of {sorted(_SOLVERS)} or a diffrax solver (an "
+            f"instance of diffrax.AbstractSolver, e.g. diffrax.Kvaerno5()); got "
+            f"{type(solver).__name__} {solver!r}"
+        )
+    try:
+        hash(solver)
+    except TypeError as e:
+        raise OptionError(
+            f"OdeOptions.solver must be hashable (the options key the compiled programs); "
+            f"{type(solver).__name__} is not: {e}"
+        ) from None
+    name = solver_name(solver)
+    return solver if name is None else name
 
 
 class OdeSolution(NamedTuple):
@@ -184,7 +262,7 @@ def ode_states(
 
     import diffrax as dfx
 
-    solver = getattr(dfx, _SOLVERS[opts.solver])()
+    solver = solver_object(opts.solver)
     adjoint = getattr(dfx, _ADJOINTS[opts.adjoint])()
 
     def args_at(t):
