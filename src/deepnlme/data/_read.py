@@ -10,7 +10,18 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataError, OptionError
+from ._checks import (
+    Columns,
+    Reader,
+    Subjects,
+    check_records,
+    check_subjects,
+    continuous_time,
+    listing,
+    read_items,
+)
 from ._population import INTERNAL_NAMES, Population
+from ._records import record_frame
 from ._table import DataWarning, RawTable, load_table, parse_labels, parse_numeric
 
 # read_data keyword -> the standard column name it renames.
@@ -32,10 +43,6 @@ COLUMN_OPTIONS = {
 RESERVED = frozenset(COLUMN_OPTIONS.values()) | {"DVID", "BLQ"}
 COVARIATE_RULES = ("nonmem", "locf")
 FILL_RULES = (None, "locf", "nocb", "baseline")
-EVID_MEANING = (
-    "EVID must be 0 (observation), 1 (dose), 2 (other event, e.g. a covariate change), "
-    "3 (reset) or 4 (reset and dose)"
-)
 
 
 def read_data(
@@ -125,11 +132,8 @@ def read_data(
     )
 
 
-def _listing(names: Sequence[str]) -> str:
-    return ", ".join(names) if names else "(none)"
-
-
 def _check_options(covariate_rule: str, fill: str | None) -> None:
+    """Raise `OptionError` for a covariate rule or a fill rule that is not known."""
     if covariate_rule not in COVARIATE_RULES:
         raise OptionError(
             f"covariate_rule={covariate_rule!r} is not known; use 'nonmem' (a record's value "
@@ -144,58 +148,8 @@ def _check_options(covariate_rule: str, fill: str | None) -> None:
         )
 
 
-class _Reader:
-    """One pass of reading: holds the table and reports problems in the user's terms."""
-
-    def __init__(self, table: RawTable):
-        self.table = table
-        self.upper = {c.upper(): c for c in table.frame.columns}
-
-    def fail(self, i: int, column: str, problem: str, fix: str) -> DataError:
-        cell = self.table.cell(i, column)
-        return DataError(
-            f"{self.table.where(i)}, column {column}: {problem} (value: {cell}). {fix}"
-        )
-
-    def find(self, given: str | None, standard: str, option: str, alternatives=()) -> str | None:
-        cols = list(self.table.frame.columns)
-        if given is not None:
-            if given in self.table.frame.columns:
-                return given
-            if str(given).upper() in self.upper:
-                return self.upper[str(given).upper()]
-            raise DataError(
-                f"read_data(..., {option}={given!r}): the data has no column {given!r}. "
-                f"Its columns are: {_listing(cols)}."
-            )
-        for name in (standard, *alternatives):
-            if name in self.upper:
-                return self.upper[name]
-        return None
-
-    def numbers(self, column: str | None, *, integer: bool = False, default: float = 0.0):
-        """Values (missing -> NaN) and the missing mask; None column -> all missing."""
-        n = self.table.n
-        if column is None:
-            return np.full(n, np.nan), np.ones(n, dtype=bool)
-        values, missing, bad = parse_numeric(self.table, column)
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise self.fail(
-                i,
-                column,
-                "not a finite number",
-                "Write a number here, or leave the cell empty (or '.') for a missing value.",
-            )
-        if integer:
-            frac = ~missing & (values != np.round(values))
-            if frac.any():
-                i = int(np.flatnonzero(frac)[0])
-                raise self.fail(i, column, "not a whole number", f"{column} takes whole numbers.")
-        return values, missing
-
-
-def _subject_ids(reader: _Reader, column: str) -> list:
+def _subject_ids(reader: Reader, column: str) -> list:
+    """The subject ID of each record, as numbers where every ID is one, else as text."""
     table = reader.table
     values, missing, bad = parse_numeric(table, column)
     if not (missing.any() or bad.any()):  # numbers (int where every ID is whole)
@@ -203,11 +157,9 @@ def _subject_ids(reader: _Reader, column: str) -> list:
             return [int(v) for v in values.tolist()]
         return values.tolist()
     labels, missing = parse_labels(table, column)
-    if missing.any():
-        i = int(np.flatnonzero(missing)[0])
-        raise reader.fail(
-            i, column, "the subject ID is missing", "Every record needs the ID of its subject."
-        )
+    reader.reject(
+        missing, column, "the subject ID is missing", "Every record needs the ID of its subject."
+    )
     return [str(v) for v in labels]
 
 
@@ -226,389 +178,87 @@ def read_table(
 ) -> Population:
     """The implementation of `read_data` (`allow_missing_dv` is for `make_population`)."""
     _check_options(covariate_rule, fill)
-    table = load_table(source)
-    if table.n == 0:
-        raise DataError(f"{table.source_name} has no data rows. Add at least one record.")
-    rd = _Reader(table)
-    all_cols = list(table.frame.columns)
-    col: dict[str, str | None] = {}
-    for option, standard in COLUMN_OPTIONS.items():
-        alternatives = ("BLQ",) if option == "cens" else ()
-        col[standard] = rd.find(columns.get(option), standard, option, alternatives)
-    if sort and col["ID"] is not None and col["TIME"] is not None:
-        table = _sorted_table(rd, col["ID"], col["TIME"])
-        rd = _Reader(table)
-    for standard, option in (("ID", "id"), ("TIME", "time"), ("DV", "dv")):
-        if col[standard] is None:
-            raise DataError(
-                f"The data has no {standard} column (names are matched without regard to case). "
-                f"Its columns are: {_listing(all_cols)}. Add the column, or name the column that "
-                f"holds it: read_data(..., {option}='YOUR_COLUMN')."
-            )
-    n = table.n
-    pos = np.arange(n)
-
-    ids = _subject_ids(rd, col["ID"])
-    tcol = col["TIME"]
-    time, t_missing = rd.numbers(tcol)
-    if t_missing.any():
-        i = int(np.flatnonzero(t_missing)[0])
-        raise rd.fail(i, tcol, "the time is missing", "Every record needs a time.")
-    if (time < 0).any():
-        i = int(np.flatnonzero(time < 0)[0])
-        raise rd.fail(
-            i,
-            tcol,
-            "negative time",
-            "Times must be 0 or more: shift the subject's clock so that it starts at 0 "
-            "(for example at the first dose).",
-        )
-    dv, dv_missing = rd.numbers(col["DV"])
-    amt, amt_missing = rd.numbers(col["AMT"])
-    amt = np.where(amt_missing, 0.0, amt)
-    rate = np.nan_to_num(rd.numbers(col["RATE"])[0], nan=0.0)
-    ii = np.nan_to_num(rd.numbers(col["II"])[0], nan=0.0)
-    addl = np.nan_to_num(rd.numbers(col["ADDL"], integer=True)[0], nan=0.0).astype(np.int64)
-    ss = np.nan_to_num(rd.numbers(col["SS"], integer=True)[0], nan=0.0).astype(np.int64)
-    cmt_raw, cmt_missing = rd.numbers(col["CMT"], integer=True)
-    cens = np.nan_to_num(rd.numbers(col["CENS"], integer=True)[0], nan=0.0).astype(np.int64)
-    lloq = rd.numbers(col["LLOQ"])[0]
-    mdv_raw, mdv_missing = rd.numbers(col["MDV"], integer=True)
-    evid_raw, evid_missing = rd.numbers(col["EVID"], integer=True)
-
-    # --- event type ---------------------------------------------------------------------
-    evid = np.where(evid_missing, np.where(amt > 0, 1, 0), evid_raw).astype(np.int64)
-    bad = ~np.isin(evid, (0, 1, 2, 3, 4))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise rd.fail(i, col["EVID"], "unknown event type", EVID_MEANING + ".")
-    is_dose = np.isin(evid, (1, 4))
-
-    if col["CENS"] is not None:
-        bad = ~np.isin(cens, (-1, 0, 1))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise rd.fail(
-                i,
-                col["CENS"],
-                "censoring flag out of range",
-                "Use 0 (observed), 1 (below the limit of quantification: DV, or LLOQ, is the "
-                "limit) or -1 (above the limit: DV is the limit).",
-            )
-    # DV that is missing but stands for a censored value at LLOQ
-    dv_from_lloq = dv_missing & (cens != 0) & np.isfinite(lloq)
-    dv = np.where(dv_from_lloq, lloq, dv)
-    dv_missing = dv_missing & ~dv_from_lloq
-
-    if col["MDV"] is not None:
-        bad = ~mdv_missing & ~np.isin(mdv_raw, (0, 1))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise rd.fail(
-                i,
-                col["MDV"],
-                "MDV out of range",
-                "MDV must be 0 (the record is an observation) or 1 (it is not).",
-            )
-    implicit_mdv = np.where(evid != 0, 1, np.where(dv_missing & ~allow_missing_dv, 1, 0))
-    mdv = np.where(mdv_missing, implicit_mdv, mdv_raw).astype(np.int64)
-    bad = (mdv == 0) & (evid != 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise rd.fail(
-            i,
-            col["MDV"],
-            f"MDV is 0 on an EVID {evid[i]} record, but only EVID 0 records are observations",
-            "Set MDV=1 here, and put any observation at this time on a record of its own "
-            "with EVID=0.",
-        )
-    is_obs = (evid == 0) & (mdv == 0)
-
-    # --- amounts, rates, intervals --------------------------------------------------------
-    acol = col["AMT"] or "AMT"
-    bad = ~is_dose & (amt != 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        kind = {0: "an observation", 2: "an other-event", 3: "a reset"}[int(evid[i])]
-        raise rd.fail(
-            i,
-            acol,
-            f"{kind} record (EVID {evid[i]}) has an amount",
-            "If this record is a dose, set EVID=1 (and MDV=1); otherwise set AMT=0 or leave "
-            "it empty.",
-        )
-    rcol = col["RATE"] or "RATE"
-    bad = is_dose & (rate < 0) & ~np.isin(rate, (-1.0, -2.0))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise rd.fail(
-            i,
-            rcol,
-            "RATE out of range",
-            "RATE must be 0 (bolus), a positive infusion rate (duration AMT/RATE), -1 (rate "
-            "given by the model) or -2 (duration given by the model).",
-        )
-    iicol, sscol, addlcol = col["II"] or "II", col["SS"] or "SS", col["ADDL"] or "ADDL"
-    if (ii < 0).any():
-        i = int(np.flatnonzero(ii < 0)[0])
-        raise rd.fail(i, iicol, "negative interdose interval", "II must be 0 or more.")
-    bad = ~np.isin(ss, (0, 1, 2))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise rd.fail(
-            i,
-            sscol,
-            "unknown steady-state code",
-            "SS must be 0 (no steady state), 1 (steady state; the system is reset first) or "
-            "2 (steady state added to the current state).",
-        )
-    bad = ~is_dose & (ss != 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise rd.fail(
-            i,
-            sscol,
-            f"steady-state code on a record that is not a dose (EVID {evid[i]})",
-            "Set SS=0 on records with EVID 0, 2 or 3.",
-        )
-    ss_infusion = is_dose & (ss > 0) & (amt == 0) & (rate > 0) & (ii == 0)
-    bad = is_dose & ~(amt > 0) & ~ss_infusion
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise rd.fail(
-            i,
-            acol,
-            f"a dose record (EVID {evid[i]}) without a positive amount",
-            "Give the amount dosed in AMT, or, if the record is not a dose, set EVID=0 "
-            "(observation) or 2 (other event) and MDV=1 as appropriate.",
-        )
-    if (addl < 0).any():
-        i = int(np.flatnonzero(addl < 0)[0])
-        raise rd.fail(i, addlcol, "negative number of additional doses", "ADDL must be 0 or more.")
-    bad = ~is_dose & (addl > 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise rd.fail(
-            i,
-            addlcol,
-            f"additional doses on a record that is not a dose (EVID {evid[i]})",
-            "Only dose records (EVID 1 or 4) can have additional doses; set ADDL=0.",
-        )
-    bad = (addl > 0) & ~(ii > 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise rd.fail(
-            i,
-            iicol,
-            f"ADDL={addl[i]} additional doses but no interdose interval",
-            "Give the time between doses in II (e.g. II=24 for once-daily dosing), or set ADDL=0.",
-        )
-    bad = is_dose & (ss > 0) & ~(ii > 0) & ~ss_infusion
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise rd.fail(
-            i,
-            iicol,
-            f"steady-state dose (SS={ss[i]}) without an interdose interval",
-            "Give the dosing interval that led to steady state in II; a constant infusion at "
-            "steady state is written AMT=0, RATE>0, II=0.",
-        )
-    bad = ss_infusion & (addl > 0)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise rd.fail(
-            i,
-            addlcol,
-            "additional doses on a steady-state constant infusion",
-            "A steady-state infusion (AMT=0, RATE>0, II=0) takes ADDL=0.",
-        )
-    cmt = np.where(cmt_missing, 0, cmt_raw).astype(np.int64)
-    if (cmt < 0).any():
-        i = int(np.flatnonzero(cmt < 0)[0])
-        raise rd.fail(
-            i,
-            col["CMT"],
-            "negative compartment number",
-            "Turning a compartment off (negative CMT) is not supported; remove this record or "
-            "give the compartment number (1 = first compartment).",
-        )
-    cmt = np.where(is_dose & (cmt == 0), 1, cmt)
-
-    # --- observations ----------------------------------------------------------------------
-    dcol = col["DV"]
-    bad = is_obs & dv_missing & ~allow_missing_dv
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        if cens[i] != 0:
-            raise rd.fail(
-                i,
-                dcol,
-                f"a censored observation (CENS={cens[i]}) without a limit",
-                "Put the limit of quantification in DV (as NONMEM's M3 method expects) or in "
-                "an LLOQ column.",
-            )
-        raise rd.fail(
-            i,
-            dcol,
-            "an observation record (EVID 0, MDV 0) without a DV",
-            "Fill in the observed value, or set MDV=1 if this record is not an observation.",
-        )
-
-    # --- subjects: contiguous, and time order within each -------------------------------------
-    id_arr = np.empty(n, dtype=object)
-    id_arr[:] = ids
-    change = np.ones(n, dtype=bool)
-    change[1:] = id_arr[1:] != id_arr[:-1]
-    starts = np.flatnonzero(change)
-    stops = np.append(starts[1:], n)
-    seen: dict[object, tuple[int, int]] = {}
-    for a, b in zip(starts, stops):
-        key = id_arr[a]
-        if key in seen:
-            fa, fb = seen[key]
-            raise rd.fail(
-                int(a),
-                col["ID"],
-                f"ID {key!r} appears again after other subjects (its first records are "
-                f"{table.where(fa)} to {table.where(fb - 1)})",
-                "Keep each subject's records together: sort the table by ID, keeping the time "
-                "order within each subject.",
-            )
-        seen[key] = (int(a), int(b))
-    subj = np.repeat(np.arange(len(starts)), stops - starts)
-    same = np.zeros(n, dtype=bool)
-    same[1:] = subj[1:] == subj[:-1]
-    back = same & (np.diff(time, prepend=0.0) < 0)
-    bad = back & ~np.isin(evid, (3, 4))
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise rd.fail(
-            i,
-            tcol,
-            f"time goes back within subject ID {id_arr[i]!r} (the record before, "
-            f"{table.where(i - 1)}, is at time {time[i - 1]:g})",
-            "Sort each subject's records by time (read_data(..., sort=True) does it for you); "
-            "a clock that restarts (a new period) needs an EVID 3 or 4 reset record at the "
-            "restart.",
-        )
-    # continuous time: after a reset that restarts the clock, shift so time never decreases
-    step = np.where(back, time - np.concatenate([[0.0], time[:-1]]), 0.0)
-    acc = np.cumsum(-step)
-    base = acc[starts] - (-step[starts])
-    t_cont = time + acc - np.repeat(base, stops - starts)
-
-    # --- endpoints ---------------------------------------------------------------------------
-    ep_col, ep_labels, ep_order = _endpoints(rd, col, endpoint, endpoints, is_obs)
-
-    # --- covariates --------------------------------------------------------------------------
-    used = {c for c in col.values() if c is not None} | ({ep_col} if ep_col else set())
-    cov_names, cov_values, ignored = _covariates(rd, covariates, used, fill, subj, id_arr, time)
-
-    # --- records, with ADDL expanded ---------------------------------------------------------
-    keep_ii = np.where(is_dose & (ss > 0), ii, 0.0)
-    rec = {
-        "_S": subj,
-        "TIME": time,
-        "_T": t_cont,
-        "EVID": evid,
-        "MDV": mdv,
-        "AMT": amt,
-        "DV": np.where(is_obs, dv, np.nan),
-        "CMT": cmt,
-        "RATE": np.where(is_dose, rate, 0.0),
-        "II": keep_ii,
-        "SS": ss,
-        "ENDPOINT": ep_labels,
-        "CENS": np.where(is_obs, cens, 0),
-        "ROW": table.rows.astype(np.int64),
-        "IMPLIED": np.zeros(n, dtype=bool),
-        "_ORIGIN": pos,
-        "_K": np.zeros(n, dtype=np.int64),
-    }
-    cov_matrix = cov_values  # [n, K]
-    origin = np.flatnonzero(addl > 0)
-    if len(origin):
-        rep = np.repeat(origin, addl[origin])
-        k = np.concatenate([np.arange(1, m + 1) for m in addl[origin]])
-        t_imp = t_cont[rep] + k * ii[rep]
-        # a later reset (EVID 3 or 4) cancels the additional doses still to come
-        resets = np.flatnonzero(np.isin(evid, (3, 4)))
-        nxt = np.searchsorted(resets, rep, side="right")
-        has = nxt < len(resets)
-        reset_pos = resets[np.minimum(nxt, len(resets) - 1)] if len(resets) else rep
-        limit = np.where(has & (subj[reset_pos] == subj[rep]), t_cont[reset_pos], np.inf)
-        ok = t_imp < limit
-        rep, k, t_imp = rep[ok], k[ok], t_imp[ok]
-        # covariates at an implied dose follow the rule in force at its time
-        cov_imp = np.empty((len(rep), cov_matrix.shape[1]))
-        for s_idx in np.unique(subj[rep]):
-            a, b = starts[s_idx], stops[s_idx]
-            sel = subj[rep] == s_idx
-            tt = t_cont[a:b]
-            j = np.searchsorted(tt, t_imp[sel], side="right")
-            j = np.minimum(j, b - a - 1) if covariate_rule == "nonmem" else j - 1
-            cov_imp[sel] = cov_matrix[a + j]
-        imp = {
-            "_S": subj[rep],
-            "TIME": time[rep] + k * ii[rep],
-            "_T": t_imp,
-            "EVID": np.ones(len(rep), dtype=np.int64),
-            "MDV": np.ones(len(rep), dtype=np.int64),
-            "AMT": amt[rep],
-            "DV": np.full(len(rep), np.nan),
-            "CMT": cmt[rep],
-            "RATE": rate[rep],
-            "II": np.zeros(len(rep)),
-            "SS": np.zeros(len(rep), dtype=np.int64),
-            "ENDPOINT": np.full(len(rep), None, dtype=object),
-            "CENS": np.zeros(len(rep), dtype=np.int64),
-            "ROW": table.rows[rep].astype(np.int64),
-            "IMPLIED": np.ones(len(rep), dtype=bool),
-            "_ORIGIN": rep,
-            "_K": k,
-        }
-        rec = {c: np.concatenate([rec[c], imp[c]]) for c in rec}
-        cov_matrix = np.concatenate([cov_matrix, cov_imp])
-    order = np.lexsort((rec["_K"], rec["_ORIGIN"], rec["IMPLIED"], rec["_T"], rec["_S"]))
-    frame = pd.DataFrame(
-        {c: v[order] for c, v in rec.items() if not c.startswith("_") or c in ("_S", "_T")}
+    rd, cols = _open_table(source, columns, sort)
+    ids = _subject_ids(rd, cols.id)
+    rec = check_records(rd, cols, read_items(rd, cols), allow_missing_dv)
+    subjects = check_subjects(rd, cols.id, ids)
+    t_cont = continuous_time(rd, cols.time, rec.time, rec.evid, subjects)
+    ep_col, ep_labels, ep_order = _endpoints(rd, endpoint, endpoints, rec.is_obs)
+    used = cols.used() | ({ep_col} if ep_col else set())
+    cov_names, cov_values, ignored = _covariates(rd, covariates, used, fill, subjects, rec.time)
+    frame = record_frame(
+        rd.table, rec, subjects, t_cont, ep_labels, cov_names, cov_values, covariate_rule
     )
-    s_sorted = frame["_S"].to_numpy()
-    counts = np.bincount(s_sorted, minlength=len(starts))
-    frame.insert(3, "SEQ", np.arange(len(frame)) - np.repeat(np.cumsum(counts) - counts, counts))
-    for j, name in enumerate(cov_names):
-        frame[name] = cov_matrix[order, j]
-
-    # --- subjects without observations: a warning -------------------------------------------
-    n_obs = np.bincount(subj[is_obs], minlength=len(starts))
-    empty = np.flatnonzero(n_obs == 0)
-    if len(empty):
-        listing = ", ".join(
-            f"ID {id_arr[starts[e]]!r} ({table.where(int(starts[e]))})" for e in empty[:10]
-        )
-        more = f" and {len(empty) - 10} more" if len(empty) > 10 else ""
-        warnings.warn(
-            f"{len(empty)} subject(s) have no observations: {listing}{more}. They add nothing "
-            "to the likelihood; they are kept (e.g. for simulation). Remove them to silence "
-            "this warning.",
-            DataWarning,
-            stacklevel=3,
-        )
-
+    _warn_no_observations(rd.table, rec.is_obs, subjects)
     return Population(
         frame,
-        [id_arr[a] for a in starts],
+        [subjects.ids[a] for a in subjects.starts],
         tuple(cov_names),
         ep_order,
         covariate_rule=covariate_rule,
-        source_name=source_name or table.source_name,
+        source_name=source_name or rd.table.source_name,
         endpoint_column=ep_col,
-        has_cens=col["CENS"] is not None,
+        has_cens=cols.cens is not None,
         ignored_columns=tuple(ignored),
     )
 
 
-def _sorted_table(rd: _Reader, id_col: str, time_col: str) -> RawTable:
+def _open_table(
+    source: object, columns: Mapping[str, str | None], sort: bool
+) -> tuple[Reader, Columns]:
+    """The table loaded and its NONMEM columns found, sorted by subject and time if asked."""
+    table = load_table(source)
+    if table.n == 0:
+        raise DataError(f"{table.source_name} has no data rows. Add at least one record.")
+    rd = Reader(table)
+    cols = _find_columns(rd, columns)
+    if sort and cols.id is not None and cols.time is not None:
+        rd = Reader(_sorted_table(rd, cols.id, cols.time))
+    _require_columns(cols, list(table.frame.columns))
+    return rd, cols
+
+
+def _find_columns(rd: Reader, columns: Mapping[str, str | None]) -> Columns:
+    """The column of each NONMEM item: the one `columns` names, else the standard name (for
+    CENS, else BLQ)."""
+    found = {
+        option: rd.find(columns.get(option), standard, option, ("BLQ",) if option == "cens" else ())
+        for option, standard in COLUMN_OPTIONS.items()
+    }
+    return Columns(**found)
+
+
+def _require_columns(cols: Columns, all_cols: list[str]) -> None:
+    """Raise unless the table has the ID, TIME and DV columns."""
+    for standard, option in (("ID", "id"), ("TIME", "time"), ("DV", "dv")):
+        if getattr(cols, option) is None:
+            raise DataError(
+                f"The data has no {standard} column (names are matched without regard to case). "
+                f"Its columns are: {listing(all_cols)}. Add the column, or name the column that "
+                f"holds it: read_data(..., {option}='YOUR_COLUMN')."
+            )
+
+
+def _warn_no_observations(table: RawTable, is_obs: np.ndarray, subjects: Subjects) -> None:
+    """Warn of the subjects that have no observations."""
+    starts, id_arr = subjects.starts, subjects.ids
+    n_obs = np.bincount(subjects.index[is_obs], minlength=len(starts))
+    empty = np.flatnonzero(n_obs == 0)
+    if len(empty):
+        listed = ", ".join(
+            f"ID {id_arr[starts[e]]!r} ({table.where(int(starts[e]))})" for e in empty[:10]
+        )
+        more = f" and {len(empty) - 10} more" if len(empty) > 10 else ""
+        warnings.warn(
+            f"{len(empty)} subject(s) have no observations: {listed}{more}. They add nothing "
+            "to the likelihood; they are kept (e.g. for simulation). Remove them to silence "
+            "this warning.",
+            DataWarning,
+            stacklevel=4,  # the caller of read_data (or of make_population)
+        )
+
+
+def _sorted_table(rd: Reader, id_col: str, time_col: str) -> RawTable:
     """The table with each subject's records sorted by time (stable), subjects kept together."""
     table = rd.table
     ids = _subject_ids(rd, id_col)
@@ -632,26 +282,13 @@ def _sorted_table(rd: _Reader, id_col: str, time_col: str) -> RawTable:
 
 
 def _endpoints(
-    rd: _Reader,
-    col: Mapping[str, str | None],
+    rd: Reader,
     endpoint: str | bool | None,
     endpoints: Mapping | Sequence[str] | None,
     is_obs: np.ndarray,
 ) -> tuple[str | None, np.ndarray, tuple[str, ...]]:
     """(endpoint column, label per record (None off observations), labels in code order)."""
-    n = rd.table.n
-    if endpoint is False:
-        ep_col = None
-    elif endpoint is None or endpoint is True:
-        ep_col = rd.upper.get("DVID")
-        if endpoint is True and ep_col is None:
-            raise DataError(
-                "endpoint=True but the data has no DVID column; name the endpoint column: "
-                "read_data(..., endpoint='CMT')."
-            )
-    else:
-        ep_col = rd.find(str(endpoint), "DVID", "endpoint")
-    labels = np.full(n, None, dtype=object)
+    ep_col = _endpoint_column(rd, endpoint)
     if ep_col is None:
         if endpoints is not None and (
             isinstance(endpoints, Mapping) or tuple(endpoints) != ("DV",)
@@ -661,42 +298,86 @@ def _endpoints(
                 "the column that says which output each observation belongs to: "
                 "read_data(..., endpoint='DVID') or endpoint='CMT'."
             )
+        labels = np.full(rd.table.n, None, dtype=object)
         labels[is_obs] = "DV"
         return None, labels, ("DV",)
     raw, missing = parse_labels(rd.table, ep_col)
     values, _, bad = parse_numeric(rd.table, ep_col)
     numeric = not bad[is_obs].any()
-    miss = is_obs & missing
-    if miss.any():
-        i = int(np.flatnonzero(miss)[0])
-        raise rd.fail(
-            i,
-            ep_col,
-            "an observation without an endpoint",
-            "Give the endpoint of every observation.",
-        )
+    rd.reject(
+        is_obs & missing,
+        ep_col,
+        "an observation without an endpoint",
+        "Give the endpoint of every observation.",
+    )
     obs_idx = np.flatnonzero(is_obs)
     if isinstance(endpoints, Mapping):
-        lookup: dict = {}
-        for key, label in endpoints.items():
-            lookup[str(key)] = str(label)
-            try:
-                lookup[str(int(float(key)))] = str(label)
-            except (TypeError, ValueError):
-                pass
-        order = tuple(dict.fromkeys(str(v) for v in endpoints.values()))
-        for i in obs_idx:
-            key = str(int(values[i])) if numeric and float(values[i]).is_integer() else str(raw[i])
-            if key not in lookup:
-                raise rd.fail(
-                    int(i),
-                    ep_col,
-                    "an endpoint code that endpoints= does not name",
-                    "Add it to endpoints (the codes given are "
-                    f"{_listing([str(c) for c in endpoints])}).",
-                )
-            labels[i] = lookup[key]
-        return ep_col, labels, order
+        labels, order = _mapped_endpoints(rd, ep_col, endpoints, obs_idx, raw, values, numeric)
+    else:
+        labels, order = _coded_endpoints(rd, ep_col, endpoints, obs_idx, raw, values, numeric)
+    return ep_col, labels, order
+
+
+def _endpoint_column(rd: Reader, endpoint: str | bool | None) -> str | None:
+    """The column that says which endpoint an observation belongs to: by default DVID."""
+    if endpoint is False:
+        return None
+    if endpoint is None or endpoint is True:
+        ep_col = rd.upper.get("DVID")
+        if endpoint is True and ep_col is None:
+            raise DataError(
+                "endpoint=True but the data has no DVID column; name the endpoint column: "
+                "read_data(..., endpoint='CMT')."
+            )
+        return ep_col
+    return rd.find(str(endpoint), "DVID", "endpoint")
+
+
+def _mapped_endpoints(
+    rd: Reader,
+    ep_col: str,
+    endpoints: Mapping,
+    obs_idx: np.ndarray,
+    raw: list,
+    values: np.ndarray,
+    numeric: bool,
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Each observation's label under the mapping from codes to labels, and the labels' order."""
+    lookup: dict = {}
+    for key, label in endpoints.items():
+        lookup[str(key)] = str(label)
+        try:
+            lookup[str(int(float(key)))] = str(label)
+        except (TypeError, ValueError):
+            pass
+    order = tuple(dict.fromkeys(str(v) for v in endpoints.values()))
+    labels = np.full(rd.table.n, None, dtype=object)
+    for i in obs_idx:
+        key = str(int(values[i])) if numeric and float(values[i]).is_integer() else str(raw[i])
+        if key not in lookup:
+            raise rd.fail(
+                int(i),
+                ep_col,
+                "an endpoint code that endpoints= does not name",
+                "Add it to endpoints (the codes given are "
+                f"{listing([str(c) for c in endpoints])}).",
+            )
+        labels[i] = lookup[key]
+    return labels, order
+
+
+def _coded_endpoints(
+    rd: Reader,
+    ep_col: str,
+    endpoints: Sequence[str] | None,
+    obs_idx: np.ndarray,
+    raw: list,
+    values: np.ndarray,
+    numeric: bool,
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Each observation's code as its label, and the labels in the order `endpoints` gives (by
+    default the codes' numeric order, or their order of appearance)."""
+    labels = np.full(rd.table.n, None, dtype=object)
     for i in obs_idx:
         if numeric:
             v = float(values[i])
@@ -706,128 +387,158 @@ def _endpoints(
     present = list(dict.fromkeys(labels[obs_idx]))
     if numeric:
         present.sort(key=float)
-    if endpoints is not None:
-        order = tuple(str(e) for e in endpoints)
-        unknown = [p for p in present if p not in order]
-        if unknown:
-            i = int(obs_idx[[lab == unknown[0] for lab in labels[obs_idx]].index(True)])
-            raise rd.fail(
-                i,
-                ep_col,
-                "an endpoint not listed in endpoints=",
-                f"Add {unknown[0]!r} to endpoints (it lists {_listing(list(order))}).",
-            )
-        return ep_col, labels, order
-    if not present:
-        present = ["DV"]
-    return ep_col, labels, tuple(present)
+    if endpoints is None:
+        return labels, tuple(present) if present else ("DV",)
+    order = tuple(str(e) for e in endpoints)
+    unknown = [p for p in present if p not in order]
+    if unknown:
+        i = int(obs_idx[[lab == unknown[0] for lab in labels[obs_idx]].index(True)])
+        raise rd.fail(
+            i,
+            ep_col,
+            "an endpoint not listed in endpoints=",
+            f"Add {unknown[0]!r} to endpoints (it lists {listing(list(order))}).",
+        )
+    return labels, order
 
 
 def _covariates(
-    rd: _Reader,
+    rd: Reader,
     selected: Sequence[str] | None,
     used: set[str],
     fill: str | None,
-    subj: np.ndarray,
-    id_arr: np.ndarray,
+    subjects: Subjects,
     time: np.ndarray,
 ) -> tuple[list[str], np.ndarray, list[str]]:
     """Covariate names, their [n, K] values (missing filled or reported), ignored columns."""
-    table = rd.table
-    cols = list(table.frame.columns)
+    cols = list(rd.table.frame.columns)
     candidates = [c for c in cols if c not in used and c.upper() not in RESERVED]
-    ignored: list[str] = []
+    if selected is None:
+        names, values, ignored = _numeric_covariates(rd, candidates)
+    else:
+        names, values = _selected_covariates(rd, selected, used, candidates)
+        ignored = [c for c in candidates if c not in names]
+    matrix = np.empty((rd.table.n, len(names)))
+    for j, (c, v) in enumerate(zip(names, values)):
+        matrix[:, j] = _filled(rd, c, v, fill, subjects, time, selected is None)
+    return names, matrix, ignored
+
+
+def _numeric_covariates(
+    rd: Reader, candidates: list[str]
+) -> tuple[list[str], list[np.ndarray], list[str]]:
+    """The covariates by default: the candidate columns that are mostly numbers (names, values),
+    and the columns left out."""
     names: list[str] = []
     values: list[np.ndarray] = []
-    if selected is None:
-        for c in candidates:
-            v, missing, bad = parse_numeric(table, c)
-            n_num = int((~missing & ~bad).sum())
-            if c.upper() in INTERNAL_NAMES or n_num <= int(bad.sum()):
-                ignored.append(c)
-                continue
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise rd.fail(
-                    i,
-                    c,
-                    "not a number in a numeric covariate column",
-                    f"Correct the value, or leave {c} out of the covariates by passing "
-                    "read_data(..., covariates=[...]).",
-                )
-            names.append(c)
-            values.append(v)
+    ignored: list[str] = []
+    for c in candidates:
+        v, missing, bad = parse_numeric(rd.table, c)
+        n_num = int((~missing & ~bad).sum())
+        if c.upper() in INTERNAL_NAMES or n_num <= int(bad.sum()):
+            ignored.append(c)
+            continue
+        rd.reject(
+            bad,
+            c,
+            "not a number in a numeric covariate column",
+            f"Correct the value, or leave {c} out of the covariates by passing "
+            "read_data(..., covariates=[...]).",
+        )
+        names.append(c)
+        values.append(v)
+    return names, values, ignored
+
+
+def _selected_covariates(
+    rd: Reader, selected: Sequence[str] | str, used: set[str], candidates: list[str]
+) -> tuple[list[str], list[np.ndarray]]:
+    """The covariates the user selected (names as in the table, values), each checked."""
+    if isinstance(selected, str):
+        selected = [selected]
+    cols = list(rd.table.frame.columns)
+    names: list[str] = []
+    values: list[np.ndarray] = []
+    for name in selected:
+        if name in cols:
+            c = name
+        elif str(name).upper() in rd.upper:
+            c = rd.upper[str(name).upper()]
+        else:
+            raise DataError(
+                f"read_data(..., covariates=[... {name!r} ...]): the data has no column "
+                f"{name!r}. Columns that can be covariates: {listing(candidates)}."
+            )
+        if c in used or c.upper() in RESERVED or c.upper() in INTERNAL_NAMES:
+            raise DataError(
+                f"Column {c!r} is a NONMEM data item (or a name deepnlme uses internally) and "
+                "cannot also be a covariate. Copy it into a column with another name, e.g. "
+                f"df['{c}_COV'] = df['{c}'], and select that one."
+            )
+        if c in names:
+            continue
+        v, missing, bad = parse_numeric(rd.table, c)
+        rd.reject(
+            bad,
+            c,
+            "covariate values must be numbers",
+            f"Encode {c} numerically (for example SEX: 0 = female, 1 = male) and "
+            "describe the coding in the model, or leave it out of covariates=[...].",
+        )
+        names.append(c)
+        values.append(v)
+    return names, values
+
+
+def _filled(
+    rd: Reader,
+    c: str,
+    v: np.ndarray,
+    fill: str | None,
+    subjects: Subjects,
+    time: np.ndarray,
+    by_default: bool,
+) -> np.ndarray:
+    """Covariate `c`'s values with the missing ones filled by the rule `fill` (None: an error);
+    `by_default` says that the covariates were not selected by the user."""
+    if not np.isnan(v).any():
+        return v
+    subj, id_arr = subjects.index, subjects.ids
+    if fill is None:
+        rd.reject(
+            np.isnan(v),
+            c,
+            lambda i: f"covariate {c} is missing for subject ID {id_arr[i]!r} at time {time[i]:g}",
+            "Fill in the value, or choose a fill rule: read_data(..., fill='locf' "
+            "(last value carried forward), 'nocb' (next value carried backward) or "
+            "'baseline' (the subject's first value))"
+            + (
+                f"; if {c} is not a covariate, select the covariates: "
+                "read_data(..., covariates=[...])."
+                if by_default
+                else "."
+            ),
+        )
+    v = _fill_by_rule(v, subj, fill)
+    rd.reject(
+        np.isnan(v),
+        c,
+        lambda i: f"covariate {c} has no value on any record of subject ID {id_arr[i]!r}",
+        "A fill rule needs at least one value per subject; give one, or leave "
+        f"{c} out of covariates=[...].",
+    )
+    return v
+
+
+def _fill_by_rule(v: np.ndarray, subj: np.ndarray, fill: str) -> np.ndarray:
+    """Missing values filled within each subject: carried forward (then back for the subject's
+    first records), carried back (then forward), or the subject's first value."""
+    s = pd.Series(v)
+    g = s.groupby(subj)
+    if fill == "locf":
+        filled = g.ffill().groupby(subj).bfill()
+    elif fill == "nocb":
+        filled = g.bfill().groupby(subj).ffill()
     else:
-        if isinstance(selected, str):
-            selected = [selected]
-        for name in selected:
-            if name in cols:
-                c = name
-            elif str(name).upper() in rd.upper:
-                c = rd.upper[str(name).upper()]
-            else:
-                raise DataError(
-                    f"read_data(..., covariates=[... {name!r} ...]): the data has no column "
-                    f"{name!r}. Columns that can be covariates: {_listing(candidates)}."
-                )
-            if c in used or c.upper() in RESERVED or c.upper() in INTERNAL_NAMES:
-                raise DataError(
-                    f"Column {c!r} is a NONMEM data item (or a name deepnlme uses internally) and "
-                    "cannot also be a covariate. Copy it into a column with another name, e.g. "
-                    f"df['{c}_COV'] = df['{c}'], and select that one."
-                )
-            if c in names:
-                continue
-            v, missing, bad = parse_numeric(table, c)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise rd.fail(
-                    i,
-                    c,
-                    "covariate values must be numbers",
-                    f"Encode {c} numerically (for example SEX: 0 = female, 1 = male) and "
-                    "describe the coding in the model, or leave it out of covariates=[...].",
-                )
-            names.append(c)
-            values.append(v)
-        ignored = [c for c in candidates if c not in names]
-    n = table.n
-    matrix = np.empty((n, len(names)))
-    for j, (c, v) in enumerate(zip(names, values)):
-        if np.isnan(v).any():
-            if fill is None:
-                i = int(np.flatnonzero(np.isnan(v))[0])
-                raise rd.fail(
-                    i,
-                    c,
-                    f"covariate {c} is missing for subject ID {id_arr[i]!r} at time {time[i]:g}",
-                    "Fill in the value, or choose a fill rule: read_data(..., fill='locf' "
-                    "(last value carried forward), 'nocb' (next value carried backward) or "
-                    "'baseline' (the subject's first value))"
-                    + (
-                        f"; if {c} is not a covariate, select the covariates: "
-                        "read_data(..., covariates=[...])."
-                        if selected is None
-                        else "."
-                    ),
-                )
-            s = pd.Series(v)
-            g = s.groupby(subj)
-            if fill == "locf":
-                filled = g.ffill().groupby(subj).bfill()
-            elif fill == "nocb":
-                filled = g.bfill().groupby(subj).ffill()
-            else:
-                filled = s.fillna(g.transform("first"))
-            v = filled.to_numpy(dtype=float)
-            if np.isnan(v).any():
-                i = int(np.flatnonzero(np.isnan(v))[0])
-                raise rd.fail(
-                    i,
-                    c,
-                    f"covariate {c} has no value on any record of subject ID {id_arr[i]!r}",
-                    "A fill rule needs at least one value per subject; give one, or leave "
-                    f"{c} out of covariates=[...].",
-                )
-        matrix[:, j] = v
-    return names, matrix, ignored
+        filled = s.fillna(g.transform("first"))
+    return filled.to_numpy(dtype=float)
