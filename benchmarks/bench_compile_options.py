@@ -23,10 +23,11 @@ import jax.numpy as jnp
 import deepnlme as dn
 from deepnlme._config import _EXTRA_OPTIONS
 from deepnlme._validation import CASES
-from deepnlme.estimation._fit_problem import _structure, _written_out
+from deepnlme.estimation._compiled import structure_of as _structure
+from deepnlme.estimation._compiled import written_out as _written_out
 from deepnlme.likelihood import make_evaluator
 from deepnlme.likelihood._from_model import model_problem
-from deepnlme.likelihood._small import unrolled
+from deepnlme.likelihood._linalg import unrolled
 
 O0 = {"xla_backend_optimization_level": 0}
 O1 = {"xla_backend_optimization_level": 1}

@@ -29,7 +29,8 @@ import numpy as np
 
 import deepnlme as dn
 from deepnlme._validation import CASES
-from deepnlme.estimation._fit_problem import _compiled, _with_fixed_starts
+from deepnlme.estimation._compiled import compiled_evaluation as _compiled
+from deepnlme.estimation._outer import _with_fixed_starts
 from deepnlme.likelihood._from_model import model_problem
 
 ROOT = Path(__file__).resolve().parents[1]

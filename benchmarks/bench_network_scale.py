@@ -31,9 +31,9 @@ WIDTHS = {8: "8", 16: "16, 16", 32: "32, 32", 64: "64, 64"}
 # (method name, method, optimizer, iterations, hidden widths)
 CASES = [
     ("JointMAP", dn.JointMAP(), "lbfgs", 200, (32, 64)),
-    ("JointMAP", dn.JointMAP(learning_rate=1e-3), "adam", 200, (32, 64)),
+    ("JointMAP", dn.JointMAP(), dn.Adam(learning_rate=1e-3), 200, (32, 64)),
     ("NaivePooled", dn.NaivePooled(), "lbfgs", 200, (32, 64)),
-    ("NaivePooled", dn.NaivePooled(learning_rate=1e-3), "adam", 200, (32, 64)),
+    ("NaivePooled", dn.NaivePooled(), dn.Adam(learning_rate=1e-3), 200, (32, 64)),
     ("FOCE", dn.FOCE(), "bfgs", 20, (16,)),
     ("LaplaceI", dn.LaplaceI(), "bfgs", 20, (16,)),
 ]

@@ -26,8 +26,18 @@ with _gc_paused():
     from .errors import ModelError as ModelError
     from .errors import OptionError as OptionError
     from .errors import SolveError as SolveError
+    from .estimation import BFGS as BFGS
+    from .estimation import LBFGS as LBFGS
+    from .estimation import Adam as Adam
+    from .estimation import Covariance as Covariance
     from .estimation import Fit as Fit
-    from .estimation._model_fit import fit as fit
+    from .estimation import Optimizer as Optimizer
+    from .estimation import RMatrix as RMatrix
+    from .estimation import Sandwich as Sandwich
+    from .estimation import SMatrix as SMatrix
+    from .estimation import fit as fit
+    from .estimation import load_fit as load_fit
+    from .estimation import save_fit as save_fit
     from .interfaces.report import write_report as write_report
     from .likelihood import FO as FO
     from .likelihood import FOCE as FOCE
@@ -35,6 +45,7 @@ with _gc_paused():
     from .likelihood import InnerOptions as InnerOptions
     from .likelihood import JointMAP as JointMAP
     from .likelihood import LaplaceI as LaplaceI
+    from .likelihood import Method as Method
     from .likelihood import NaivePooled as NaivePooled
     from .model import Model as Model
     from .model import load_model as load_model
@@ -42,11 +53,9 @@ with _gc_paused():
     from .nn import network as network
     from .results import VPC as VPC
     from .results import ebe_table as ebe_table
-    from .results import load_fit as load_fit
     from .results import model_predict as model_predict
     from .results import npde as npde
     from .results import predict as predict
-    from .results import save_fit as save_fit
     from .results import shrinkage as shrinkage
     from .results import simulate as simulate
     from .results import vpc as vpc
@@ -57,6 +66,15 @@ with _gc_paused():
 __version__ = "0.1.0"
 
 __all__ = [
+    "Adam",
+    "BFGS",
+    "Covariance",
+    "LBFGS",
+    "Method",
+    "Optimizer",
+    "RMatrix",
+    "Sandwich",
+    "SMatrix",
     "FO",
     "FOCE",
     "FOCEI",

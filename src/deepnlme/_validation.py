@@ -270,7 +270,7 @@ def reference_values(case: Case, model) -> dict:
 
 def fit_at_reference(case: Case, model, population):
     """Our FOCEI evaluated at nlme's estimates, without iterating (`max_iter=0`)."""
-    from .estimation._model_fit import fit
+    from .estimation import fit
     from .likelihood import FOCEI
 
     return fit(

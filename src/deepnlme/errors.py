@@ -21,3 +21,16 @@ class SolveError(RuntimeError):
 
 class OptionError(ValueError):
     """An option is out of range or of the wrong kind: names the option and the allowed values."""
+
+
+def check_range(
+    owner: str, name: str, value: object, low: float, high: float, *, integer: bool = False
+) -> None:
+    """Raise OptionError unless `value` is a number (an integer, with `integer`) in
+    [low, high]; the message names `owner`'s option `name` and what was given."""
+    kind = "an integer" if integer else "a number"
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or not (low <= value <= high):  # (NaN: not in range)
+        raise OptionError(
+            f"{owner}: option `{name}` must be {kind} in [{low}, {high}]; got {value!r}"
+        )

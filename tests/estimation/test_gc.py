@@ -9,8 +9,9 @@ import sys
 import pytest
 import toy_models as tm
 
+from deepnlme import FOCE
 from deepnlme._gc import gc_paused
-from deepnlme.estimation import FOCE, _fit_problem, fit_problem
+from deepnlme.estimation import _compiled, fit_problem
 
 
 def _in_fresh_process(code: str) -> str:
@@ -52,7 +53,7 @@ def test_gc_paused_restores_the_collector_as_it_found_it():
 
 def test_evaluation_is_traced_with_the_collector_paused(monkeypatch):
     seen = []
-    make = _fit_problem.make_evaluator
+    make = _compiled.make_evaluator
 
     def recording(*args, **kwargs):
         evaluate = make(*args, **kwargs)
@@ -63,7 +64,7 @@ def test_evaluation_is_traced_with_the_collector_paused(monkeypatch):
 
         return traced
 
-    monkeypatch.setattr(_fit_problem, "make_evaluator", recording)
+    monkeypatch.setattr(_compiled, "make_evaluator", recording)
     problem = tm.linear_problem(n=5, t=4, seed=11)[0]
     fit = fit_problem(problem, FOCE(), progress=False, covariance=None)
     assert fit.converged

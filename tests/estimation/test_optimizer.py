@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from deepnlme.estimation._optimizer import _inverse_if_pd, minimize
+from deepnlme.estimation._optimizers import BFGS, LBFGS, _inverse_if_pd
+
+minimize = BFGS().minimize
 
 A = np.array([[4.0, 1.0, 0.0], [1.0, 3.0, 0.5], [0.0, 0.5, 2.0]])
 B = np.array([0.3, -0.2, 0.1])
@@ -52,7 +54,7 @@ def test_a_tiny_first_step_with_a_large_gradient_does_not_stop_on_xtol():
     def fun(x):
         return 0.5 * float(np.sum(scale * x * x)), scale * x
 
-    res = minimize(fun, np.array([1.0, 100.0]), method="lbfgs", gtol=1e-8, max_iter=200)
+    res = LBFGS().minimize(fun, np.array([1.0, 100.0]), gtol=1e-8, max_iter=200)
     assert res.converged and np.max(np.abs(res.x)) < 1e-6, res.message
     assert not res.stalled
 

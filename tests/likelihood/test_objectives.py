@@ -25,7 +25,7 @@ from deepnlme.likelihood import (
     probe,
 )
 from deepnlme.likelihood._inner import InnerResult, implicit_eta, keep_best, newton_lm_lanes
-from deepnlme.likelihood._small import unrolled
+from deepnlme.likelihood._linalg import unrolled
 
 _EVALUATORS: dict = {}
 
@@ -374,7 +374,7 @@ def test_keep_best_keeps_the_first_of_modes_equal_up_to_rounding():
 def test_split_evaluation_equals_the_whole(oral):
     # a fit compiles an evaluation with an EBE search as two programs (the search, then the
     # rest); their composition is the one-program evaluation, multistart warm starts included
-    from deepnlme.estimation._fit_problem import _compiled
+    from deepnlme.estimation._compiled import compiled_evaluation as _compiled
 
     method = FOCEI(inner=InnerOptions(multistart=True))
     ev, u0 = _evaluator(oral, method)

@@ -243,7 +243,7 @@ def test_penalty_reported_apart_from_ofv(small_pop):
 def test_penalty_hessian_of_the_bfgs_start(small_pop):
     # a penalised FOCE fit starts BFGS from BHHH plus the penalty's Hessian in the free
     # parameters: for plain L2 that is 2 * strength on each weight, 0 on biases and the rest
-    from deepnlme.estimation._fit_problem import _penalty_hessian
+    from deepnlme.estimation._compiled import penalty_hessian as _penalty_hessian
 
     m = dn.load_model(_small_reg_model(", reg=L2(2.0, effective=False)"))
     prob, _ = model_problem(m, small_pop)

@@ -1,4 +1,4 @@
-"""The result of a fit."""
+"""`deepnlme.fit`: a parsed model fitted to a population."""
 
 from __future__ import annotations
 
@@ -6,87 +6,91 @@ import dataclasses
 from typing import Any
 
 import numpy as np
-import pandas as pd
+
+from ..errors import OptionError
+from ..likelihood import Method
+from ..likelihood._from_model import model_problem
+from ..solve._ode import OdeOptions
+from ._outer import fit_problem
+from ._result import Fit
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class Fit:
-    """The result of `fit_problem` (and of `deepnlme.fit`).
+def _matching_ebes(init: Fit, problem) -> np.ndarray | None:
+    """The EBEs of the fit `init` (of another problem: another model object, population or
+    ODE options) by subject ID, as ``[N, q]`` starts for `problem`; zeros for the subjects
+    `init` does not have (or where its EBEs are not finite). None when the random effects are
+    named differently or no subject is shared."""
+    ebes = getattr(init, "ebes", None)
+    if ebes is None or tuple(ebes.columns) != tuple(problem.eta_labels):
+        return None
+    rows = ebes.reindex(list(problem.subject_ids)).to_numpy(dtype=np.float64)
+    known = np.all(np.isfinite(rows), axis=1)
+    if problem.n_eta == 0 or not np.any(known):
+        return None
+    return np.where(known[:, None], rows, 0.0)
 
-    - `ofv`: -2LL without the N*log(2*pi) constant (NONMEM's OFV; N = uncensored Gaussian
-      observations); `m2ll`: -2LL with it. For JointMAP both are -2 log p(y, eta | theta).
-    - `aic`, `bic`: from `m2ll`, with `n_params` estimated parameters (variance parameters
-      included, etas of JointMAP not) and log(`n_obs`) for BIC.
-    - `estimates`: parameter name -> value on the declared scale.
-    - `table()`: estimate, SE, RSE%, 95% CI (delta method) and eta-shrinkage rows.
-    - `ebes`: one row per subject; `eta_cov`: `[N, q, q]` conditional variances of the EBEs
-      (inverse of the Hessian the method uses).
-    - `converged`, `message`, `n_iter`, `n_eval`, `history`, `timings` (compile, run,
-      covariance, total; seconds), `covariance` (DataFrame on the declared scale, or None),
-      `covariance_status` (why it failed, with eigenvalues), `penalty` (not in the OFV).
+
+def _check_pair(model, population) -> None:
+    from ..data import Population
+    from ..model import Model
+
+    if not isinstance(model, Model):
+        raise OptionError(
+            f"fit: `model` must be a Model from deepnlme.load_model(...); got "
+            f"{type(model).__name__}. Load model text or a model file with load_model first."
+        )
+    if not isinstance(population, Population):
+        raise OptionError(
+            f"fit: `population` must be a Population from deepnlme.read_data(...); got "
+            f"{type(population).__name__}. Read a CSV path or a DataFrame with read_data first."
+        )
+
+
+def fit(
+    model,
+    population,
+    method: Method,
+    *,
+    init: Any = None,
+    ode_options: OdeOptions | None = None,
+    **options: Any,
+) -> Fit:
+    """Fit `model` to `population` by `method` and return a `Fit`.
+
+    **Arguments**
+
+    - `model`: a `Model` (`deepnlme.load_model`); `population`: a `Population`
+      (`deepnlme.read_data`).
+    - `method`: `FO()`, `FOCE()`, `FOCEI()`, `LaplaceI()`, `JointMAP()` or `NaivePooled()`.
+    - `init`: None (the model's initial values), a dict of values by name (the rest from the
+      model), or a previous `Fit`: its estimates, and its EBEs as the starts of the EBE
+      search (JointMAP: the etas) for the subjects it has, when its random effects have the
+      same names (a fit loaded with `load_fit` too):
+      `fit(m, pop, FOCE(), init=fit(m, pop, JointMAP()))`.
+    - `ode_options`: `deepnlme.OdeOptions` for ODE models.
+    - `options`: `max_iter`, `time_limit`, `gtol`, `ftol`, `xtol`, `optimizer`, `fixed`,
+      `progress`, `covariance`, `init_eta` (see `deepnlme.estimation.fit_problem`).
+
+    Example:
+        >>> fit = dn.fit(model, pop, dn.FOCEI())
+        >>> fit.ofv, fit.estimates["tcl"]
     """
-
-    method: Any
-    ofv: float
-    m2ll: float
-    aic: float
-    bic: float
-    estimates: dict[str, Any]
-    u: np.ndarray
-    ebes: pd.DataFrame
-    eta_cov: np.ndarray
-    shrinkage: dict[str, float]
-    converged: bool
-    message: str
-    n_iter: int
-    n_eval: int
-    history: pd.DataFrame
-    timings: dict[str, float]
-    covariance: pd.DataFrame | None
-    covariance_u: np.ndarray | None
-    covariance_status: str
-    penalty: float
-    n_obs: int
-    n_subjects: int
-    n_params: int
-    fixed: tuple[str, ...]
-    inner_converged: bool
-    problem: Any = dataclasses.field(repr=False, default=None)
-    model: Any = dataclasses.field(repr=False, default=None)
-    population: Any = dataclasses.field(repr=False, default=None)
-    ode_options: Any = dataclasses.field(repr=False, default=None)
-    _table: pd.DataFrame = dataclasses.field(repr=False, default=None)
-
-    def table(self) -> pd.DataFrame:
-        """Estimates with SE, RSE%, 95% CI (declared scale, delta method) and eta-shrinkage %.
-
-        Columns: parameter, kind, estimate, se, rse%, ci_2.5%, ci_97.5%, shrinkage%, note.
-        Shrinkage (NONMEM's SD-based 1 - SD(EBE_j)/sqrt(Omega_jj), in %) is given on the rows
-        of the diagonal elements of Omega and on rows named `eta-shrinkage(label)`.
-        """
-        return self._table.copy()
-
-    def save(self, path) -> Any:
-        """Save this fit to the folder `path` (see `deepnlme.save_fit`; load with `load_fit`)."""
-        from ..results._persist import save_fit  # results sits above estimation: lazy import
-
-        return save_fit(self, path)
-
-    @property
-    def ebe_array(self) -> np.ndarray:
-        """EBEs as an `[N, q]` array."""
-        return self.ebes.to_numpy(dtype=np.float64)
-
-    def __str__(self) -> str:
-        name = getattr(self.method, "name", type(self.method).__name__)
-        status = "converged" if self.converged else "NOT converged"
-        lines = [
-            f"{name} fit: {status} ({self.message})",
-            f"OFV {self.ofv:.4f}   -2LL {self.m2ll:.4f}   AIC {self.aic:.3f}   BIC {self.bic:.3f}",
-            f"{self.n_subjects} subjects, {self.n_obs} observations, {self.n_params} estimated "
-            f"parameters, {self.n_iter} iterations, {self.timings.get('total', 0.0):.2f} s",
-            f"covariance step: {self.covariance_status}",
-        ]
-        with pd.option_context("display.width", 120, "display.max_columns", 20):
-            lines.append(self._table.drop(columns=["note"]).to_string(index=False))
-        return "\n".join(lines)
+    _check_pair(model, population)
+    ode_options = ode_options or OdeOptions()
+    problem, _ = model_problem(model, population, ode_options=ode_options)
+    init_eta = options.pop("init_eta", None)
+    if isinstance(init, Fit) and init.problem is not problem:
+        if init_eta is None:
+            init_eta = _matching_ebes(init, problem)
+        init = {k: v for k, v in init.estimates.items() if k in problem.init}
+    elif isinstance(init, dict):
+        unknown = [k for k in init if k not in {p.name for p in model.compiled.params}]
+        if unknown:
+            raise OptionError(
+                f"fit: `init` names unknown parameter '{unknown[0]}'; the model's parameters "
+                f"are {', '.join(p.name for p in model.compiled.params)}"
+            )
+        # declared-fixed parameters are not estimated; fit_problem fills in the rest
+        init = {k: v for k, v in init.items() if k in problem.init}
+    result = fit_problem(problem, method, init=init, init_eta=init_eta, **options)
+    return dataclasses.replace(result, model=model, population=population, ode_options=ode_options)

@@ -1,24 +1,26 @@
-"""Validation of `fit_problem` options."""
+"""Validation of `fit_problem`'s scalar options."""
 
 from __future__ import annotations
 
 import math
 
-from ..errors import OptionError
-
-OPTIMIZERS = ("bfgs", "lbfgs", "adam")
-COVARIANCE = ("sandwich", "r", "s", None)
+from ..errors import OptionError, check_range
 
 
-def check_number(name: str, value, low: float, high: float, *, integer: bool = False) -> None:
-    """Raise OptionError unless `value` is a number (an integer) in [low, high]."""
-    kind = "an integer" if integer else "a number"
-    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok or math.isnan(value) or not (low <= value <= high):
-        raise OptionError(f"fit: option `{name}` must be {kind} in [{low}, {high}]; got {value!r}")
-
-
-def check_choice(name: str, value, allowed: tuple) -> None:
-    """Raise OptionError unless `value` is one of `allowed`."""
-    if value not in allowed:
-        raise OptionError(f"fit: option `{name}` must be one of {allowed}; got {value!r}")
+def check_stopping(max_iter, time_limit, gtol, ftol, xtol, progress) -> None:
+    """Raise OptionError unless the stopping rules and `progress` are in range."""
+    check_range("fit", "max_iter", max_iter, 0, 1_000_000, integer=True)
+    if (
+        not isinstance(time_limit, (int, float))
+        or isinstance(time_limit, bool)
+        or not (time_limit > 0)
+    ):
+        raise OptionError(
+            f"fit: option `time_limit` must be a number of seconds > 0 (math.inf for none); "
+            f"got {time_limit!r}"
+        )
+    check_range("fit", "gtol", gtol, 0.0, math.inf)
+    check_range("fit", "ftol", ftol, 0.0, 1.0)
+    check_range("fit", "xtol", xtol, 0.0, math.inf)
+    if not isinstance(progress, bool):
+        raise OptionError(f"fit: option `progress` must be True or False; got {progress!r}")

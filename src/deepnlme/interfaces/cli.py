@@ -18,10 +18,9 @@ from ..errors import DataError, ModelError, OptionError, SolveError
 _USER_ERRORS = (DataError, ModelError, OptionError, SolveError, OSError, ImportError)
 
 
-_METHODS = ["FO", "FOCE", "FOCEI", "LaplaceI", "JointMAP", "NaivePooled"]
-
-
 def _parser() -> argparse.ArgumentParser:
+    from ..likelihood import method_names
+
     p = argparse.ArgumentParser(
         prog="deepnlme",
         description="Nonlinear mixed-effects modelling for pharmacometrics (NONMEM-format data).",
@@ -49,7 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("model", help="model file")
     fit.add_argument("data", help="NONMEM-format CSV data file")
     fit.add_argument(
-        "--method", default="FOCEI", choices=_METHODS, help="estimation method (default FOCEI)"
+        "--method",
+        default="FOCEI",
+        help=f"estimation method, in any case: {', '.join(method_names())} (default FOCEI)",
     )
     fit.add_argument("--out", required=True, help="output folder")
     fit.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
@@ -166,7 +167,9 @@ def _run_fit(model_src, data, method: str, out: Path, *, max_iter: int, quiet: b
     t0 = time.perf_counter()
     pop = dn.read_data(data) if not isinstance(data, dn.Population) else data
     model = dn.load_model(model_src)
-    m = getattr(dn, method)()
+    from ..likelihood import method_named
+
+    m = method_named(method)()
     fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet)
     print(fit)
     if not quiet:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -9,9 +10,43 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..solve._taylor import value_jac_hess
-from ._methods import InnerOptions
-from ._small import damped_newton_step, solve
+from .._autodiff import value_jac_hess
+from ..errors import OptionError, check_range
+from ._linalg import damped_newton_step, solve
+
+
+@dataclasses.dataclass(frozen=True)
+class InnerOptions:
+    """Options of the inner (EBE) solver: a batched Newton solve with Levenberg-Marquardt damping.
+
+    **Arguments**
+
+    - `max_iter`: Newton iterations at most (per outer evaluation), default 50.
+    - `tol`: convergence when the Newton decrement g'(H + lam I)^-1 g at the current EBE
+      (on the -2LL scale) is below `tol`; default 1e-14. The search returns that point plus
+      its Newton step, and the returned EBEs carry one more Newton step (the implicit step).
+    - `multistart`: besides the previous EBEs, start the search from eta = 0 and from
+      +-1.5 SD of Omega along each random effect (2q + 1 more searches, batched), and keep the
+      mode with the lowest contribution to the method's objective (ties, within 1e-10
+      relative: the mode found from the previous EBEs). Where a subject's conditional
+      density has several modes (networks that take random effects as inputs), a search from
+      the previous EBEs alone can stay in a worse one.
+      None (default): on for models with network parameters, off otherwise; True or False:
+      always or never. The inner solve costs 2q + 2 times as much with it.
+    """
+
+    max_iter: int = 50
+    tol: float = 1e-14
+    multistart: bool | None = None
+
+    def __post_init__(self) -> None:
+        check_range("InnerOptions", "max_iter", self.max_iter, 1, 10_000, integer=True)
+        check_range("InnerOptions", "tol", self.tol, 0.0, 1.0)
+        if not (self.multistart is None or isinstance(self.multistart, bool)):
+            raise OptionError(
+                "InnerOptions: option `multistart` must be None, True or False; got "
+                f"{self.multistart!r}"
+            )
 
 
 class InnerResult(NamedTuple):

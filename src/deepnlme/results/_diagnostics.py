@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError
-from ..likelihood import InnerOptions, cond_parts, newton_lm
+from ..likelihood import max_step_of, newton_lm
 from ..likelihood._from_model import batched, binding_of, model_problem
-from ..likelihood._objective import max_step_of
 from ..model._distributions import inverse_transform
+from ..solve._ode import OdeOptions
 from ..solve._subject import raise_failed_solves
 from ._simulate import prediction_frame
 
@@ -48,8 +48,6 @@ def _check_fit(fit, what: str) -> None:
 
 def fit_ode_options(fit):
     """The `OdeOptions` the fit was made with (the default when the fit does not say)."""
-    from ..solve._ode import OdeOptions
-
     return fit.ode_options or OdeOptions()
 
 
@@ -62,31 +60,26 @@ _EBE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _posthoc_ebes(problem, fit, theta) -> jax.Array:
-    """EBEs of every subject of `problem` with the population parameters held at the fit's."""
+    """EBEs of every subject of `problem` with the population parameters held at the fit's,
+    each minimising the fit's method's EBE objective (`Method.ebe_objective`)."""
     q = problem.n_eta
     n = problem.n_subjects
-    if q == 0 or getattr(fit.method, "name", "") == "NaivePooled":
+    method = fit.method
+    if q == 0 or not method.random_effects:
         return jnp.zeros((n, q))
     per = _EBE_CACHE.setdefault(problem, {})
-    foce = getattr(fit.method, "name", "") == "FOCE"
-    if foce not in per:
+    if method not in per:
         obs = problem.obs_terms
-        inner_opts = getattr(fit.method, "inner", InnerOptions())
 
         def one(theta, subj):
             om = problem.omega(theta)
             om_inv = jnp.linalg.inv(om)
-            v0 = obs(theta, jnp.zeros(q), subj).var if foce else None
-
-            def f(e):
-                gp, xp = cond_parts(obs(theta, e, subj), v0)
-                return gp + xp + e @ om_inv @ e
-
+            f = method.ebe_objective(obs, theta, om_inv, subj, q, jnp.zeros(q).dtype)
             sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
-            return newton_lm(f, jnp.zeros(q), inner_opts, max_step_of(sd)).eta
+            return newton_lm(f, jnp.zeros(q), method.inner_options, max_step_of(sd)).eta
 
-        per[foce] = jax.jit(jax.vmap(one, in_axes=(None, 0)))
-    return per[foce](theta, problem.subjects)
+        per[method] = jax.jit(jax.vmap(one, in_axes=(None, 0)))
+    return per[method](theta, problem.subjects)
 
 
 def bind_fit(fit, population=None) -> Bound:

@@ -106,6 +106,11 @@ def solver_object(solver: str | diffrax.AbstractSolver) -> diffrax.AbstractSolve
     return solver
 
 
+def solver_names() -> tuple[str, ...]:
+    """The solvers' shorthands."""
+    return tuple(_SOLVERS)
+
+
 def solver_name(solver: str | diffrax.AbstractSolver) -> str | None:
     """The shorthand of `solver` (a shorthand, or a diffrax solver equal to a shorthand's default
     instance: ``diffrax.Kvaerno5()`` -> ``"kvaerno5"``); None for any other solver."""

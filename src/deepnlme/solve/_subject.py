@@ -18,12 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import DataError, ModelError, SolveError
-from ..model._distributions import ObsDist
-from ._closed_form import closed_form_amounts_jit
-from ._doses import DoseEvents, DoseFeatures
-from ._ode import OdeOptions, ode_states
-from ._taylor import (
+from .._autodiff import (
     dependent_leaves,
     mixed_coefficients,
     mixed_polynomial,
@@ -31,6 +26,11 @@ from ._taylor import (
     used_leaves,
     used_rows,
 )
+from ..errors import DataError, ModelError, SolveError
+from ..model._distributions import ObsDist
+from ._closed_form import closed_form_amounts_jit
+from ._doses import DoseEvents, DoseFeatures
+from ._ode import OdeOptions, ode_states
 
 
 class SubjectData(NamedTuple):
@@ -264,7 +264,7 @@ class SubjectPredictor:
 
         Equal to `states` in value at eta = eta_c and in every derivative of first order and
         of second order with a random effect in it, and much cheaper to differentiate (see
-        `_taylor`):
+        `deepnlme._autodiff`):
 
         - closed form: the amounts expanded to second order in the individual PK and dosing
           parameters (a few inputs; exact in every second derivative); only the amounts the

@@ -167,16 +167,14 @@ def test_a_loaded_fit_starts_a_chained_fit_with_its_ebes(saved):
     np.testing.assert_allclose(chained.ebe_array, fit.ebe_array, rtol=0, atol=1e-15)
     assert np.any(np.abs(fit.ebe_array) > 1e-3)
     partial = fit.ebes.drop(index=fit.ebes.index[:2])
-    starts = dn.estimation._model_fit._matching_ebes(
+    starts = dn.estimation._fit._matching_ebes(
         dataclasses.replace(fit, ebes=partial), chained.problem
     )
     np.testing.assert_array_equal(starts[:2], 0.0)
     np.testing.assert_array_equal(starts[2:], fit.ebe_array[2:])
     renamed = fit.ebes.rename(columns=lambda c: c + "_x")
     assert (
-        dn.estimation._model_fit._matching_ebes(
-            dataclasses.replace(fit, ebes=renamed), chained.problem
-        )
+        dn.estimation._fit._matching_ebes(dataclasses.replace(fit, ebes=renamed), chained.problem)
         is None
     )
 
@@ -221,3 +219,19 @@ def test_init_eta_given_to_fit_wins_over_the_init_fits_ebes(saved):
     )
     assert same.problem is fit.problem
     np.testing.assert_array_equal(same.ebe_array, starts)
+
+
+def test_ode_options_are_saved_with_the_solver_by_its_shorthand():
+    import diffrax
+
+    from deepnlme.estimation._persist import _ode_record
+
+    rec = _ode_record(dn.OdeOptions(solver=diffrax.Kvaerno5(), rtol=1e-7))
+    assert rec["solver"] == "kvaerno5" and rec["rtol"] == 1e-7
+    assert dn.OdeOptions(**rec) == dn.OdeOptions(solver="kvaerno5", rtol=1e-7)
+
+    class Custom(diffrax.Tsit5):
+        pass
+
+    with pytest.raises(dn.OptionError, match="has no shorthand name"):
+        _ode_record(dn.OdeOptions(solver=Custom()))

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 
 import deepnlme as dn
-from deepnlme._config import compile_lowered
-from deepnlme.likelihood import make_evaluator, probe
-from deepnlme.likelihood._from_model import model_problem
-from deepnlme.solve._taylor import (
+from deepnlme._autodiff import (
     dependent_leaves,
     taylor2,
     taylor_mixed,
     used_leaves,
     used_rows,
 )
+from deepnlme._config import compile_lowered
+from deepnlme.likelihood import make_evaluator, probe
+from deepnlme.likelihood._from_model import model_problem
 
 
 def _f(p):

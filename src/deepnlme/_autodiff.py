@@ -1,4 +1,6 @@
-"""Second-order Taylor surrogates of an expensive map of a few inputs.
+"""Automatic-differentiation helpers: a function's value, Jacobian and Hessian in forward mode,
+the inputs a traced function depends on, and second-order Taylor surrogates of an expensive
+map of a few inputs (used by `solve` for its surrogates and by `likelihood`'s EBE search).
 
 The first-order methods need, per subject, derivatives of the predictions up to second order:
 the FOCE(I) objective holds the Jacobian of the predictions in the random effects, and its

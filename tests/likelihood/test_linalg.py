@@ -11,7 +11,7 @@ import toy_models as tm
 
 import deepnlme  # noqa: F401  (float64)
 from deepnlme.likelihood import FOCEI, InnerOptions, make_evaluator, newton_lm, probe
-from deepnlme.likelihood import _small as sm
+from deepnlme.likelihood import _linalg as sm
 
 
 def _spd(q, seed):

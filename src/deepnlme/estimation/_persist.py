@@ -20,6 +20,11 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataError, OptionError
+from ..likelihood import method_from_record
+from ..likelihood._from_model import model_problem
+from ..model import load_model
+from ..solve._ode import OdeOptions, solver_name, solver_names
+from ._result import Fit
 
 FORMAT = "deepnlme-fit"
 SCHEMA_VERSION = 1
@@ -124,28 +129,6 @@ def _versions() -> dict[str, str]:
     }
 
 
-def _method_record(method) -> dict:
-    options = {}
-    for f in dataclasses.fields(method):
-        v = getattr(method, f.name)
-        options[f.name] = dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
-    return {"name": method.name, "options": _clean(options)}
-
-
-def _method_from_record(rec: dict):
-    from .. import likelihood
-
-    known = ("FO", "FOCE", "FOCEI", "LaplaceI", "JointMAP", "NaivePooled")
-    name = rec.get("name")
-    if name not in known:
-        raise DataError(f"saved fit: unknown method {name!r}; expected one of {known}")
-    cls = getattr(likelihood, name)
-    options = dict(rec.get("options", {}))
-    if "inner" in options:
-        options["inner"] = likelihood.InnerOptions(**options["inner"])
-    return cls(**options)
-
-
 # --------------------------------------------------------------------------- save
 
 
@@ -162,6 +145,19 @@ def _model_record(fit) -> dict:
     return record
 
 
+def _ode_record(ode: OdeOptions) -> dict:
+    """The ODE options as plain values, the solver by its shorthand (a solver without one
+    cannot be saved by name)."""
+    record = {f.name: getattr(ode, f.name) for f in dataclasses.fields(ode)}
+    record["solver"] = solver_name(ode.solver)
+    if record["solver"] is None:
+        raise OptionError(
+            f"save_fit: the fit's ODE solver {ode.solver!r} has no shorthand name, so the saved "
+            f"fit could not name it; fit with one of the solvers {solver_names()} to save it"
+        )
+    return record
+
+
 def save_fit(fit, path: str | os.PathLike) -> Path:
     """Save `fit` to the folder `path` (`fit.json` + `arrays.npz`; created if needed).
 
@@ -170,8 +166,6 @@ def save_fit(fit, path: str | os.PathLike) -> Path:
     content. No pickle: `load_fit` runs no code from the files. Returns the folder's path.
     Format: `docs/persistence.md`.
     """
-    from ..estimation import Fit
-    from ._diagnostics import fit_ode_options
 
     if not isinstance(fit, Fit):
         raise OptionError(f"save_fit: `fit` must be a Fit; got {type(fit).__name__}")
@@ -207,15 +201,16 @@ def save_fit(fit, path: str | os.PathLike) -> Path:
             data_cols[str(c)] = "array"
         else:
             data_cols[str(c)] = [str(v) for v in s]
-    ode = fit_ode_options(fit)
+    ode = fit.ode_options or OdeOptions()
+    method = fit.method.record()
     payload = {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "versions": _versions(),
         "model": _model_record(fit),
-        "method": _method_record(fit.method),
-        "ode_options": _clean(dataclasses.asdict(ode)),
+        "method": {"name": method["name"], "options": _clean(method["options"])},
+        "ode_options": _clean(_ode_record(ode)),
         "data": {
             "columns": data_cols,
             "order": [str(c) for c in data.columns],
@@ -365,15 +360,10 @@ def load_fit(path: str | os.PathLike):
     is parsed again from its saved source and the data rebuilt from the saved table, so the
     loaded fit predicts exactly what the saved fit predicted.
     """
-    from ..estimation import Fit
-    from ..likelihood._from_model import model_problem
-    from ..model import load_model
-    from ..solve._ode import OdeOptions
-
     payload, arrays = _read(Path(path))
     model = load_model(payload["model"].get("resolved") or payload["model"]["source"])
     population = _population(payload, arrays)
-    method = _method_from_record(payload["method"])
+    method = method_from_record(payload["method"])
     ode = OdeOptions(**payload["ode_options"])
     problem, _ = model_problem(model, population, ode_options=ode)
     u = arrays["u"]

@@ -1,0 +1,271 @@
+"""The compiled programs of a problem: its evaluation under a method (two programs where the
+method has an EBE search), and the small helper programs of the report; all cached per
+problem and kept in the program store (`_programs`) between processes."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._gc import gc_paused
+from ..likelihood import Method, Problem, Searched, Structure, free_penalty, make_evaluator, probe
+from ..likelihood._linalg import unrolled
+from ._programs import compile_and_store, program_path, read_program
+
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def problem_cache(problem: Problem) -> dict:
+    """The cache of `problem`'s compiled programs and probed structure (gone with it)."""
+    try:
+        return _CACHE.setdefault(problem, {})
+    except TypeError:  # not weak-referenceable: no caching
+        return {}
+
+
+def structure_of(problem: Problem) -> Structure:
+    """What the data of `problem` look like (`likelihood.probe`), found once per problem."""
+    cache = problem_cache(problem)
+    if "structure" not in cache:
+        cache["structure"] = probe(problem)
+    return cache["structure"]
+
+
+def compiled_evaluation(
+    problem: Problem,
+    method: Method,
+    free: tuple[int, ...],
+    args,
+    ahead: Callable[[], None] | None = None,
+) -> tuple[Any, float]:
+    """The compiled evaluation for (problem, method, free set), and the compile time.
+
+    For problems with a `cache_token`, each compiled program is stored next to the
+    compilation cache (`_programs`: keyed by the token, the method, the free set, the
+    argument shapes, the compiler options and the versions of jax and deepnlme), so that a
+    later process fitting the same model to the same data loads it instead of tracing and
+    compiling again.
+
+    A method with an EBE search is two programs, the search and the rest (`make_evaluator`'s
+    stages), called one after the other. Each compiles on a thread of its own while the main
+    thread traces the other: optimised programs trace the search first, the others the rest
+    (which takes longer to compile). `ahead()`, when given, runs once the evaluation is
+    traced, while it compiles: it may trace and compile other small programs (the main thread
+    would otherwise wait). This returns once the search is compiled: the first call runs its
+    search while the rest may still compile, and waits for the rest only then; the compiled
+    evaluation's attribute `waited` holds how long it waited (a time of compilation, not of
+    the fit).
+    """
+    cache = problem_cache(problem)
+    key = ("eval", method, free)
+    if key in cache:
+        return cache[key], 0.0
+    t0 = time.perf_counter()
+    structure = structure_of(problem)
+    optimise = structure.n_obs > _FAST_COMPILE_OBS or problem.solves_ode
+    serial = (
+        not optimise
+        and problem.n_subjects <= _SERIAL_SUBJECTS
+        and not any(p.kind == "network" for p in problem.param_info)
+    )
+    unroll = written_out(problem, serial)
+
+    def build(stage, stage_args, path, pool):
+        # trace the stage here; compile (and store) it on `pool`
+        evaluate = make_evaluator(problem, method, free, structure, stage, serial)
+        with unrolled(unroll):
+            lowered = jax.jit(evaluate).lower(*stage_args)
+        return pool.submit(compile_and_store, lowered, optimise, path)
+
+    def program(stage, stage_args, pool):
+        # a future of the stage's compiled program, loaded on `pool` when it is stored (None
+        # when it cannot be loaded: `finished` builds it then)
+        options = {"optimise": optimise, "stage": stage, "serial": serial}
+        parts = (method, free, sorted(options.items()), unroll, structure[:4])
+        path = program_path(problem.cache_token, parts, stage_args, optimise)
+        if path is not None and path.is_file():
+            return pool.submit(read_program, path), (stage, stage_args, path)
+        return build(stage, stage_args, path, pool), None
+
+    def finished(future, rebuild, pool):
+        out = future.result()
+        if out is None:
+            with gc_paused():
+                out = build(*rebuild, pool).result()
+        return out
+
+    pool = concurrent.futures.ThreadPoolExecutor(2)
+    # tracing and lowering allocate a few hundred thousand objects: no cyclic garbage
+    # collections meanwhile (`_gc`)
+    with gc_paused():
+        if not method.has_search(problem):
+            whole = program("whole", args, pool)
+        else:
+            # optimised programs: the search first, which compiles while the rest traces, and
+            # the first evaluation's search then runs while the rest compiles; the others: the
+            # rest first, which takes longer to compile, while the search traces
+            z, base_u, eta, subjects = args
+            if optimise:
+                search_future = program("search", args, pool)
+            rest_future = program("rest", (z, base_u, _searched_shape(eta), subjects), pool)
+            if not optimise:
+                search_future = program("search", args, pool)
+        if ahead is not None:
+            ahead()
+    if not method.has_search(problem):
+        compiled = finished(*whole, pool)
+        pool.shutdown()
+        cache[key] = compiled
+        return compiled, time.perf_counter() - t0
+    search = finished(*search_future, pool)
+    t_search = time.perf_counter() - t0
+    rest = []
+
+    def compiled(z, base_u, eta, subjects):
+        searched = search(z, base_u, eta, subjects)  # runs while the call goes on (JAX)
+        if not rest:
+            # the first call: the search runs while the rest may still be compiling
+            t = time.perf_counter()
+            rest.append(finished(*rest_future, pool))
+            pool.shutdown()
+            compiled.waited = time.perf_counter() - t
+        return rest[0](z, base_u, searched, subjects)
+
+    compiled.waited = 0.0
+    cache[key] = compiled
+    return compiled, t_search
+
+
+def penalty_hessian(problem: Problem, free: tuple[int, ...]):
+    """`(z, base_u) -> d2 penalty / dz2`, the Hessian of the problem's penalty in the free
+    entries (compiled once per problem and free set; a small program)."""
+    cache = problem_cache(problem)
+    key = ("penalty_hessian", free)
+    if key not in cache:
+        store = (problem.cache_token, f"penalty_hessian{free}")
+        cache[key] = run_once_jit(jax.hessian(free_penalty(problem, free)), store)
+    return cache[key]
+
+
+def _searched_shape(eta) -> Searched:
+    """The shapes of the `Searched` ends of the EBE searches from warm starts `eta`
+    (``[N, q]``, or ``[N, K + 1, q]`` with multistart)."""
+    n, q = eta.shape[0], eta.shape[-1]
+    k1 = eta.shape[1] if eta.ndim == 3 else 1
+    sds = jax.ShapeDtypeStruct
+    return Searched(
+        sds((n, q), eta.dtype),
+        sds((n, q, q), eta.dtype),
+        sds((n,), bool),
+        sds((n, k1, q), eta.dtype),
+    )
+
+
+# Up to this many observations, the LLVM backend compiles at -O0: that halves the XLA compile
+# time of an evaluator, and on small data the evaluations (a fraction of a second in all) do
+# not notice the slower code. Larger data keep the optimised build, whose evaluations dominate
+# there, and so do ODE models at any size: there the optimised program evaluates several
+# times faster, which repays its longer compilation within a few iterations. The optimisation
+# level changes no number (no fast-math either way). Measured: benchmarks/design-measurements.md.
+_FAST_COMPILE_OBS = 5_000
+
+# Such a program for at most this many subjects, without networks, loops over the subjects
+# instead of batching them (`make_evaluator`'s `serial`): it traces faster, while each
+# evaluation costs a little more per subject, which past this many subjects the shorter
+# tracing no longer repays. Network models are left out: they take hundreds of evaluations.
+_SERIAL_SUBJECTS = 64
+
+# From this many subjects on, the per-subject q x q algebra is written out element by element
+# instead of calling LAPACK once per subject (see likelihood/_linalg.py): each evaluation is
+# faster, for a little more compilation.
+_UNROLL_SUBJECTS = 2_000
+
+# ... and from this many subjects times q^3 on, whatever the number of subjects: batched LAPACK
+# kernels split large batches over XLA's intra-op thread pool, and several such calls running
+# at once can hold every pool thread and deadlock (see likelihood/_linalg.py). This bound keeps
+# every LAPACK call of an evaluation unsplit.
+_LAPACK_SPLIT_WORK = 50_000
+
+
+def written_out(problem: Problem, serial: bool = False) -> bool:
+    """Whether an evaluation of `problem` is traced with the q x q algebra written out
+    (`likelihood._linalg.unrolled`); `serial` programs call LAPACK one subject at a time."""
+    n, q = problem.n_subjects, problem.n_eta
+    return not serial and (n >= _UNROLL_SUBJECTS or n * q**3 >= _LAPACK_SPLIT_WORK)
+
+
+def run_once_jit(fn, store: tuple[str | None, str] = (None, "")):
+    """`jax.jit(fn)`, compiled with deepnlme's options for programs that run a few times on
+    little data (-O0, classic emitters: about half the compile time); one compilation per
+    argument structure and shapes. `store` = (a problem's `cache_token`, a name): the
+    compiled programs are kept in the program store (`_programs`) under that name."""
+    jitted = jax.jit(fn)
+    compiled: dict = {}
+
+    def program(args):
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        key = (
+            tree,
+            tuple(
+                (
+                    np.shape(a),
+                    str(getattr(a, "dtype", type(a).__name__)),
+                    getattr(a, "weak_type", isinstance(a, (int, float))),
+                )
+                for a in leaves
+            ),
+        )
+        if key not in compiled:
+            token, name = store
+            path = program_path(token, (name, key), args, optimise=False)
+            stored = read_program(path)
+            if stored is None:
+                with gc_paused():
+                    stored = compile_and_store(jitted.lower(*args), False, path)
+            compiled[key] = stored
+        return compiled[key]
+
+    def call(*args):
+        return program(args)(*args)
+
+    def prepare(*args):
+        """Trace and compile for such arguments now."""
+        program(args)
+
+    call.prepare = prepare
+    return call
+
+
+def post_functions(problem: Problem):
+    """Jitted host-side helpers of the report (one small compile each, instead of many eager
+    operations): declared values, Omega and the Jacobian of the declared values."""
+    cache = problem_cache(problem)
+    if "post" not in cache:
+        order = [pi.name for pi in problem.param_info]
+
+        def flat(u):
+            vals = problem.unpack(u)
+            return jnp.concatenate([jnp.ravel(vals[name]) for name in order])
+
+        def values(u):
+            vals = problem.unpack(u)
+            return vals, problem.omega(vals)
+
+        def declared_jac(u, cols):
+            return jax.jacfwd(lambda zc: flat(u.at[cols].set(zc)))(u[cols])
+
+        def omega_jac(var_vals, other):
+            return jax.jacfwd(lambda vv: problem.omega({**other, **vv}))(var_vals)
+
+        cache["post"] = tuple(
+            run_once_jit(f, (problem.cache_token, f.__name__))
+            for f in (values, declared_jac, omega_jac)
+        )
+    return cache["post"]

@@ -1,0 +1,398 @@
+"""The outer optimisers as objects: BFGS and L-BFGS (host-side, tolerant of inf/nan trial
+points) and Adam (optax).
+
+Why BFGS and L-BFGS are our own and not scipy's or optimistix's: the objective of a marginal
+method depends on where its EBE searches start, and those starts must move only at accepted
+points (`on_accept`), or the OFV changes under the line search; a trial point where an ODE
+turns stiff must cost one rejected step, not a failed fit (non-finite values shorten the step,
+and no trial step moves a parameter by more than `MAX_TRIAL_STEP`); BFGS starts from, and in
+its first iterations takes, the Hessian guess the fit supplies (BHHH from the per-subject
+gradients); and a stall away from a stationary point is reported as not converged. scipy's
+BFGS and L-BFGS-B offer none of these hooks, and their fits of the same objectives took more
+evaluations: `python benchmarks/bench_optimizer.py` measures it.
+
+`optimizer="bfgs"`, `"lbfgs"` and `"adam"` are shorthands of `BFGS()`, `LBFGS()` and `Adam()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import OptionError, check_range
+
+
+@dataclasses.dataclass(frozen=True)
+class OptResult:
+    """Result of a minimisation."""
+
+    x: np.ndarray
+    f: float
+    g: np.ndarray
+    n_iter: int
+    n_eval: int
+    converged: bool
+    message: str
+    history: list[tuple[int, float, float, float]]
+    stalled: bool = False  # stopped as f stalled away from a stationary point
+
+
+def _progress_line(it: int, f: float, gmax: float, elapsed: float) -> str:
+    return f"{it:6d}  {f:18.6f}  {gmax:12.4e}  {elapsed:9.2f}s"
+
+
+# The largest change of any (unconstrained) parameter in one trial step of BFGS and L-BFGS:
+# a quasi-Newton direction built from a poor curvature pair can be huge, and such a trial step
+# can make an ODE model stiff, costing far more to reject than any accepted step gains. One
+# unit is a factor e on a log-parameter.
+MAX_TRIAL_STEP = 1.0
+
+
+class _Stop(Exception):
+    """An optimiser's step ends the minimisation: `message`, and whether f `stalled`."""
+
+    def __init__(self, message: str, stalled: bool = False) -> None:
+        super().__init__(message)
+        self.message, self.stalled = message, stalled
+
+
+class _Retry(Exception):
+    """The step found nothing, but the optimiser reset itself: the next iteration tries again."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Optimizer:
+    """Base class of the outer optimisers.
+
+    Class attributes: `name` (the shorthand), `line_search` (steps are accepted only where
+    the objective decreases, so an accepted point is a known point: what the marginal
+    methods' warm-started EBE searches need), `quasi_newton` (the stops on a settled OFV and a
+    small step apply).
+    """
+
+    name: ClassVar[str] = "optimizer"
+    line_search: ClassVar[bool] = True
+    quasi_newton: ClassVar[bool] = True
+
+    def start(self, n: int, hessian_guess: Callable[[], np.ndarray | None] | None) -> Any:
+        """The optimiser's own state for `n` parameters."""
+        raise NotImplementedError
+
+    def trial(self, state: Any, call: Callable, x, f: float, g, it: int):
+        """One step from (x, f, g): returns (x_new, f_new, g_new, full_step), where `call`
+        evaluates value and gradient; raises `_Stop` or `_Retry`."""
+        raise NotImplementedError
+
+    def learn(self, state: Any, s, y, it: int, hessian_guess, guess_iters: int) -> None:
+        """Update the state from the accepted step `s` and the gradient change `y`."""
+
+    def minimize(
+        self,
+        fun: Callable[[np.ndarray], tuple[float, np.ndarray]],
+        x0: np.ndarray,
+        *,
+        max_iter: int = 500,
+        time_limit: float = math.inf,
+        gtol: float = 1e-3,
+        ftol: float = 1e-10,
+        xtol: float = 1e-8,
+        progress: bool = False,
+        t_start: float | None = None,
+        hessian_guess: Callable[[], np.ndarray | None] | None = None,
+        guess_iters: int = 5,
+        on_accept: Callable[[], None] | None = None,
+    ) -> OptResult:
+        """Minimise `fun` (returning value and gradient) from `x0`.
+
+        Converged when max|g| < gtol, or (quasi-Newton) the relative decrease of f over two
+        successive iterations is below ftol, or the largest component of a full (not
+        shortened) step is below xtol while f has settled. A stop on ftol with max|g| still
+        above 1000 max(gtol, 1e-3) is reported as not converged (f stalled away from a
+        stationary point), and such a gradient rules out a stop on xtol. `on_accept()` is
+        called after each accepted step, whose point is then the one `fun` evaluated last.
+        """
+        t0 = time.perf_counter() if t_start is None else t_start
+        x = np.asarray(x0, dtype=np.float64).copy()
+        n_eval = 0
+
+        def call(xx):
+            nonlocal n_eval
+            n_eval += 1
+            f, g = fun(xx)
+            return float(f), np.asarray(g, dtype=np.float64)
+
+        f, g = call(x)
+        history = [(0, f, float(np.max(np.abs(g))) if g.size else 0.0, time.perf_counter() - t0)]
+        if progress:
+            print(f"{'iter':>6}  {'OFV':>18}  {'max|grad|':>12}  {'elapsed':>10}", file=sys.stdout)
+            print(_progress_line(*history[0]), file=sys.stdout, flush=True)
+        if not (np.isfinite(f) and np.all(np.isfinite(g))):
+            message = (
+                "the objective or its gradient is not finite at the starting values; "
+                "check the initial estimates"
+            )
+            return OptResult(x, f, g, 0, n_eval, False, message, history)
+        if on_accept is not None:  # the start is the first accepted point
+            on_accept()
+        if g.size == 0:
+            return OptResult(x, f, g, 0, n_eval, True, "no free parameters", history)
+        if np.max(np.abs(g)) < gtol:
+            return OptResult(x, f, g, 0, n_eval, True, "gradient below gtol at the start", history)
+
+        state = self.start(x.size, hessian_guess)
+        message, converged, it = "maximum number of iterations reached", False, 0
+        stalled = False
+        small_f = 0
+        for it in range(1, max_iter + 1):
+            try:
+                x_new, f_new, g_new, full_step = self.trial(state, call, x, f, g, it)
+            except _Retry:
+                continue
+            except _Stop as stop:
+                message, stalled = stop.message, stop.stalled
+                break
+            if on_accept is not None:
+                on_accept()
+            self.learn(state, x_new - x, g_new - g, it, hessian_guess, guess_iters)
+            step_max = float(np.max(np.abs(x_new - x)))
+            df = f - f_new
+            x, f, g = x_new, f_new, g_new
+            gmax = float(np.max(np.abs(g)))
+            far_from_stationary = gmax > 1e3 * max(gtol, 1e-3)
+            elapsed = time.perf_counter() - t0
+            history.append((it, f, gmax, elapsed))
+            if progress:
+                print(_progress_line(it, f, gmax, elapsed), file=sys.stdout, flush=True)
+            if gmax < gtol:
+                message, converged = f"max|gradient| {gmax:.3g} < gtol {gtol:g}", True
+                break
+            small_f = small_f + 1 if abs(df) <= ftol * max(1.0, abs(f)) else 0
+            if self.quasi_newton and small_f >= 2:
+                message = f"relative OFV change below ftol {ftol:g} in two successive iterations"
+                converged = True
+                if far_from_stationary:  # the OFV stalled
+                    message += (
+                        f", but max|gradient| is still {gmax:.3g}: the line search makes no "
+                        "progress (a non-smooth objective, or EBEs that jump between modes?); "
+                        "not converged"
+                    )
+                    converged, stalled = False, True
+                break
+            # a small step counts as convergence only when it is the step first tried (a step
+            # the line search had to shorten says the direction was poor), the OFV has settled
+            # and the gradient is not far from zero (a quasi-Newton scaling fitted to one
+            # strongly curved direction can make a step tiny while the gradient is large)
+            settled = abs(df) <= ftol * max(1.0, abs(f)) and not far_from_stationary
+            if self.quasi_newton and step_max < xtol and full_step and settled:
+                message = f"largest parameter step {step_max:.3g} < xtol {xtol:g}"
+                converged = True
+                break
+            if elapsed > time_limit:
+                message = f"time limit of {time_limit:g} s reached after {it} iterations"
+                break
+        return OptResult(x, f, g, it, n_eval, converged, message, history, stalled)
+
+
+@dataclasses.dataclass
+class _Curvature:
+    """A quasi-Newton optimiser's state: the BFGS inverse Hessian, or L-BFGS's pairs."""
+
+    hinv: np.ndarray | None = None
+    s_list: list = dataclasses.field(default_factory=list)
+    y_list: list = dataclasses.field(default_factory=list)
+
+    def reset(self) -> None:
+        self.hinv, self.s_list, self.y_list = None, [], []
+
+    def known(self) -> bool:
+        return self.hinv is not None or bool(self.s_list)
+
+
+@dataclasses.dataclass(frozen=True)
+class _QuasiNewton(Optimizer):
+    """A quasi-Newton direction and a backtracking line search that treats a trial point
+    where f is not finite as a failed step (the step is shortened)."""
+
+    def direction(self, state: _Curvature, g: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def start(self, n, hessian_guess):
+        return _Curvature()
+
+    def trial(self, state: _Curvature, call, x, f, g, it):
+        d = self.direction(state, g)
+        slope = float(g @ d)
+        if not np.isfinite(slope) or slope >= 0:  # not a descent direction: reset
+            state.reset()
+            d, slope = -g, -float(g @ g)
+        # no trial point moves a parameter by more than MAX_TRIAL_STEP (0.1 without
+        # curvature information); with a Hessian guess or an update, alpha = 1 otherwise
+        d_max = max(np.max(np.abs(d)), 1e-300)
+        alpha = min(1.0, (MAX_TRIAL_STEP if state.known() else 0.1) / d_max)
+        alpha_first = alpha
+        for _ in range(40):
+            x_try = x + alpha * d
+            f_try, g_try = call(x_try)
+            finite = np.isfinite(f_try) and np.all(np.isfinite(g_try))
+            if finite and f_try <= f + 1e-4 * alpha * slope:
+                return x_try, f_try, g_try, alpha == alpha_first
+            if finite:  # quadratic interpolation, kept within [0.1, 0.5] of the step
+                denom = 2.0 * (f_try - f - alpha * slope)
+                a_new = -slope * alpha * alpha / denom if denom > 0 else 0.5 * alpha
+                alpha = min(max(a_new, 0.1 * alpha), 0.5 * alpha)
+            else:
+                alpha *= 0.25
+        if state.known():
+            state.reset()
+            raise _Retry
+        raise _Stop(
+            "line search could not decrease the OFV (at the limit of numerical precision?); "
+            f"max|gradient| = {np.max(np.abs(g)):.3g}",
+            stalled=True,
+        )
+
+    @staticmethod
+    def _curvature_ok(s: np.ndarray, y: np.ndarray) -> bool:
+        sy = float(s @ y)
+        return sy > 1e-12 * math.sqrt(float(s @ s) * float(y @ y))
+
+
+@dataclasses.dataclass(frozen=True)
+class BFGS(_QuasiNewton):
+    """BFGS with a dense inverse Hessian, started from (and, in its first `guess_iters`
+    iterations, reset to) the fit's Hessian guess where that is positive definite; the
+    default for the marginal methods."""
+
+    name: ClassVar[str] = "bfgs"
+
+    def start(self, n, hessian_guess):
+        state = _Curvature()
+        if hessian_guess is not None:
+            state.hinv = _inverse_if_pd(hessian_guess())
+        return state
+
+    def direction(self, state, g):
+        return -(g if state.hinv is None else state.hinv @ g)
+
+    def learn(self, state, s, y, it, hessian_guess, guess_iters):
+        if not self._curvature_ok(s, y):
+            return
+        guess = None
+        if hessian_guess is not None and it < guess_iters:
+            guess = _inverse_if_pd(hessian_guess())
+        if guess is not None:
+            state.hinv = guess
+            return
+        sy = float(s @ y)
+        if state.hinv is None:
+            state.hinv = np.eye(s.size) * (sy / float(y @ y))
+        rho = 1.0 / sy
+        hy = state.hinv @ y
+        state.hinv = (
+            state.hinv
+            - rho * (np.outer(s, hy) + np.outer(hy, s))
+            + (rho * rho * float(y @ hy) + rho) * np.outer(s, s)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class LBFGS(_QuasiNewton):
+    """Limited-memory BFGS keeping the last `memory` curvature pairs; JointMAP's default (its
+    outer vector holds every subject's etas)."""
+
+    name: ClassVar[str] = "lbfgs"
+    memory: int = 10
+
+    def __post_init__(self) -> None:
+        check_range("LBFGS", "memory", self.memory, 1, 1000, integer=True)
+
+    def direction(self, state, g):
+        return _two_loop(g, state.s_list, state.y_list)
+
+    def learn(self, state, s, y, it, hessian_guess, guess_iters):
+        if not self._curvature_ok(s, y):
+            return
+        state.s_list.append(s)
+        state.y_list.append(y)
+        if len(state.s_list) > self.memory:
+            state.s_list.pop(0)
+            state.y_list.pop(0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Adam(Optimizer):
+    """Adam (optax's, betas 0.9 and 0.999, eps 1e-8) at `learning_rate`: for networks with
+    thousands of weights under JointMAP and NaivePooled. Stops on gtol, max_iter and the time
+    limit only; a point where the objective is not finite ends the fit."""
+
+    name: ClassVar[str] = "adam"
+    line_search: ClassVar[bool] = False
+    quasi_newton: ClassVar[bool] = False
+    learning_rate: float = 1e-2
+
+    def __post_init__(self) -> None:
+        check_range("Adam", "learning_rate", self.learning_rate, 1e-12, 10.0)
+
+    def start(self, n, hessian_guess):
+        import optax
+
+        tx = optax.adam(self.learning_rate, b1=0.9, b2=0.999, eps=1e-8)
+        return {"tx": tx, "state": tx.init(np.zeros(n))}
+
+    def trial(self, state, call, x, f, g, it):
+        updates, state["state"] = state["tx"].update(g, state["state"])
+        x_new = x + np.asarray(updates, dtype=np.float64)
+        f_new, g_new = call(x_new)
+        if not (np.isfinite(f_new) and np.all(np.isfinite(g_new))):
+            raise _Stop("Adam reached a point where the objective is not finite")
+        return x_new, f_new, g_new, True
+
+
+OPTIMIZERS: dict[str, type[Optimizer]] = {c.name: c for c in (BFGS, LBFGS, Adam)}
+
+
+def resolve_optimizer(optimizer: Optimizer | str) -> Optimizer:
+    """An optimiser object from an object or its shorthand ("bfgs", "lbfgs", "adam")."""
+    if isinstance(optimizer, Optimizer):
+        return optimizer
+    if isinstance(optimizer, str) and optimizer in OPTIMIZERS:
+        return OPTIMIZERS[optimizer]()
+    raise OptionError(
+        f"fit: option `optimizer` must be one of {tuple(OPTIMIZERS)} or an optimiser object "
+        f"(BFGS(), LBFGS(memory=...), Adam(learning_rate=...)); got {optimizer!r}"
+    )
+
+
+def _inverse_if_pd(h: np.ndarray | None) -> np.ndarray | None:
+    """The inverse of a symmetric `h` when it is finite and well conditioned, else None."""
+    if h is None:
+        return None
+    h = 0.5 * (np.asarray(h, dtype=np.float64) + np.asarray(h, dtype=np.float64).T)
+    if h.ndim != 2 or not np.all(np.isfinite(h)):
+        return None
+    eig, vec = np.linalg.eigh(h)
+    if eig[0] <= 1e-8 * max(eig[-1], 1e-300):
+        return None
+    return (vec / eig) @ vec.T
+
+
+def _two_loop(g: np.ndarray, s_list: list[np.ndarray], y_list: list[np.ndarray]) -> np.ndarray:
+    q = g.copy()
+    alphas = []
+    for s, y in zip(reversed(s_list), reversed(y_list)):
+        a = float(s @ q) / float(y @ s)
+        alphas.append(a)
+        q -= a * y
+    if s_list:
+        s, y = s_list[-1], y_list[-1]
+        q *= float(s @ y) / float(y @ y)
+    for (s, y), a in zip(zip(s_list, y_list), reversed(alphas)):
+        b = float(y @ q) / float(y @ s)
+        q += (a - b) * s
+    return -q

@@ -1,0 +1,397 @@
+"""`fit_problem`: the outer optimisation of a `Problem` under a method, then the covariance
+step and the `Fit`."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+
+from ..errors import OptionError
+from ..likelihood import LOG2PI, Method, Problem, multistart_points
+from ._compiled import compiled_evaluation, penalty_hessian, post_functions, structure_of
+from ._covariance import Covariance, resolve_covariance
+from ._optimizers import Optimizer, OptResult, resolve_optimizer
+from ._options import check_stopping
+from ._programs import wait_stored
+from ._result import Fit
+from ._start import Start, starting_point
+from ._table import add_shrinkage, build_table, estimates_of, omega_jac_args, shrinkage
+
+# accepted steps between restarts of the extra EBE searches from their fixed points
+_RESEED = 10
+
+
+def fit_problem(
+    problem: Problem,
+    method: Method,
+    *,
+    init: Any = None,
+    max_iter: int = 500,
+    time_limit: float = math.inf,
+    gtol: float = 1e-3,
+    ftol: float = 1e-10,
+    xtol: float = 1e-8,
+    optimizer: Optimizer | str | None = None,
+    fixed: Sequence[str] | Mapping[str, Any] | None = None,
+    progress: bool = True,
+    covariance: Covariance | str | None = "sandwich",
+    network_se: bool = False,
+    init_eta: np.ndarray | None = None,
+) -> Fit:
+    """Fit `problem` by `method` and return a `Fit`.
+
+    **Arguments**
+
+    - `problem`: a `deepnlme.likelihood.Problem`; `method`: `FO()`, `FOCE()`, `FOCEI()`,
+      `LaplaceI()`, `JointMAP()` or `NaivePooled()`.
+    - `init`: None (the problem's initial values), a dict of values by name, or a previous
+      `Fit` of the same problem (its estimates and EBEs are the start: chain JointMAP -> FOCE).
+    - `max_iter` (1..1e6), `time_limit` (seconds, > 0), `gtol` (max |gradient| of the OFV),
+      `ftol` (relative OFV change over two iterations), `xtol` (largest unconstrained step).
+    - `optimizer`: `BFGS()` (default; `LBFGS()` for JointMAP), `LBFGS(memory=10)`, or
+      `Adam(learning_rate=1e-2)` (JointMAP and NaivePooled only); or their shorthands
+      "bfgs", "lbfgs", "adam".
+    - `fixed`: names to hold at their start, or {name: value}.
+    - `progress`: print iteration, OFV, max|gradient|, elapsed time.
+    - `covariance`: `Sandwich()` (R^-1 S R^-1, default), `RMatrix()`, `SMatrix()` (or
+      "sandwich", "r", "s"), or None.
+    - `network_se`: include parameters of kind "network" in the covariance step (default no).
+    - `init_eta`: ``[N, q]`` starts of the EBE search (JointMAP: the starting etas); default
+      the EBEs of an `init` `Fit`, else zeros. Given with a `Fit`, it takes precedence.
+    """
+    t_total = time.perf_counter()
+    if not isinstance(method, Method):
+        raise OptionError(
+            "fit: `method` must be one of FO(), FOCE(), FOCEI(), LaplaceI(), JointMAP(), "
+            f"NaivePooled(); got {method!r}"
+        )
+    check_stopping(max_iter, time_limit, gtol, ftol, xtol, progress)
+    optimizer = resolve_optimizer(method.default_optimizer if optimizer is None else optimizer)
+    method.check_optimizer(optimizer)
+    covariance = resolve_covariance(covariance)
+
+    start = starting_point(problem, method, init, init_eta, fixed)
+    cov_pos = _covariance_positions(problem, start, network_se) if covariance else []
+    run = _Run(problem, method, start, cov_pos)
+    res = optimizer.minimize(
+        run.fun,
+        run.x0(),
+        max_iter=max_iter,
+        time_limit=time_limit,
+        gtol=gtol,
+        ftol=ftol,
+        xtol=xtol,
+        progress=progress,
+        t_start=run.t_run0,
+        hessian_guess=run.hessian_guess,
+        on_accept=run.on_accept,
+    )
+    ev = run.final(res)
+
+    t_cov0 = time.perf_counter()
+    cov_u, cov_status = _covariance(run, method, covariance, cov_pos, res.x[: len(start.free)], ev)
+    t_cov = time.perf_counter() - t_cov0
+
+    fit = _result(problem, method, start, res, ev, cov_pos, cov_u, init, fixed, network_se)
+    wait_stored()  # the programs this fit compiled are in the store when it returns
+    timings = {
+        "compile": run.t_compile,
+        "run": run.t_run,
+        "covariance": t_cov,
+        "total": time.perf_counter() - t_total,
+    }
+    return fit(timings=timings, covariance_status=cov_status)
+
+
+def _network_names(problem: Problem) -> set[str]:
+    return {pi.name for pi in problem.param_info if pi.kind == "network"}
+
+
+def _covariance_positions(problem: Problem, start: Start, network_se: bool) -> list[int]:
+    """Positions in the free vector of the parameters the covariance step covers (network
+    weights only with `network_se`)."""
+    slices = problem.u_slices()
+    size = start.u0.size
+    network = _network_names(problem)
+    return [
+        k
+        for k, i in enumerate(start.free)
+        if network_se or not any(i in range(*slices[nm].indices(size)) for nm in network)
+    ]
+
+
+class _Run:
+    """One outer optimisation: the compiled evaluation, the warm starts of the EBE searches
+    and the last evaluations, for the optimiser's `fun`, `on_accept` and `hessian_guess`.
+
+    With a multistart EBE search every search is warm-started where it ended at the last
+    accepted point (`Evaluation.modes`), not from the same fixed points each time (from those,
+    every evaluation runs its searches from scratch). Every `_RESEED` accepted steps the extra
+    searches restart from eta = 0 and +-1.5 SD of Omega, so a mode that all of them left can
+    be found again.
+    """
+
+    def __init__(self, problem: Problem, method: Method, start: Start, cov_pos: list[int]):
+        self.problem, self.method, self.start = problem, method, start
+        self.joint = method.joint
+        self.tracked = method.uses_multistart(problem)
+        self.n, self.q, self.p = problem.n_subjects, problem.n_eta, len(start.free)
+        self.base = jax.device_put(start.u0)
+        self.eta = np.asarray(start.eta0, dtype=np.float64)  # the warm starts
+        if self.tracked:
+            self.eta = _with_fixed_starts(problem, start.u0, self.eta)
+        self.accepted = 0
+        self.ev_last = self.z_last = None  # the last evaluation, and its point
+        self.ev = self.z = None  # the last accepted one
+        z0 = start.u0[list(start.free)]
+        self.compiled, self.t_compile = compiled_evaluation(
+            problem,
+            method,
+            start.free,
+            (jax.device_put(z0), self.base, jax.device_put(self.eta), problem.subjects),
+            lambda: self._prepare_report(cov_pos),
+        )
+        self.t_run0 = time.perf_counter()
+        self.t_run = 0.0
+
+    def _prepare_report(self, cov_pos: list[int]) -> None:
+        """Compile the report's helper programs while the evaluation compiles."""
+        problem = self.problem
+        values_fn, declared_jac, omega_jac = post_functions(problem)
+        u = jax.device_put(self.start.u0)
+        values_fn.prepare(u)
+        if cov_pos and not self.joint:
+            declared_jac.prepare(u, jax.device_put(np.asarray(self.start.free)[cov_pos]))
+        shapes = {pi.name: np.zeros(pi.shape) for pi in problem.param_info}
+        jac_args = omega_jac_args(problem, estimates_of(shapes))
+        if jac_args is not None:
+            omega_jac.prepare(*jac_args)
+
+    def x0(self) -> np.ndarray:
+        """The optimiser's start: the free parameters (JointMAP: and every subject's eta)."""
+        z0 = self.start.u0[list(self.start.free)]
+        return np.concatenate([z0, self.start.eta0.ravel()]) if self.joint else z0
+
+    def evaluate(self, z: np.ndarray, eta: np.ndarray):
+        out = self.compiled(
+            jax.device_put(z), self.base, jax.device_put(eta), self.problem.subjects
+        )
+        return jax.tree_util.tree_map(np.asarray, out)
+
+    def fun(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        """The objective (OFV plus penalty) and its gradient at `x`."""
+        p = self.p
+        if self.joint:
+            z, eta = x[:p], x[p:].reshape(self.n, self.q)
+        else:
+            z, eta = x, self.eta
+        ev = self.evaluate(z, eta)
+        self.ev_last, self.z_last = ev, z
+        f = float(np.sum(ev.m2ll_i) + ev.penalty)
+        g = np.sum(ev.grad_i, axis=0) + ev.penalty_grad
+        if self.joint:
+            g = np.concatenate([g, ev.grad_eta.ravel()])
+        return f, g
+
+    def on_accept(self) -> None:
+        """The EBEs of an accepted point become the warm start of the next evaluations; those
+        of rejected trial points do not, so every trial of one line search starts its EBE
+        search from the same EBEs (with several modes per subject, a search started elsewhere
+        can end in another mode, and the OFV would change under the line search)."""
+        self.ev, self.z = self.ev_last, self.z_last
+        if self.joint:
+            return
+        self.eta = _carried(self.eta, self.ev, self.tracked)
+        self.accepted += 1
+        if self.tracked and self.accepted % _RESEED == 0:
+            u = self.start.u0.copy()
+            u[list(self.start.free)] = self.z_last
+            self.eta = _with_fixed_starts(self.problem, u, self.eta[:, 0])
+
+    def hessian_guess(self) -> np.ndarray | None:
+        """BHHH at the accepted point: 1/2 sum_i (g_i - mean g) (g_i - mean g)' approximates
+        the Hessian of the OFV (sum of -2 log L_i), as each subject's gradient g_i is exact;
+        with a penalty (networks) the penalty's own Hessian is added, and a ridge of 1e-6 of
+        the largest diagonal entry makes the sum positive definite (the network's biases are
+        not penalised, and a saturated unit's are nearly flat); with fewer than 2p subjects
+        BFGS starts from a scaled identity instead."""
+        ev, n, p = self.ev, self.n, self.p
+        if self.joint or ev is None or n < 2 * p:
+            return None
+        g_i = np.asarray(ev.grad_i)
+        d = g_i - g_i.mean(axis=0)
+        h = 0.5 * (d.T @ d) * n / max(n - 1, 1)
+        if np.any(ev.penalty_grad != 0):
+            hess = penalty_hessian(self.problem, self.start.free)
+            h = h + np.asarray(hess(jnp.asarray(self.z), self.base))
+            h = h + 1e-6 * max(float(np.max(np.diag(h))), 1e-300) * np.eye(p)
+        return h
+
+    def final(self, res: OptResult):
+        """The evaluation at the result, which is the last accepted point: `fun` evaluated it
+        last before accepting it (its EBE search warm-started from the previous accepted EBEs,
+        run to its tolerance). Only when that is missing or some subject's EBE search failed
+        there is the point evaluated again, from the EBEs carried so far. Sets the run and
+        compile times (the first evaluation's wait for the rest of the program to compile,
+        taken once, is compile time)."""
+        waited = getattr(self.compiled, "waited", 0.0)
+        if waited:
+            self.compiled.waited = 0.0
+        self.t_compile += waited
+        p, ev = self.p, self.ev
+        if ev is None or not np.all(np.isfinite(ev.eta)):
+            eta_in = res.x[p:].reshape(self.n, self.q) if self.joint else self.eta
+            ev = self.evaluate(res.x[:p], eta_in)
+            if not self.joint:
+                self.eta = _carried(eta_in, ev, self.tracked)
+        self.t_run = time.perf_counter() - self.t_run0 - waited
+        return ev
+
+
+def _covariance(run: _Run, method: Method, covariance, cov_pos, z_hat, ev):
+    """The covariance of the free parameters at `z_hat` and the status line."""
+    if covariance is None:
+        return None, "not requested"
+    note = method.covariance_note()
+    if note is not None:
+        return None, note
+    if not cov_pos:
+        return None, "no estimated parameters to compute a covariance for"
+    return covariance.step(lambda z: run.evaluate(z, run.eta), z_hat, ev, cov_pos)
+
+
+def _result(problem, method, start: Start, res, ev, cov_pos, cov_u, init, fixed, network_se):
+    """The `Fit` (a function of the timings and the covariance status, which come last)."""
+    structure = structure_of(problem)
+    n, q, p = problem.n_subjects, problem.n_eta, len(start.free)
+    u_hat = start.u0.copy()
+    u_hat[list(start.free)] = res.x[:p]
+    ofv = float(np.sum(ev.m2ll_i))
+    m2ll = ofv + structure.n_gauss * LOG2PI
+    fixed_names = start.fixed_names
+    # fixed parameters are reported exactly as given (no round trip through the transform)
+    exact = {}
+    if not isinstance(init, Fit):
+        exact.update({k: problem.init[k] for k in fixed_names})
+        if isinstance(init, Mapping):
+            exact.update({k: v for k, v in init.items() if k in fixed_names})
+    if isinstance(fixed, Mapping):
+        exact.update(fixed)
+    table, cov_decl, estimates = build_table(
+        problem,
+        u_hat,
+        start.free,
+        cov_pos,
+        cov_u,
+        fixed_names,
+        _network_names(problem),
+        network_se,
+        ev,
+        method,
+        exact,
+    )
+    eta_arr = np.asarray(ev.eta) if method.random_effects else np.zeros((n, q))
+    omega = np.asarray(post_functions(problem)[0](jax.device_put(u_hat))[1])
+    shrink = shrinkage(problem, eta_arr, omega, method)
+    table = add_shrinkage(table, problem, shrink, estimates)
+
+    def fit(**last) -> Fit:
+        return Fit(
+            method=method,
+            ofv=ofv,
+            m2ll=m2ll,
+            aic=m2ll + 2 * p,
+            bic=m2ll + p * math.log(max(structure.n_obs, 1)),
+            estimates=estimates,
+            u=u_hat,
+            ebes=pd.DataFrame(
+                eta_arr,
+                columns=list(problem.eta_labels),
+                index=pd.Index(list(problem.subject_ids), name="ID"),
+            ),
+            eta_cov=np.asarray(ev.eta_cov),
+            shrinkage=shrink,
+            converged=bool(res.converged),
+            message=_explain_inner(_explain_stall(res, ev, problem, method), ev, problem, method),
+            n_iter=res.n_iter,
+            n_eval=res.n_eval,
+            history=pd.DataFrame(res.history, columns=["iter", "ofv", "gradnorm", "time"]),
+            covariance=cov_decl,
+            covariance_u=cov_u,
+            penalty=float(ev.penalty),
+            n_obs=structure.n_obs,
+            n_subjects=n,
+            n_params=p,
+            fixed=tuple(sorted(fixed_names)),
+            inner_converged=bool(np.all(ev.inner_ok)),
+            problem=problem,
+            _table=table,
+            **last,
+        )
+
+    return fit
+
+
+def _with_fixed_starts(problem, u, eta) -> np.ndarray:
+    """``[N, 2q + 2, q]``: each subject's `eta` ``[N, q]`` first, then eta = 0 and +-1.5 SD of
+    Omega(u) along each random effect (the starts of the multistart search)."""
+    omega = post_functions(problem)[0](jax.device_put(np.asarray(u, np.float64)))[1]
+    n, q = eta.shape
+    starts = np.asarray(multistart_points(omega))
+    return np.concatenate([eta[:, None, :], np.broadcast_to(starts, (n, 2 * q + 1, q))], axis=1)
+
+
+def _carried(eta_in, ev, tracked) -> np.ndarray:
+    """The warm starts for the next evaluation: the EBEs found (with multistart, the end
+    point of every search, the kept mode first), except where a search ended non-finite."""
+    new = ev.modes if tracked else ev.eta
+    ok = np.all(np.isfinite(new), axis=-1, keepdims=True)
+    return np.where(ok, new, eta_in)
+
+
+def _explain_inner(message: str, ev, problem, method) -> str:
+    """`message`, and where some subject's EBE search did not converge at the estimates (its
+    Newton iterations ran out, or it stopped where the step was not finite), how many and
+    which (the first five IDs), with what to do about it."""
+    ok = np.asarray(ev.inner_ok, dtype=bool)
+    if not method.has_search(problem) or ok.all():
+        return message
+    failed = [problem.subject_ids[i] for i in np.flatnonzero(~ok)]
+    shown = ", ".join(f"ID {i}" for i in failed[:5]) + (", ..." if len(failed) > 5 else "")
+    return (
+        f"{message}; the EBE search did not converge at the estimates for {len(failed)} of "
+        f"{ok.size} subjects ({shown}): their EBEs and objective terms may be inaccurate; "
+        f"raise the search's iterations (inner=InnerOptions(max_iter=...), now "
+        f"{method.inner_options.max_iter}) or check these subjects' data and starting values"
+    )
+
+
+def _explain_stall(res, ev, problem, method) -> str:
+    """The optimiser's message; for a fit that stalled (the OFV stopped decreasing away from a
+    stationary point), also the subjects that carry most of the gradient when a few do (a
+    subject whose EBE sits where its conditional mode splits or vanishes has a gradient many
+    orders above the others')."""
+    if not res.stalled or method.joint or problem.n_subjects < 2:
+        return res.message
+    g2 = np.sum(np.square(np.asarray(ev.grad_i, dtype=np.float64)), axis=1)
+    total = float(np.sum(g2))
+    if not (np.isfinite(total) and total > 0):
+        return res.message
+    order = np.argsort(-g2)
+    if g2[order[0]] < 0.5 * total:
+        return res.message
+    ids = list(problem.subject_ids)
+    top = [f"ID {ids[i]} ({100 * g2[i] / total:.1f}%)" for i in order[:3] if g2[i] >= 0.1 * total]
+    return (
+        f"{res.message}; the per-subject gradients at the last point come mostly from "
+        f"{', '.join(top)} (share of their summed squares): check the EBEs of these subjects "
+        "(a mode of the conditional density that splits or vanishes as the parameters move "
+        "makes the objective non-smooth there)"
+    )

@@ -1,0 +1,149 @@
+"""The one compiled, batched evaluation of a problem under a method: every subject's
+contribution and its gradient, the EBE searches first where the method has them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._linalg import logdet_inv
+from ._problem import Problem
+from ._terms import Structure
+from .methods import Context, Method
+
+
+def free_penalty(problem: Problem, free: Sequence[int]):
+    """`(z, base_u) -> penalty`: the problem's penalty as a function of the free entries `free`
+    of the unconstrained vector (`base_u` supplies the others)."""
+    idx = np.asarray(free, dtype=np.int64)
+
+    def penalty(z, base_u):
+        return problem.penalty(problem.unpack(base_u.at[idx].set(z)))
+
+    return penalty
+
+
+class Evaluation(NamedTuple):
+    """One batched evaluation: per-subject values and gradients (w.r.t. the free vector z)."""
+
+    m2ll_i: jax.Array  # [N] OFV-scale contributions
+    grad_i: jax.Array  # [N, p_free]
+    eta: jax.Array  # [N, q] EBEs (or the JointMAP etas)
+    eta_cov: jax.Array  # [N, q, q]
+    inner_ok: jax.Array  # [N]
+    grad_eta: jax.Array  # [N, q] (JointMAP only; zeros otherwise)
+    penalty: jax.Array
+    penalty_grad: jax.Array  # [p_free]
+    modes: jax.Array  # [N, K + 1, q] end points of the EBE searches, the kept mode first
+
+
+def lane_chunk(problem: Problem, multistart: bool, lanes: int) -> int | None:
+    """How many EBE searches each pass of the batched search steps (`newton_lm_lanes`).
+
+    A sixteenth of them (at least 32) for ODE models and multistart searches, whose searches
+    differ most in cost and length: there one long search (a start far from any mode) would
+    otherwise make the whole batch step with it. None (all at once) for closed-form models
+    without multistart, and below 64 searches: there every search takes a few cheap
+    iterations, and gathering the pending ones saves nothing (measured:
+    `benchmarks/design-measurements.md`, "EBE search chunks").
+    """
+    if lanes < 64 or not (problem.solves_ode or multistart):
+        return None
+    return max(32, lanes // 16)
+
+
+def make_evaluator(
+    problem: Problem,
+    method: Method,
+    free: Sequence[int],
+    structure: Structure,
+    stage: str = "whole",
+    serial: bool = False,
+):
+    """Build `evaluate(z, base_u, eta, subjects) -> Evaluation` (not yet jitted).
+
+    `z` holds the free entries `free` of the unconstrained vector; `base_u` supplies the others.
+    `eta` is ``[N, q]``, or ``[N, K + 1, q]`` with multistart (the warm starts of every
+    search: `Evaluation.modes` of the previous evaluation). Per-subject terms are vmapped;
+    gradients include the EBEs' dependence on z.
+
+    For a method with an EBE search (`Method.has_search`) the evaluation is the search
+    (`Conditional.search`) and then the rest, and `stage` builds one of the two alone:
+    ``"search"`` gives `search(z, base_u, eta, subjects)`, the batched `Searched` ends of the
+    EBE searches, and ``"rest"`` gives `rest(z, base_u, searched, subjects) -> Evaluation`
+    (a fit compiles them as two programs, in parallel); ``"whole"`` is their composition. No
+    derivative passes from the rest into the search.
+
+    `serial` loops over the subjects (and over the EBE searches) instead of batching them
+    with `vmap`. The values are the same; the program runs slower but traces faster, as JAX
+    then traces the per-subject terms without a batching layer: a fit on little data, whose
+    evaluations take milliseconds, chooses it (about a quarter off tracing the rest of a FOCEI
+    evaluation of Theoph).
+    """
+    if stage not in ("whole", "search", "rest"):
+        raise ValueError(f"stage must be 'whole', 'search' or 'rest'; got {stage!r}")
+    searches = method.has_search(problem)
+    if stage != "whole" and not searches:
+        raise ValueError(f"{method.name} has no EBE search to split the evaluation at")
+    free = np.asarray(free, dtype=np.int64)
+    has_other = structure.n_cens + structure.n_other > 0
+    method.check(structure)
+    joint = method.joint
+    multistart = method.uses_multistart(problem)
+
+    def context(z, base_u):
+        u = base_u.at[free].set(z)
+        theta = problem.unpack(u)
+        om = problem.omega(theta)
+        om_logdet, om_inv = logdet_inv(om)
+        return Context(problem, theta, om, om_inv, om_logdet, has_other)
+
+    def one(z, base_u, eta_i, subj):
+        return method.subject_m2ll(context(z, base_u), eta_i, subj)
+
+    if searches:
+
+        def search(z, base_u, eta, subjects):
+            lanes = eta.shape[0] * (eta.shape[1] if eta.ndim == 3 else 1)
+            if multistart and eta.ndim == 2:
+                lanes *= 2 * problem.n_eta + 2
+            chunk = lane_chunk(problem, multistart, lanes)
+            return method.search(context(z, base_u), eta, subjects, multistart, chunk, serial)
+
+        if stage == "search":
+            return search
+
+    # Reverse mode for the outer gradient. (Forward mode over the subject terms was faster for
+    # a few parameters, but its tangents pass through the batched EBE while-loop, and such
+    # programs were seen to hang in XLA's CPU runtime at 10,000 subjects.)
+    vg = jax.value_and_grad(one, argnums=(0, 2) if joint else 0, has_aux=True)
+    if serial:
+
+        def per_subject(z, base_u, eta, subjects):
+            return jax.lax.map(lambda a: vg(z, base_u, *a), (eta, subjects))
+    else:
+        per_subject = jax.vmap(vg, in_axes=(None, None, 0, 0))
+
+    penalty = free_penalty(problem, free)
+
+    def evaluate(z, base_u, eta, subjects):
+        (vals, aux), grads = per_subject(z, base_u, eta, subjects)
+        if joint:
+            grad_z, grad_eta = grads
+        else:
+            grad_z = grads
+            grad_eta = jnp.zeros_like(aux.eta)
+        pen, pen_grad = jax.value_and_grad(penalty)(z, base_u)
+        return Evaluation(
+            vals, grad_z, aux.eta, aux.eta_cov, aux.inner_ok, grad_eta, pen, pen_grad, aux.modes
+        )
+
+    if stage == "whole" and searches:
+        return lambda z, base_u, eta, subjects: evaluate(
+            z, base_u, search(z, base_u, eta, subjects), subjects
+        )
+    return evaluate

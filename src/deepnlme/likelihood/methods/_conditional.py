@@ -1,0 +1,219 @@
+"""What FOCE, FOCEI and LaplaceI share: an EBE search, then Laplace's formula at the mode.
+
+A subclass says how it approximates the Hessian of the joint log density at the mode
+(`approximate_hessian`, or its own `laplace`) and whether its EBE objective holds the
+residual variances fixed (`residual_variance`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from ...errors import OptionError
+from .._inner import InnerOptions, implicit_step, keep_best, newton_lm_lanes
+from .._linalg import logdet_inv
+from .._problem import Problem
+from .._terms import cond_parts, inner_value, obs_first
+from ._base import Context, Method, SubjectOut
+
+
+class Searched(NamedTuple):
+    """The end of one subject's EBE search (stopped values, no derivative flows through
+    them): the kept mode `eta`, the Hessian `hess` of the inner objective there, whether the
+    search `converged`, and the end points `modes` ``[K + 1, q]`` of all searches, the kept
+    mode first."""
+
+    eta: jax.Array
+    hess: jax.Array
+    converged: jax.Array
+    modes: jax.Array
+
+
+def max_step_of(sd: jax.Array) -> jax.Array:
+    """The largest step of the EBE search per random effect: 2 SD of Omega, at least 0.5."""
+    return jnp.maximum(2.0 * sd, 0.5)
+
+
+def multistart_points(om: jax.Array) -> jax.Array:
+    """The fixed starts ``[2q + 1, q]`` of the extra EBE searches: eta = 0, then +1.5 and
+    -1.5 SD of Omega along each random effect."""
+    q = om.shape[0]
+    sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
+    axes = 1.5 * sd[:, None] * jnp.eye(q, dtype=sd.dtype)
+    return jnp.concatenate([jnp.zeros((1, q), dtype=sd.dtype), axes, -axes])
+
+
+def _first(problem: Problem):
+    """`obs_first` of `problem` as an `obs_terms`-like function."""
+    return lambda th, e, s: obs_first(problem, th, e, s)
+
+
+@dataclasses.dataclass(frozen=True)
+class Conditional(Method):
+    """Base of the methods that find each subject's EBE and apply Laplace's formula there.
+
+    `third_derivatives`: the method differentiates a Hessian of the observation terms, so the
+    second-order surrogate `Problem.obs_terms_near` does not serve it.
+    """
+
+    inner: InnerOptions = InnerOptions()
+    third_derivatives: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.inner, InnerOptions):
+            raise OptionError(
+                f"{type(self).__name__}: option `inner` must be an InnerOptions(...); got "
+                f"{self.inner!r}"
+            )
+
+    @property
+    def inner_options(self) -> InnerOptions:
+        return self.inner
+
+    def has_search(self, problem: Problem) -> bool:
+        return problem.n_eta > 0
+
+    def uses_multistart(self, problem: Problem) -> bool:
+        """`InnerOptions.multistart`; None: when the model has network parameters."""
+        if self.inner.multistart is not None:
+            return bool(self.inner.multistart)
+        return any(p.kind == "network" for p in problem.param_info)
+
+    def approximate_hessian(self, g_mat: jax.Array, dv: jax.Array, w: jax.Array) -> jax.Array:
+        """Half the Hessian of -2 log p(y | eta) at the mode from the first derivatives of the
+        means (`g_mat`) and variances (`dv`) in eta, `w` the inverse variances."""
+        raise NotImplementedError
+
+    def laplace(
+        self, ctx: Context, th: dict, e: jax.Array, obs_e, subj: Any, v0: Any
+    ) -> tuple[jax.Array, jax.Array]:
+        """One subject's contribution (Laplace's formula) and the conditional covariance of
+        eta, at the mode `e`; `obs_e` gives the observation terms near `e`."""
+
+        def mv(x):
+            t = obs_e(th, x, subj)
+            return (t.mean, t.var), t
+
+        (g_mat, dv), t = jax.jacfwd(mv, has_aux=True)(e)
+        gp, xp = cond_parts(t, v0, ctx.has_other)
+        cval = gp + xp
+        gobs = t.mask & t.gaussian & (t.cens == 0)
+        v = jnp.where(gobs, t.var if v0 is None else v0, 1.0)
+        w = jnp.where(gobs, 1.0 / v, 0.0)
+        h_half = self.approximate_hessian(g_mat, dv, w)
+        if ctx.has_other:
+            obs = ctx.problem.obs_terms
+            h_half = h_half + 0.5 * jax.hessian(lambda x: cond_parts(obs(th, x, subj), v0)[1])(e)
+        return self.at_mode(ctx, e, cval, h_half)
+
+    @staticmethod
+    def at_mode(ctx: Context, e: jax.Array, cval: jax.Array, h_half: jax.Array):
+        """Laplace's formula from the conditional -2LL `cval` and half its Hessian `h_half`
+        at the mode `e`, and the conditional covariance of eta there."""
+        ld_m, m_inv = logdet_inv(ctx.om_inv + h_half)
+        return cval + e @ ctx.om_inv @ e + ctx.om_logdet + ld_m, m_inv
+
+    def search(
+        self,
+        ctx: Context,
+        eta: jax.Array,
+        subjects: Any,
+        multistart: bool,
+        chunk: int | None = None,
+        serial: bool = False,
+    ) -> Searched:
+        """The EBE searches of all subjects (``[N]`` `Searched`), as one batch of searches.
+
+        Every search of every subject (``N (K + 1)`` of them with multistart) is a lane of
+        one `newton_lm_lanes` batch, so that a few slow searches run on alone in a small batch
+        (`chunk` lanes) instead of holding up all the others. `serial`: one search after the
+        other instead (`make_evaluator`). `eta`: ``[N, q]`` warm starts, or ``[N, K + 1, q]``
+        (the tracked modes of a multistart search).
+        """
+        problem = ctx.problem
+        theta, om, om_inv, om_logdet = jax.lax.stop_gradient(
+            (ctx.theta, ctx.om, ctx.om_inv, ctx.om_logdet)
+        )
+        ctx = ctx._replace(theta=theta, om=om, om_inv=om_inv, om_logdet=om_logdet)
+        n, q = eta.shape[0], eta.shape[-1]
+        v0 = jax.vmap(lambda s: self.residual_variance(_first(problem), theta, s, q, eta.dtype))(
+            subjects
+        )
+        if not multistart:
+            starts = eta[:, None] if eta.ndim == 2 else eta[:, :1]
+        elif eta.ndim == 3:  # the tracked modes
+            starts = eta
+        else:  # the fixed starts
+            fixed = multistart_points(om)
+            starts = jnp.concatenate(
+                [eta[:, None], jnp.broadcast_to(fixed, (n,) + fixed.shape)], axis=1
+            )
+        k1 = starts.shape[1]
+        lane = jnp.repeat(jnp.arange(n), k1)
+        x = (jax.tree_util.tree_map(lambda a: a[lane], subjects), None if v0 is None else v0[lane])
+        search_obs = problem.obs_terms_search or problem.obs_terms
+        sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
+        res = newton_lm_lanes(
+            lambda e, xl: inner_value(search_obs, theta, om_inv, xl[1], e, xl[0], ctx.has_other),
+            jax.lax.stop_gradient(starts).reshape(n * k1, q),
+            x,
+            self.inner,
+            jnp.broadcast_to(max_step_of(sd), (n * k1, q)),
+            chunk,
+            serial,
+        )
+        found = jax.tree_util.tree_map(lambda a: a.reshape((n, k1) + a.shape[1:]), res)
+        if k1 == 1:
+            first_found = jax.tree_util.tree_map(lambda a: a[:, 0], found)
+            return Searched(first_found.eta, first_found.hess, first_found.converged, found.eta)
+
+        def choose(found_i, subj, v0_i):
+            def score(e):  # modes compete by their contribution to the objective
+                return self.laplace(ctx, theta, e, search_obs, subj, v0_i)[0]
+
+            kept, modes = keep_best(found_i, jax.vmap(score)(found_i.eta))
+            return Searched(kept.eta, kept.hess, kept.converged, modes)
+
+        return jax.vmap(choose)(found, subjects, v0)
+
+    def contribution(
+        self, ctx: Context, searched: Searched, subj: Any
+    ) -> tuple[jax.Array, SubjectOut]:
+        """Laplace's formula at the EBE: the search's mode moved by one implicit step (the
+        EBE as a differentiable function of the parameters)."""
+        problem, theta = ctx.problem, ctx.theta
+        obs = problem.obs_terms
+        q = searched.eta.shape[0]
+        # derivatives of at most second order in (theta, eta) at the EBE: the surrogate is
+        # exact (non-Gaussian terms enter FOCE(I) by their Hessian: third order, so those keep
+        # the model itself)
+        near = problem.obs_terms_near
+        use_near = near is not None and not ctx.has_other and not self.third_derivatives
+
+        def obs_at(eta_c):
+            if not use_near:
+                return obs
+            eta_c = jax.lax.stop_gradient(eta_c)
+            return lambda th, e, s: near(th, e, s, eta_c)
+
+        v0 = self.residual_variance(_first(problem), theta, subj, q, searched.eta.dtype)
+
+        def inner_with(obs_fn):
+            def inner(e, p):
+                th, oi, vv = p
+                return inner_value(obs_fn, th, oi, vv, e, subj, ctx.has_other)
+
+            return inner
+
+        p = (theta, ctx.om_inv, v0)
+        fun_near = (lambda eta_c: inner_with(obs_at(eta_c))) if use_near else None
+        eta = implicit_step(inner_with(obs), p, searched.eta, searched.hess, fun_near)
+        # expanded about the search's mode, like the implicit step: one expansion serves both;
+        # the returned EBE `eta` differs from it by the implicit step's Newton step, of order
+        # |d|^2 after the search's final step d (`newton_lm`)
+        val, m_inv = self.laplace(ctx, theta, eta, obs_at(searched.eta), subj, v0)
+        return val, SubjectOut(eta, m_inv, searched.converged, searched.modes)
