@@ -47,6 +47,8 @@ with _gc_paused():
     from .likelihood import LaplaceI as LaplaceI
     from .likelihood import Method as Method
     from .likelihood import NaivePooled as NaivePooled
+    from .likelihood import method_named as method_named
+    from .likelihood import method_names as method_names
     from .model import Model as Model
     from .model import load_model as load_model
     from .nn import Network as Network
@@ -63,7 +65,7 @@ with _gc_paused():
 
     _freeze_imported()
 
-__version__ = "0.1.0"
+from ._version import __version__ as __version__
 
 __all__ = [
     "Adam",
@@ -96,6 +98,8 @@ __all__ = [
     "datasets",
     "fit",
     "load_model",
+    "method_named",
+    "method_names",
     "make_population",
     "model_predict",
     "network",

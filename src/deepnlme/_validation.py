@@ -150,7 +150,7 @@ class Case:
         return datasets.load(self.data)
 
     def load_model(self):
-        from ._examples import example_path
+        from .datasets import example_path
         from .model import load_model
 
         return load_model(example_path(self.model))

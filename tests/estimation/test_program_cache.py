@@ -13,7 +13,7 @@ import pytest
 FIT = """
 import json, sys
 import deepnlme as dn
-from deepnlme._examples import example_path
+from deepnlme.datasets import example_path
 model = dn.load_model(example_path("theophylline.model"))
 method = getattr(dn, sys.argv[1])()
 fit = dn.fit(model, dn.datasets.load("theophylline"), method, progress=False, covariance=None)

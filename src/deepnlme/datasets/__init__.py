@@ -13,6 +13,7 @@ The files are the public R data sets exported to NONMEM layout by
 from __future__ import annotations
 
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from ..data import Population, read_data
@@ -75,3 +76,13 @@ def load(name: str, **options: Any) -> Population:
 
 
 __all__ = ["load", "names", "path"]
+
+
+def example_path(name: str) -> Path:
+    """Path of a bundled example model file, e.g. ``example_path("theophylline.model")``."""
+    folder = resources.files("deepnlme.datasets") / "models"
+    path = Path(str(folder / name))
+    if not path.is_file():
+        available = sorted(p.name for p in Path(str(folder)).glob("*.model"))
+        raise FileNotFoundError(f"no bundled example model {name!r}; available: {available}")
+    return path

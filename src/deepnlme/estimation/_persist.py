@@ -118,7 +118,7 @@ def data_fingerprint(population) -> str:
 def _versions() -> dict[str, str]:
     import jax
 
-    from .. import __version__
+    from .._version import __version__
 
     return {
         "deepnlme": __version__,

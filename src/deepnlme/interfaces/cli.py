@@ -19,7 +19,7 @@ _USER_ERRORS = (DataError, ModelError, OptionError, SolveError, OSError, ImportE
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..likelihood import method_names
+    from deepnlme import method_names
 
     p = argparse.ArgumentParser(
         prog="deepnlme",
@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _write_fit(fit, out: Path, extra_timings: dict[str, float], *, report: bool) -> Path:
     """Write fit.json, the saved fit, the CSV tables and (optionally) report.html to `out`."""
-    from .. import ebe_table, predict, save_fit
+    from deepnlme import ebe_table, predict, save_fit
 
     out.mkdir(parents=True, exist_ok=True)
     table = fit.table()
@@ -167,9 +167,7 @@ def _run_fit(model_src, data, method: str, out: Path, *, max_iter: int, quiet: b
     t0 = time.perf_counter()
     pop = dn.read_data(data) if not isinstance(data, dn.Population) else data
     model = dn.load_model(model_src)
-    from ..likelihood import method_named
-
-    m = method_named(method)()
+    m = dn.method_named(method)()
     fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet)
     print(fit)
     if not quiet:
@@ -260,8 +258,7 @@ def _report(args) -> None:
 
 def _demo(args) -> None:
     import deepnlme as dn
-
-    from .._examples import example_path
+    from deepnlme.datasets import example_path
 
     out = Path(args.out)
     pop = dn.datasets.load("theophylline")
@@ -286,8 +283,6 @@ def _demo_deepnlme(out: Path, *, quiet: bool) -> None:
     """
     from importlib import resources
 
-    from .. import _examples
-
     folder = Path(str(resources.files("deepnlme.datasets") / "models"))
     names = sorted(p.name for p in folder.glob("deepnlme_*.model"))
     if not names:
@@ -299,7 +294,7 @@ def _demo_deepnlme(out: Path, *, quiet: bool) -> None:
     import deepnlme as dn
 
     _run_fit(
-        _examples.example_path(names[0]),
+        dn.datasets.example_path(names[0]),
         dn.datasets.load("theophylline"),
         "FOCEI",
         out / Path(names[0]).stem,
