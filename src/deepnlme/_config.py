@@ -4,13 +4,11 @@ deepnlme computes in float64. JAX's persistent compilation cache is switched on 
 cache folder, or ``DEEPNLME_CACHE_DIR``) so that a second run of the same model skips compilation.
 
 XLA's multi-threaded Eigen pool on the CPU is switched off (``--xla_cpu_multi_thread_eigen=false``
-is added to ``XLA_FLAGS`` unless the user set that flag). With it, fits of 10,000 subjects hung
-for ever now and then (jaxlib 0.10.2: every thread idle, the main thread waiting on a result;
-three times in about ten such fits), a pool deadlock that others have reported for large vmapped
-programs. Without it the same fits ran as fast here. A fit of 10,000 subjects hung once more with
-the flag in place (main thread in ``BlockUntilReady``, no thread busy), so the CPU client's
-asynchronous dispatch, the other known source of such hangs (jax-ml/jax#25861), is switched off
-too: the outer loop waits for every evaluation anyway, so it gains nothing from it.
+is added to ``XLA_FLAGS`` unless the user set that flag): with it, large vmapped programs can
+deadlock in the pool (every thread idle, the main thread waiting on a result), and without it
+they run as fast. The CPU client's asynchronous dispatch, the other known source of such hangs
+(jax-ml/jax#25861), is switched off too: the outer loop waits for every evaluation anyway, so it
+gains nothing from it. What was seen: benchmarks/design-measurements.md, "Hangs".
 """
 
 from __future__ import annotations
@@ -49,16 +47,14 @@ def _enable_cache() -> None:
 _enable_cache()
 
 
-# Options every deepnlme program is compiled with (jaxlib 0.10.2; docs/estimation.md
-# "Compilation"; benchmarks/bench_compile_options.py):
-# - XLA's newer (MLIR) fusion emitters on the CPU take 35-55% longer to compile deepnlme's
-#   evaluation programs than the classic emitters, and the programs run no faster (Theoph
-#   FOCEI 3.13 vs 2.02 s, synthetic N=10000 7.35 vs 5.50 s).
+# Options every deepnlme program is compiled with (docs/estimation.md "Compilation"; measured
+# by benchmarks/bench_compile_options.py, results in benchmarks/design-measurements.md):
+# - XLA's classic CPU emitters, not its newer (MLIR) fusion emitters, which compile deepnlme's
+#   evaluation programs markedly longer into programs that run no faster.
 # - Reductions are emitted by XLA itself rather than handed to the YNNPACK library (which keeps
 #   matrix products and convolutions): deepnlme's reductions are many and short (per subject,
 #   over a few observations or random effects), and the library's calls cost more than the
-#   sums. The rest of a synthetic N=10000 FOCEI evaluation runs about a fifth faster, with the
-#   same compile time and the same numbers.
+#   sums. The numbers and the compile time are the same.
 # Older jaxlibs lack these options and some future one may drop them, so they are passed per
 # compilation, and one that XLA refuses is left out from then on.
 _EXTRA_OPTIONS = {
@@ -71,14 +67,8 @@ _REFUSED: set[str] = set()
 
 # LLVM's optimisation level for the programs compiled to run many times (`optimise=True`):
 # 1 instead of XLA's default 3, which compiles longer for code that runs no faster here
-# (jaxlib 0.10.2, 2 cores; docs/estimation.md "Compilation"): `python benchmarks/bench_ab.py
-# --cases synth10000 --pairs 4` gave the cold N=10000 FOCEI fit 0.39 s shorter and the warm fit
-# the same (+0.002 s, medians of paired differences); study 1's ODE FOCE evaluation compiled
-# in 10.5-10.8 s instead of 10.9-11.7 s at the same evaluation time (`python
-# benchmarks/bench_evaluation.py --cases study1`), and the network models of
-# `benchmarks/bench_network_scale.py` took the same time per iteration. Level 0 halves the
-# compile time again but doubles the run time: only programs that run once or on little data
-# take it.
+# (benchmarks/design-measurements.md, "LLVM optimisation level"). Level 0 halves the compile
+# time again but doubles the run time: only programs that run once or on little data take it.
 _OPT_LEVEL = 1
 
 

@@ -3,9 +3,9 @@
 Importing deepnlme (JAX, pandas, ...) and tracing and lowering an evaluation allocate hundreds
 of thousands of Python objects in a second or two. The collector runs every 700 allocations,
 scans each surviving object again as it moves to an older generation, and now and then scans
-every object the process holds (about 200,000 after the import). In a cold Theoph FOCEI fit it
-took about 0.12 s of the import and 0.26-0.32 s of the fit (nearly all while the evaluation was
-traced), on the main thread that the fit waits for.
+every object the process holds (hundreds of thousands after the import): a noticeable share of
+a cold fit's time, nearly all of it while the evaluation is traced, on the main thread that the
+fit waits for (benchmarks/design-measurements.md, "Garbage collection").
 
 - The import runs with the collector paused, and then every object alive is frozen with
   `gc.freeze()` (mostly what the import made, modules, classes and functions kept for the
@@ -44,7 +44,7 @@ def freeze_imported() -> None:
     """Move every object the collector tracks to its permanent generation (`gc.freeze`).
 
     Called once, at the end of ``import deepnlme`` and before the collector is switched back on:
-    otherwise its next collection scans everything the import left, about 0.1 s. Objects in
+    otherwise its next collection scans everything the import left. Objects in
     the permanent generation are still freed by reference counting; only a cycle among them
     would stay in memory (until `gc.unfreeze()`).
     """

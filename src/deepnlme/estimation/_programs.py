@@ -39,8 +39,8 @@ _PROCESS_START = time.time()
 _PRUNED: list[bool] = []
 
 # Passed only when compiling a program to store. An executable that JAX loaded from its own
-# cache cannot be serialised again (with jaxlib 0.10.2 the copy fails when run: "Function ...
-# not found"), so a stored program must come from a compilation. JAX's cache key covers the
+# cache cannot be serialised again (the copy fails when run: "Function ... not found"), so a
+# stored program must come from a compilation. JAX's cache key covers the
 # compiler options, and no entry of JAX's cache is ever written with this one (storing
 # compilations do not write there), so JAX's cache is never a hit for them. The value is
 # XLA's default (no fast math): it changes no code.
@@ -260,8 +260,8 @@ def compile_and_store(lowered, optimise: bool, path: Path | None):
         compiled = compile_lowered(lowered, optimise, _STORE_MARK)
     if _HITS.seen:  # loaded from JAX's cache after all: not serialisable (see _STORE_MARK)
         return compiled
-    # stored on a thread of its own, while the program runs (serialising the N=10000 FOCEI
-    # rest and writing it takes a few hundredths of a second); `wait_stored` joins it
+    # stored on a thread of its own, while the program runs (serialising a large program and
+    # writing it need not hold up the fit); `wait_stored` joins it
     writer = threading.Thread(target=_store, args=(compiled, path), name="deepnlme-store")
     with _ONCE:
         _WRITERS.append(writer)

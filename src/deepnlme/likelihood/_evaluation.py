@@ -81,8 +81,7 @@ def make_evaluator(
     `serial` loops over the subjects (and over the EBE searches) instead of batching them
     with `vmap`. The values are the same; the program runs slower but traces faster, as JAX
     then traces the per-subject terms without a batching layer: a fit on little data, whose
-    evaluations take milliseconds, chooses it (about a quarter off tracing the rest of a FOCEI
-    evaluation of Theoph).
+    evaluations take milliseconds, chooses it (`estimation._compiled`).
     """
     if stage not in ("whole", "search", "rest"):
         raise ValueError(f"stage must be 'whole', 'search' or 'rest'; got {stage!r}")

@@ -15,12 +15,12 @@ LAPACK calls are kept.
 
 Under `unrolled(True)` no LAPACK call is made for any q: beyond `UNROLL_MAX` the same
 factorisation and substitutions run as loops over the columns (`lax.fori_loop`). This matters
-for more than speed. jaxlib 0.10's batched LAPACK kernels split a large batch over XLA's
-intra-op thread pool and block a pool thread until the parts are done, so that a program with
-several large batched calls that can run at once (an evaluation's derivatives hold about ten)
-can hold every pool thread and wait for ever; a fit of 10,000 subjects traced with the LAPACK
-calls hung so. `fit_problem` therefore also switches the written-out forms on wherever the
-batch is large enough for the kernels to split it.
+for more than speed. The CPU's batched LAPACK kernels split a large batch over XLA's intra-op
+thread pool and block a pool thread until the parts are done, so that a program with several
+large batched calls that can run at once (an evaluation's derivatives hold about ten) can hold
+every pool thread and wait for ever (benchmarks/design-measurements.md, "Hangs"). `fit_problem`
+therefore also switches the written-out forms on wherever the batch is large enough for the
+kernels to split it.
 """
 
 from __future__ import annotations
@@ -221,8 +221,7 @@ def logdet_inv(m: jax.Array) -> tuple[jax.Array, jax.Array]:
 
     Written out (or looped), the derivatives are the matrix calculus rules
     (`_logdet_inv_written`), not those of the factorisation's elementwise steps: a smaller
-    program to compile (about a second less XLA compile time for the synthetic N=10000 FOCEI
-    evaluation), which evaluates as fast.
+    program to compile, which evaluates as fast (benchmarks/design-measurements.md).
     """
     m = 0.5 * (m + m.T)
     if _lapack_free():

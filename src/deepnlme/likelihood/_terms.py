@@ -70,8 +70,8 @@ def cond_parts(
     `t.var` (FOCE evaluates the residual variance at eta = 0). Censored records contribute
     -2 log Phi(c (y - mean)/sd) with c = 1 below and -1 above the limit (Beal's M3).
     `other` False: the data have no censored and no non-Gaussian observation, so the other
-    part is 0 and is not computed (a smaller program: the censored term's log Phi alone was
-    about 4% of a FOCEI search's compiled code).
+    part is 0 and is not computed (a smaller program: the censored term's log Phi alone is a
+    visible share of a FOCEI search's compiled code).
     """
     v = t.var if var is None else var
     gm = t.mask & t.gaussian

@@ -110,12 +110,11 @@ def _inv_sqrt(c: jax.Array) -> jax.Array:
     """Symmetric inverse square roots C^-1/2 of a stack ``[..., n, n]`` of symmetric positive
     definite matrices, by one eigendecomposition call for the whole stack.
 
-    One call, not one per matrix: under `vmap` each call is a batched LAPACK kernel, and
-    jaxlib 0.10's CPU kernels split a large batch over XLA's intra-op thread pool and block
-    a pool thread until the parts are done. Two such calls that run at once on a 2-core
-    machine hold both pool threads and wait for ever (predictions with residuals of 1,000
-    subjects hung on their second call). A program with one such call at a time cannot
-    deadlock that way.
+    One call, not one per matrix: under `vmap` each call is a batched LAPACK kernel, and the
+    CPU kernels split a large batch over XLA's intra-op thread pool and block a pool thread
+    until the parts are done. Two such calls that run at once can hold every pool thread and
+    wait for ever (benchmarks/design-measurements.md, "Hangs"); a program with one such call
+    at a time cannot deadlock that way.
     """
     w, v = jnp.linalg.eigh(0.5 * (c + jnp.swapaxes(c, -1, -2)))
     return (v / jnp.sqrt(w)[..., None, :]) @ jnp.swapaxes(v, -1, -2)

@@ -174,8 +174,9 @@ class Prediction(NamedTuple):
 
 # The ODE solve is expanded (`SubjectPredictor.states_near`) when it depends on at most this
 # many parameter and random-effect entries: the expansion's forward cost grows with their
-# number times (1 + q), while reverse mode through the solve does not. Study 1's network model
-# (about 30 entries) gains from it; the crossover has not been measured.
+# number times (1 + q), while reverse mode through the solve does not. The network model of
+# examples/deepnlme_dynamics (about 30 entries) gains from it; the crossover has not been
+# measured.
 _MAX_ODE_EXPANSION = 64
 
 
