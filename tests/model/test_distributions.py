@@ -1,6 +1,8 @@
 """Observation distributions against scipy (oracle table) and TBS Jacobians against finite
 differences."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +13,7 @@ import scipy.stats as st
 import deepnlme  # noqa: F401  (float64)
 from deepnlme.model import (
     DISTRIBUTIONS,
+    FAMILIES,
     TRANSFORMS,
     inverse_transform,
     obs_cdf,
@@ -18,6 +21,7 @@ from deepnlme.model import (
     obs_logpdf,
     transform_obs,
 )
+from deepnlme.model._distributions import _make, obs_draw
 
 Y = np.array([0.3, 1.0, 2.5, 7.0])
 
@@ -179,3 +183,29 @@ def test_logpdf_gradient_finite():
     g = jax.grad(f)(1.0)
     h = 1e-6
     assert float(g) == pytest.approx((float(f(1.0 + h)) - float(f(1.0 - h))) / (2 * h), rel=1e-6)
+
+
+_FAMILY_CASES = {
+    "normal": (dict(mean=jnp.asarray(1.5), sd=jnp.asarray(0.5)), 1.5, 0.25),
+    "poisson": (dict(rate=jnp.asarray(3.0)), 3.0, 3.0),
+    "bernoulli": (dict(p=jnp.asarray(0.3)), 0.3, 0.21),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_every_family_row_draws_what_its_density_says(name):
+    # one row per family: its draws have the mean and variance of its own log-density
+    # (the density's moments by summation over a grid or the support)
+    fields, mean, var = _FAMILY_CASES[name]
+    dist = _make(name, **fields)
+    draws = np.asarray(obs_draw(dist, jax.random.key(0), (200_000,)))
+    assert abs(draws.mean() - mean) < 5 * math.sqrt(var / draws.size)
+    assert abs(draws.var() - var) < 0.02 * var
+    grid = np.linspace(-3.0, 6.0, 90_001) if FAMILIES[name].gaussian else np.arange(0.0, 60.0)
+    dens = np.exp(np.asarray(obs_logpdf(dist, jnp.asarray(grid))))
+    if name == "bernoulli":
+        grid, dens = grid[:2], dens[:2]
+    weight = dens * (grid[1] - grid[0]) if FAMILIES[name].gaussian else dens
+    assert abs(weight.sum() - 1.0) < 1e-6
+    assert abs((weight * grid).sum() - mean) < 1e-6
+    assert abs((weight * (grid - mean) ** 2).sum() - var) < 1e-6

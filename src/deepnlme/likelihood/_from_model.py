@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..model._distributions import DISTRIBUTIONS, obs_logpdf, transform_obs
+from ..model._distributions import DISTRIBUTIONS, FAMILIES, obs_logpdf, transform_obs
 from ..nn import model_penalty, resolve_scaling
 from ..solve._ode import OdeOptions
 from ..solve._subject import SubjectData, SubjectPredictor, bind_population
@@ -24,7 +24,7 @@ def obs_terms_from_prediction(pred, sd: SubjectData) -> ObsTerms:
     y = jnp.where(mask, sd.obs_dv, _SAFE_Y)
     terms = []
     for d in pred.per_output:
-        if d.family == "normal":
+        if FAMILIES[d.family].gaussian:
             yt, logjac = transform_obs(d.transform, y, d.lam)
             terms.append((yt, d.mean, d.sd**2, logjac, jnp.ones_like(y, bool), jnp.zeros_like(y)))
         else:
@@ -109,7 +109,9 @@ def _bound(model, population, ode_options: OdeOptions):
     def obs_kinds():
         # as obs_terms_from_prediction gives them: each observation's output decides its family
         data = binding.data
-        normal = np.array([DISTRIBUTIONS[o.dist].family == "normal" for o in _observations(cm)])
+        normal = np.array(
+            [FAMILIES[DISTRIBUTIONS[o.dist].family].gaussian for o in _observations(cm)]
+        )
         mask = np.asarray(data.obs_mask, dtype=bool)
         gaussian = normal[np.asarray(data.obs_output)] & mask
         return mask, gaussian, np.where(mask, np.asarray(data.obs_cens), 0)

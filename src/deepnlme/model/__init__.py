@@ -4,7 +4,9 @@ from ._closed_forms import CLOSED_FORMS as CLOSED_FORMS
 from ._closed_forms import ClosedForm as ClosedForm
 from ._compile import CompiledModel as CompiledModel
 from ._distributions import DISTRIBUTIONS as DISTRIBUTIONS
+from ._distributions import FAMILIES as FAMILIES
 from ._distributions import TRANSFORMS as TRANSFORMS
+from ._distributions import FamilySpec as FamilySpec
 from ._distributions import ObsDist as ObsDist
 from ._distributions import TransformSpec as TransformSpec
 from ._distributions import inverse_transform as inverse_transform

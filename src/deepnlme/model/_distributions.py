@@ -177,26 +177,72 @@ def inverse_transform(transform: str | None, h, lam):
     return _transform(transform).inverse(h, lam)
 
 
-def obs_logpdf(dist: ObsDist, y) -> jax.Array:
-    """Log-density (log-mass for Poisson/Bernoulli) of observation ``y``.
+def _normal_logpdf(dist: ObsDist, y) -> jax.Array:
+    h, logjac = transform_obs(dist.transform, y, dist.lam)
+    return norm.logpdf(h, dist.mean, dist.sd) + logjac
 
-    For normal families: log N(h(y); mean, sd) + log|h'(y)|.
-    Poisson: y log(rate) - rate - log(y!). Bernoulli: y log(p) + (1 - y) log(1 - p).
-    """
-    y = _a(y)
-    if dist.family == "normal":
-        h, logjac = transform_obs(dist.transform, y, dist.lam)
-        return norm.logpdf(h, dist.mean, dist.sd) + logjac
-    if dist.family == "poisson":
-        return xlogy(y, dist.rate) - dist.rate - gammaln(y + 1.0)
-    if dist.family == "bernoulli":
-        return xlogy(y, dist.p) + xlog1py(1.0 - y, -dist.p)
-    raise ValueError(f"unknown family {dist.family!r}")
+
+def _normal_draw(dist: ObsDist, key, shape) -> jax.Array:
+    h = dist.mean + dist.sd * jax.random.normal(key, shape, dtype=jnp.float64)
+    return inverse_transform(dist.transform, h, dist.lam)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """An observation family: whether it is Gaussian on the transformed scale (`mean`, `sd`:
+    the likelihood's Gaussian terms, censoring, FO), its log-density (log-mass) of an
+    observation and a draw of observations of a given shape."""
+
+    name: str
+    gaussian: bool
+    logpdf: Callable[[ObsDist, jax.Array], jax.Array]
+    draw: Callable[[ObsDist, jax.Array, tuple], jax.Array]
+    formula: str
+
+
+FAMILIES: dict[str, FamilySpec] = {
+    f.name: f
+    for f in [
+        FamilySpec(
+            "normal", True, _normal_logpdf, _normal_draw, "log N(h(y); mean, sd) + log|h'(y)|"
+        ),
+        FamilySpec(
+            "poisson",
+            False,
+            lambda d, y: xlogy(y, d.rate) - d.rate - gammaln(y + 1.0),
+            lambda d, key, shape: jax.random.poisson(key, d.rate, shape).astype(jnp.float64),
+            "y log(rate) - rate - log(y!)",
+        ),
+        FamilySpec(
+            "bernoulli",
+            False,
+            lambda d, y: xlogy(y, d.p) + xlog1py(1.0 - y, -d.p),
+            lambda d, key, shape: jax.random.bernoulli(key, d.p, shape).astype(jnp.float64),
+            "y log(p) + (1 - y) log(1 - p)",
+        ),
+    ]
+}
+
+
+def _family(family: str) -> FamilySpec:
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; expected one of {sorted(FAMILIES)}")
+    return FAMILIES[family]
+
+
+def obs_logpdf(dist: ObsDist, y) -> jax.Array:
+    """Log-density (log-mass for Poisson/Bernoulli) of observation ``y`` (`FAMILIES`)."""
+    return _family(dist.family).logpdf(dist, _a(y))
+
+
+def obs_draw(dist: ObsDist, key: jax.Array, shape: tuple) -> jax.Array:
+    """Observations of shape `shape` drawn from `dist` with the random key `key`."""
+    return _family(dist.family).draw(dist, key, shape)
 
 
 def obs_cdf(dist: ObsDist, y) -> jax.Array:
     """P(Y <= y) for normal families (transform-both-sides included), for censoring (M3)."""
-    if dist.family != "normal":
+    if not _family(dist.family).gaussian:
         raise ValueError(f"obs_cdf is defined for normal families only, not {dist.family!r}")
     h, _ = transform_obs(dist.transform, y, dist.lam)
     return norm.cdf(h, dist.mean, dist.sd)
@@ -204,7 +250,7 @@ def obs_cdf(dist: ObsDist, y) -> jax.Array:
 
 def obs_logcdf(dist: ObsDist, y) -> jax.Array:
     """log P(Y <= y) for normal families, accurate in the far tail."""
-    if dist.family != "normal":
+    if not _family(dist.family).gaussian:
         raise ValueError(f"obs_logcdf is defined for normal families only, not {dist.family!r}")
     h, _ = transform_obs(dist.transform, y, dist.lam)
     return norm.logcdf((h - dist.mean) / dist.sd)

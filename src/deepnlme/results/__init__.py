@@ -5,7 +5,6 @@ from ._diagnostics import npde as npde
 from ._diagnostics import predict as predict
 from ._diagnostics import shrinkage as shrinkage
 from ._diagnostics import simulate_replicates as simulate_replicates
-from ._simulate import inverse_transform as inverse_transform
 from ._simulate import model_predict as model_predict
 from ._simulate import simulate as simulate
 from ._simulate import simulate_with_etas as simulate_with_etas

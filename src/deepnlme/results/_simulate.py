@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..errors import OptionError
 from ..likelihood._from_model import batched, binding_of, model_problem
-from ..model._distributions import inverse_transform
+from ..model._distributions import obs_draw
 from ..solve._ode import OdeOptions
 from ..solve._subject import raise_failed_solves
 
@@ -56,17 +56,6 @@ def _etas(model, theta, n: int, etas, key) -> jax.Array:
     omega = cm.omega(theta)
     chol = jnp.linalg.cholesky(omega + 1e-300 * jnp.eye(q))
     return jax.random.normal(key, (n, q), dtype=jnp.float64) @ chol.T
-
-
-def _draw(dist, key, shape):
-    if dist.family == "normal":
-        h = dist.mean + dist.sd * jax.random.normal(key, shape, dtype=jnp.float64)
-        return inverse_transform(dist.transform, h, dist.lam)
-    if dist.family == "poisson":
-        return jax.random.poisson(key, dist.rate, shape).astype(jnp.float64)
-    if dist.family == "bernoulli":
-        return jax.random.bernoulli(key, dist.p, shape).astype(jnp.float64)
-    raise ValueError(f"unknown family {dist.family!r}")
 
 
 def simulate(
@@ -123,7 +112,7 @@ def simulate_with_etas(
     y = None
     keys = jax.random.split(key_eps, len(pred.per_output))
     for k, dist in enumerate(pred.per_output):
-        yk = _draw(dist, keys[k], out_idx.shape) if residual else dist.pred
+        yk = obs_draw(dist, keys[k], out_idx.shape) if residual else dist.pred
         y = yk if y is None else jnp.where(out_idx == k, yk, y)
     y = np.where(np.asarray(binding.data.obs_mask), np.asarray(y), np.nan)
     return population.with_dv(y), np.asarray(eta)
