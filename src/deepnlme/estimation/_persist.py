@@ -166,42 +166,8 @@ def save_fit(fit, path: str | os.PathLike) -> Path:
     content. No pickle: `load_fit` runs no code from the files. Returns the folder's path.
     Format: `docs/persistence.md`.
     """
-
-    if not isinstance(fit, Fit):
-        raise OptionError(f"save_fit: `fit` must be a Fit; got {type(fit).__name__}")
-    if fit.model is None or fit.population is None:
-        raise OptionError(
-            "save_fit: this Fit has no model or population attached (it came from fit_problem); "
-            "only fits made by deepnlme.fit(model, population, method) can be saved"
-        )
-    folder = Path(path)
-    if folder.exists() and not folder.is_dir():
-        raise OptionError(f"save_fit: {str(folder)!r} exists and is not a folder; give a folder")
-    pop = fit.population
-    data = pop.to_dataframe()
-    arrays: dict[str, np.ndarray] = {
-        "u": np.asarray(fit.u, dtype=np.float64),
-        "ebes": fit.ebes.to_numpy(dtype=np.float64),
-        "eta_cov": np.asarray(fit.eta_cov, dtype=np.float64),
-        "history": fit.history.to_numpy(dtype=np.float64),
-    }
-    if fit.covariance_u is not None:
-        arrays["covariance_u"] = np.asarray(fit.covariance_u, dtype=np.float64)
-    if fit.covariance is not None:
-        arrays["covariance"] = fit.covariance.to_numpy(dtype=np.float64)
-    estimate_kinds = {}
-    for name, v in fit.estimates.items():
-        arrays[f"estimate/{name}"] = np.asarray(v, dtype=np.float64)
-        estimate_kinds[name] = "float" if isinstance(v, float) else "array"
-    data_cols = {}
-    for c in data.columns:
-        s = data[c]
-        if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
-            arrays[f"data/{c}"] = s.to_numpy()
-            data_cols[str(c)] = "array"
-        else:
-            data_cols[str(c)] = [str(v) for v in s]
-    ode = fit.ode_options or OdeOptions()
+    folder = _save_folder(fit, path)
+    arrays, estimate_kinds = _fit_arrays(fit)
     method = fit.method.record()
     payload = {
         "format": FORMAT,
@@ -210,47 +176,10 @@ def save_fit(fit, path: str | os.PathLike) -> Path:
         "versions": _versions(),
         "model": _model_record(fit),
         "method": {"name": method["name"], "options": _clean(method["options"])},
-        "ode_options": _clean(_ode_record(ode)),
-        "data": {
-            "columns": data_cols,
-            "order": [str(c) for c in data.columns],
-            "ids": _clean(list(pop.ids)),
-            "covariates": list(pop.covariate_names),
-            "covariate_rule": pop.covariate_rule,
-            "endpoints": list(pop.endpoints),
-            "endpoint_column": "DVID" if "DVID" in data.columns else None,
-            "cens_column": "CENS" if "CENS" in data.columns else None,
-            "fingerprint": data_fingerprint(pop),
-        },
-        "statistics": _clean(
-            {
-                "ofv": fit.ofv,
-                "m2ll": fit.m2ll,
-                "aic": fit.aic,
-                "bic": fit.bic,
-                "converged": fit.converged,
-                "message": fit.message,
-                "n_iter": fit.n_iter,
-                "n_eval": fit.n_eval,
-                "n_obs": fit.n_obs,
-                "n_subjects": fit.n_subjects,
-                "n_params": fit.n_params,
-                "penalty": fit.penalty,
-                "inner_converged": fit.inner_converged,
-                "covariance_status": fit.covariance_status,
-            }
-        ),
-        "nonfinite": sorted(
-            k
-            for k, v in {
-                "ofv": fit.ofv,
-                "m2ll": fit.m2ll,
-                "aic": fit.aic,
-                "bic": fit.bic,
-                "penalty": fit.penalty,
-            }.items()
-            if not math.isfinite(v)
-        ),
+        "ode_options": _clean(_ode_record(fit.ode_options or OdeOptions())),
+        "data": _data_record(fit.population, arrays),
+        "statistics": _clean({k: getattr(fit, k) for k in _STATISTICS}),
+        "nonfinite": sorted(k for k in _NONFINITE if not math.isfinite(getattr(fit, k))),
         "fixed": list(fit.fixed),
         "timings": _clean(fit.timings),
         "shrinkage": _clean(fit.shrinkage),
@@ -275,6 +204,84 @@ def save_fit(fit, path: str | os.PathLike) -> Path:
     (folder / ARRAYS_NAME).write_bytes(buf.getvalue())
     (folder / JSON_NAME).write_text(json.dumps(payload, indent=1, allow_nan=False))
     return folder
+
+
+# the statistics a saved fit records, and those of them that may be non-finite
+_STATISTICS = (
+    "ofv",
+    "m2ll",
+    "aic",
+    "bic",
+    "converged",
+    "message",
+    "n_iter",
+    "n_eval",
+    "n_obs",
+    "n_subjects",
+    "n_params",
+    "penalty",
+    "inner_converged",
+    "covariance_status",
+)
+_NONFINITE = ("ofv", "m2ll", "aic", "bic", "penalty")
+
+
+def _save_folder(fit, path) -> Path:
+    """The folder to save `fit` to, after checking that the fit can be saved there."""
+    if not isinstance(fit, Fit):
+        raise OptionError(f"save_fit: `fit` must be a Fit; got {type(fit).__name__}")
+    if fit.model is None or fit.population is None:
+        raise OptionError(
+            "save_fit: this Fit has no model or population attached (it came from fit_problem); "
+            "only fits made by deepnlme.fit(model, population, method) can be saved"
+        )
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise OptionError(f"save_fit: {str(folder)!r} exists and is not a folder; give a folder")
+    return folder
+
+
+def _fit_arrays(fit) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The fit's arrays (`arrays.npz`), and whether each estimate is a float or an array."""
+    arrays: dict[str, np.ndarray] = {
+        "u": np.asarray(fit.u, dtype=np.float64),
+        "ebes": fit.ebes.to_numpy(dtype=np.float64),
+        "eta_cov": np.asarray(fit.eta_cov, dtype=np.float64),
+        "history": fit.history.to_numpy(dtype=np.float64),
+    }
+    if fit.covariance_u is not None:
+        arrays["covariance_u"] = np.asarray(fit.covariance_u, dtype=np.float64)
+    if fit.covariance is not None:
+        arrays["covariance"] = fit.covariance.to_numpy(dtype=np.float64)
+    estimate_kinds = {}
+    for name, v in fit.estimates.items():
+        arrays[f"estimate/{name}"] = np.asarray(v, dtype=np.float64)
+        estimate_kinds[name] = "float" if isinstance(v, float) else "array"
+    return arrays, estimate_kinds
+
+
+def _data_record(pop, arrays: dict[str, np.ndarray]) -> dict:
+    """The population's table and settings; its numeric columns go into `arrays`."""
+    data = pop.to_dataframe()
+    data_cols = {}
+    for c in data.columns:
+        s = data[c]
+        if pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
+            arrays[f"data/{c}"] = s.to_numpy()
+            data_cols[str(c)] = "array"
+        else:
+            data_cols[str(c)] = [str(v) for v in s]
+    return {
+        "columns": data_cols,
+        "order": [str(c) for c in data.columns],
+        "ids": _clean(list(pop.ids)),
+        "covariates": list(pop.covariate_names),
+        "covariate_rule": pop.covariate_rule,
+        "endpoints": list(pop.endpoints),
+        "endpoint_column": "DVID" if "DVID" in data.columns else None,
+        "cens_column": "CENS" if "CENS" in data.columns else None,
+        "fingerprint": data_fingerprint(pop),
+    }
 
 
 # --------------------------------------------------------------------------- load
