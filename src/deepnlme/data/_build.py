@@ -8,11 +8,24 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataError, OptionError
+from ._checks import listing
 from ._population import Population
 from ._read import read_table
 
 DOSE_KEYS = ("time", "amt", "cmt", "rate", "ii", "addl", "ss", "evid")
 _DOSE_DEFAULTS = {"cmt": 1, "rate": 0.0, "ii": 0.0, "addl": 0, "ss": 0, "evid": 1}
+_COLUMNS = ("ID", "TIME", "DV", "AMT", "EVID", "MDV", "CMT", "RATE", "II", "ADDL", "SS", "DVID")
+# the NONMEM items of a sampling record, all but its endpoint label (DVID)
+_SAMPLE_ITEMS = {
+    "AMT": 0.0,
+    "EVID": 0,
+    "MDV": 0,
+    "CMT": 0,
+    "RATE": 0.0,
+    "II": 0.0,
+    "ADDL": 0,
+    "SS": 0,
+}
 
 
 def _per_subject(value: object, n: int, what: str) -> list:
@@ -67,34 +80,56 @@ def make_population(
     )
     ```
     """
+    ids = _subject_ids(subjects)
+    n = len(ids)
+    dose_columns = _dose_columns(doses, n)
+    times = _sampling_times(obs_times, n)
+    labels = _endpoint_labels(endpoints)
+    covs = _covariate_values(covariates, n)
+    frame = _table(ids, dose_columns, times, labels, covs)
+    return _read_built(frame, labels if endpoints is not None else None, covs, covariate_rule)
+
+
+def _subject_ids(subjects: int | Sequence) -> list:
+    """The subject IDs: 1..n for a count, else the distinct IDs given."""
     if isinstance(subjects, int | np.integer):
         if subjects < 1:
             raise OptionError(f"make_population needs at least one subject; got {subjects}.")
-        ids = list(range(1, int(subjects) + 1))
-    else:
-        ids = list(subjects)
-        if not ids or len(set(ids)) != len(ids):
-            raise OptionError(
-                "make_population: subjects must be a positive count or a sequence of distinct "
-                f"IDs; got {subjects!r}."
-            )
-    n = len(ids)
+        return list(range(1, int(subjects) + 1))
+    ids = list(subjects)
+    if not ids or len(set(ids)) != len(ids):
+        raise OptionError(
+            "make_population: subjects must be a positive count or a sequence of distinct "
+            f"IDs; got {subjects!r}."
+        )
+    return ids
+
+
+def _dose_columns(doses: Mapping | Sequence[Mapping], n: int) -> list[dict[str, list]]:
+    """Each dose checked, as one value per subject for every key of `DOSE_KEYS`."""
     if isinstance(doses, Mapping):
         doses = [doses]
-    dose_cols: list[dict[str, list]] = []
-    for j, d in enumerate(doses):
-        unknown = set(d) - set(DOSE_KEYS)
-        if unknown:
-            raise OptionError(
-                f"make_population: dose {j} has unknown keys {sorted(unknown)}; the keys are "
-                f"{', '.join(DOSE_KEYS)}."
-            )
-        for key in ("time", "amt"):
-            if key not in d and not (key == "amt" and d.get("evid") == 3):
-                raise OptionError(f"make_population: dose {j} needs a '{key}'.")
-        full = {**_DOSE_DEFAULTS, "amt": 0.0, **d}
-        dose_cols.append({k: _per_subject(full[k], n, f"dose {j} '{k}'") for k in DOSE_KEYS})
+    return [_dose_column(j, d, n) for j, d in enumerate(doses)]
 
+
+def _dose_column(j: int, dose: Mapping, n: int) -> dict[str, list]:
+    """Dose `j`'s keys checked and completed with the defaults, one value per subject each."""
+    unknown = set(dose) - set(DOSE_KEYS)
+    if unknown:
+        raise OptionError(
+            f"make_population: dose {j} has unknown keys {sorted(unknown)}; the keys are "
+            f"{listing(DOSE_KEYS)}."
+        )
+    for key in ("time", "amt"):
+        # a reset (EVID 3) doses nothing, so it needs no amount
+        if key not in dose and not (key == "amt" and dose.get("evid") == 3):
+            raise OptionError(f"make_population: dose {j} needs a '{key}'.")
+    full = {**_DOSE_DEFAULTS, "amt": 0.0, **dose}
+    return {k: _per_subject(full[k], n, f"dose {j} '{k}'") for k in DOSE_KEYS}
+
+
+def _sampling_times(obs_times: Sequence, n: int) -> list[list[float]]:
+    """Each subject's sampling times: the same list for all, or one list per subject."""
     times = list(obs_times)
     if times and all(np.ndim(t) == 1 for t in times):
         if len(times) != n:
@@ -102,71 +137,69 @@ def make_population(
                 f"make_population: obs_times has {len(times)} sequences but there are {n} "
                 "subjects; give one list of times for all subjects or one per subject."
             )
-        per_subject = [list(map(float, t)) for t in times]
-    else:
-        per_subject = [list(map(float, times))] * n
+        return [list(map(float, t)) for t in times]
+    return [list(map(float, times))] * n
+
+
+def _endpoint_labels(endpoints: Sequence[str] | None) -> list:
+    """The endpoint labels, checked to be distinct; one, "DV", by default."""
     labels = list(endpoints) if endpoints is not None else ["DV"]
     if not labels or len(set(labels)) != len(labels):
         raise OptionError(f"make_population: endpoints must be distinct labels; got {endpoints!r}.")
-    covs = {
+    return labels
+
+
+def _covariate_values(covariates: Mapping[str, object] | None, n: int) -> dict[str, list]:
+    """Each covariate's value for each subject."""
+    return {
         name: _per_subject(v, n, f"covariate {name!r}") for name, v in (covariates or {}).items()
     }
 
+
+def _table(
+    ids: list, dose_columns: list[dict[str, list]], times: list, labels: list, covs: dict
+) -> pd.DataFrame:
+    """The NONMEM table: each subject's doses and samples in time order, with its covariates."""
     rows: list[dict] = []
     for s, sid in enumerate(ids):
-        events = []
-        for d in dose_cols:
-            evid = int(d["evid"][s])
-            events.append(
-                (
-                    float(d["time"][s]),
-                    0,
-                    {
-                        "AMT": d["amt"][s],
-                        "EVID": evid,
-                        "MDV": 1,
-                        "CMT": d["cmt"][s],
-                        "RATE": d["rate"][s],
-                        "II": d["ii"][s],
-                        "ADDL": d["addl"][s],
-                        "SS": d["ss"][s],
-                        "DVID": None,
-                    },
-                )
-            )
-        for t in per_subject[s]:
-            for label in labels:
-                events.append(
-                    (
-                        t,
-                        1,
-                        {
-                            "AMT": 0.0,
-                            "EVID": 0,
-                            "MDV": 0,
-                            "CMT": 0,
-                            "RATE": 0.0,
-                            "II": 0.0,
-                            "ADDL": 0,
-                            "SS": 0,
-                            "DVID": label,
-                        },
-                    )
-                )
+        events = _dose_events(dose_columns, s) + _sample_events(times[s], labels)
         events.sort(key=lambda e: (e[0], e[1]))  # stable: doses before samples at equal times
         for t, _, fields in events:
             row = {"ID": sid, "TIME": t, "DV": np.nan, **fields}
             for name, v in covs.items():
                 row[name] = v[s]
             rows.append(row)
-    columns = ["ID", "TIME", "DV", "AMT", "EVID", "MDV", "CMT", "RATE", "II", "ADDL", "SS", "DVID"]
-    frame = pd.DataFrame(rows, columns=columns + list(covs))
+    return pd.DataFrame(rows, columns=[*_COLUMNS, *covs])
+
+
+def _dose_events(dose_columns: list[dict[str, list]], s: int) -> list[tuple[float, int, dict]]:
+    """Subject `s`'s dose records, as (time, 0, NONMEM items)."""
+    events = []
+    for d in dose_columns:
+        evid = int(d["evid"][s])
+        fields = {
+            "AMT": d["amt"][s], "EVID": evid, "MDV": 1, "CMT": d["cmt"][s], "RATE": d["rate"][s],
+            "II": d["ii"][s], "ADDL": d["addl"][s], "SS": d["ss"][s], "DVID": None,
+        }  # fmt: skip
+        events.append((float(d["time"][s]), 0, fields))
+    return events
+
+
+def _sample_events(times: list[float], labels: list) -> list[tuple[float, int, dict]]:
+    """Sampling records, one per time and endpoint, as (time, 1, NONMEM items)."""
+    return [(t, 1, {**_SAMPLE_ITEMS, "DVID": label}) for t in times for label in labels]
+
+
+def _read_built(
+    frame: pd.DataFrame, endpoints: list | None, covs: dict, covariate_rule: str
+) -> Population:
+    """The built table read with `read_data`'s checks, a problem reported as the arguments'."""
     try:
         return read_table(
             frame,
             columns={},
             endpoint="DVID" if endpoints is not None else False,
-            endpoints=labels if endpoints is not None else None,
+            endpoints=endpoints,
             covariates=list(covs),
             covariate_rule=covariate_rule,
             allow_missing_dv=True,

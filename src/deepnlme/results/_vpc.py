@@ -38,6 +38,13 @@ class VPC:
     n_excluded: int
 
 
+# the columns of `VPC.summary`, in order
+_SUMMARY_COLUMNS = (
+    "stratum", "bin", "x_lo", "x_hi", "x_mid", "n_obs", "percentile", "observed", "sim_lo",
+    "sim_median", "sim_hi",
+)  # fmt: skip
+
+
 def _edges(x: np.ndarray, bins) -> np.ndarray:
     """Bin edges for `x` (sorted, unique, covering every value)."""
     lo, hi = float(np.min(x)), float(np.max(x))
@@ -102,6 +109,45 @@ def vpc(
 
     Censored records are left out (observed and simulated alike).
     """
+    pcts = _check_options(fit, ci, percentiles, x)
+    b = bind_fit(fit)
+    table = predict(fit)
+    mask = np.asarray(b.binding.data.obs_mask)
+    sims = simulate_replicates(fit, n_sim, seed)[:, mask]  # [K, n_obs], table order
+    strata = _strata(b, table, mask, stratify)
+    dv = table["DV"].to_numpy(dtype=float)
+    pred = table["PRED"].to_numpy(dtype=float)
+    keep = _kept(table, pred, pred_corrected)
+    xv = table[x].to_numpy(dtype=float)
+    rows, obs_parts = [], []
+    for s in pd.unique(strata[keep]):
+        sel = np.flatnonzero(keep & (strata == s))
+        edges = _edges(xv[sel], bins)
+        bin_of = _assign(xv[sel], edges)
+        y_obs, y_sim = dv[sel], sims[:, sel]
+        if pred_corrected:
+            factor = _pred_correction(pred[sel], bin_of)
+            y_obs, y_sim = y_obs * factor, y_sim * factor
+        rows += _summary_rows(s, edges, bin_of, xv[sel], y_obs, y_sim, pcts, ci)
+        obs_parts.append(
+            _observed_part(table["ID"].to_numpy()[sel], xv[sel], y_obs, pred[sel], s, bin_of)
+        )
+    return VPC(
+        summary=pd.DataFrame(rows, columns=list(_SUMMARY_COLUMNS)),
+        observed=pd.concat(obs_parts, ignore_index=True) if obs_parts else pd.DataFrame(),
+        percentiles=pcts,
+        ci=ci,
+        n_sim=int(n_sim),
+        seed=int(seed),
+        pred_corrected=bool(pred_corrected),
+        stratify=stratify,
+        x=x,
+        n_excluded=int((~keep).sum()),
+    )
+
+
+def _check_options(fit, ci, percentiles: Sequence[float], x: str) -> tuple[float, ...]:
+    """Check the fit and the options that need no data; the percentiles as floats."""
     _check_fit(fit, "vpc")
     if not (isinstance(ci, float) and 0.0 < ci < 1.0):
         raise OptionError(f"vpc: option `ci` must be a number in (0, 1); got {ci!r}")
@@ -110,103 +156,76 @@ def vpc(
         raise OptionError(f"vpc: `percentiles` must be numbers in [0, 100]; got {percentiles!r}")
     if x not in ("TIME", "PRED"):
         raise OptionError(f"vpc: option `x` must be 'TIME' or 'PRED'; got {x!r}")
-    b = bind_fit(fit)
-    table = predict(fit)
-    mask = np.asarray(b.binding.data.obs_mask)
-    sims = simulate_replicates(fit, n_sim, seed)[:, mask]  # [K, n_obs], table order
+    return pcts
+
+
+def _strata(b, table: pd.DataFrame, mask: np.ndarray, stratify: str | None) -> np.ndarray:
+    """The stratum of each observation record: "all", its endpoint or its covariate value."""
     if stratify is None:
-        strata = np.full(len(table), "all", dtype=object)
-    elif stratify == "ENDPOINT":
-        strata = table["ENDPOINT"].to_numpy(dtype=object)
-    elif stratify in b.population.covariate_names:
+        return np.full(len(table), "all", dtype=object)
+    if stratify == "ENDPOINT":
+        return table["ENDPOINT"].to_numpy(dtype=object)
+    if stratify in b.population.covariate_names:
         k = b.population.covariate_names.index(stratify)
-        strata = b.population.arrays().obs_cov[:, :, k][mask].astype(object)
-    else:
-        raise OptionError(
-            f"vpc: option `stratify` must be None, 'ENDPOINT' or a covariate column "
-            f"({', '.join(b.population.covariate_names) or 'none in this data'}); got {stratify!r}"
-        )
+        return b.population.arrays().obs_cov[:, :, k][mask].astype(object)
+    raise OptionError(
+        f"vpc: option `stratify` must be None, 'ENDPOINT' or a covariate column "
+        f"({', '.join(b.population.covariate_names) or 'none in this data'}); got {stratify!r}"
+    )
+
+
+def _kept(table: pd.DataFrame, pred: np.ndarray, pred_corrected: bool) -> np.ndarray:
+    """The observation records compared: not censored, and for a pcVPC with PRED > 0."""
     keep = table["CENS"].to_numpy() == 0
-    dv = table["DV"].to_numpy(dtype=float)
-    pred = table["PRED"].to_numpy(dtype=float)
     if pred_corrected:
         keep &= pred > 0
-    xv = table[x].to_numpy(dtype=float)
-    n_excluded = int((~keep).sum())
+    return keep
+
+
+def _pred_correction(pred: np.ndarray, bin_of: np.ndarray) -> np.ndarray:
+    """The factor PRED_bin / PRED_ij of each record, PRED_bin the median PRED of its bin."""
+    factor = np.empty_like(pred)
+    for j in np.unique(bin_of):
+        m = bin_of == j
+        factor[m] = np.median(pred[m]) / pred[m]
+    return factor
+
+
+def _summary_rows(
+    stratum,
+    edges: np.ndarray,
+    bin_of: np.ndarray,
+    x: np.ndarray,
+    y_obs: np.ndarray,
+    y_sim: np.ndarray,
+    pcts: tuple[float, ...],
+    ci: float,
+) -> list[tuple]:
+    """One stratum's summary rows (see `_SUMMARY_COLUMNS`), one per bin and percentile."""
     q = np.asarray(pcts) / 100.0
     alpha = (1.0 - ci) / 2.0
-    rows, obs_parts = [], []
-    for s in pd.unique(strata[keep]):
-        sel = np.flatnonzero(keep & (strata == s))
-        edges = _edges(xv[sel], bins)
-        bin_of = _assign(xv[sel], edges)
-        y_obs = dv[sel].copy()
-        y_sim = sims[:, sel].copy()
-        if pred_corrected:
-            for j in np.unique(bin_of):
-                m = bin_of == j
-                factor = np.median(pred[sel][m]) / pred[sel][m]
-                y_obs[m] *= factor
-                y_sim[:, m] *= factor
-        for j in np.unique(bin_of):
-            m = bin_of == j
-            obs_q = np.quantile(y_obs[m], q)
-            sim_q = np.quantile(y_sim[:, m], q, axis=1)  # [nq, K]
-            lo, med, hi = np.quantile(sim_q, [alpha, 0.5, 1.0 - alpha], axis=1)
-            for k, p in enumerate(pcts):
-                rows.append(
-                    (
-                        s,
-                        int(j),
-                        float(edges[j]),
-                        float(edges[j + 1]),
-                        float(np.median(xv[sel][m])),
-                        int(m.sum()),
-                        p,
-                        float(obs_q[k]),
-                        float(lo[k]),
-                        float(med[k]),
-                        float(hi[k]),
-                    )
-                )
-        obs_parts.append(
-            pd.DataFrame(
-                {
-                    "ID": table["ID"].to_numpy()[sel],
-                    "x": xv[sel],
-                    "DV": y_obs,
-                    "PRED": pred[sel],
-                    "stratum": s,
-                    "bin": bin_of,
-                }
-            )
+    rows = []
+    for j in np.unique(bin_of):
+        m = bin_of == j
+        obs_q = np.quantile(y_obs[m], q)
+        sim_q = np.quantile(y_sim[:, m], q, axis=1)  # [nq, K]
+        lo, med, hi = np.quantile(sim_q, [alpha, 0.5, 1.0 - alpha], axis=1)
+        per_bin = (
+            int(j),
+            float(edges[j]),
+            float(edges[j + 1]),
+            float(np.median(x[m])),
+            int(m.sum()),
         )
-    summary = pd.DataFrame(
-        rows,
-        columns=[
-            "stratum",
-            "bin",
-            "x_lo",
-            "x_hi",
-            "x_mid",
-            "n_obs",
-            "percentile",
-            "observed",
-            "sim_lo",
-            "sim_median",
-            "sim_hi",
-        ],
-    )
-    observed = pd.concat(obs_parts, ignore_index=True) if obs_parts else pd.DataFrame()
-    return VPC(
-        summary=summary,
-        observed=observed,
-        percentiles=pcts,
-        ci=ci,
-        n_sim=int(n_sim),
-        seed=int(seed),
-        pred_corrected=bool(pred_corrected),
-        stratify=stratify,
-        x=x,
-        n_excluded=n_excluded,
+        for k, p in enumerate(pcts):
+            rows.append(
+                (stratum, *per_bin, p, float(obs_q[k]), float(lo[k]), float(med[k]), float(hi[k]))
+            )
+    return rows
+
+
+def _observed_part(ids, x, y_obs, pred, stratum, bin_of) -> pd.DataFrame:
+    """One stratum's observations as compared: DV prediction-corrected for a pcVPC."""
+    return pd.DataFrame(
+        {"ID": ids, "x": x, "DV": y_obs, "PRED": pred, "stratum": stratum, "bin": bin_of}
     )
