@@ -29,30 +29,25 @@ from deepnlme.likelihood._from_model import model_problem
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# case -> (model file in examples/, bundled data set)
+_CASES = {
+    "theoph": ("theophylline.model", "theophylline"),
+    "pheno": ("phenobarbital.model", "phenobarbital"),
+    "theoph_ode": ("theophylline_ode.model", "theophylline"),
+    "theoph_net": ("deepnlme_theophylline.model", "theophylline"),
+}
+
+
 def _case(name: str):
-    ex = os.path.join(ROOT, "examples")
-    if name == "theoph":
-        return dn.load_model(os.path.join(ex, "theophylline.model")), dn.datasets.load(
-            "theophylline"
-        )
-    if name == "pheno":
-        return dn.load_model(os.path.join(ex, "phenobarbital.model")), dn.datasets.load(
-            "phenobarbital"
-        )
-    if name == "theoph_ode":
-        return dn.load_model(os.path.join(ex, "theophylline_ode.model")), dn.datasets.load(
-            "theophylline"
-        )
-    if name == "theoph_net":
-        return dn.load_model(os.path.join(ex, "deepnlme_theophylline.model")), dn.datasets.load(
-            "theophylline"
-        )
     if name == "synth100":
         from deepnlme._validation import CASES
 
         case = CASES["synth_N100_combined"]
         return case.load_model(), case.population()
-    raise SystemExit(f"unknown case {name!r}")
+    if name not in _CASES:
+        raise SystemExit(f"unknown case {name!r}; expected synth100 or one of {sorted(_CASES)}")
+    model_file, data = _CASES[name]
+    return dn.load_model(os.path.join(ROOT, "examples", model_file)), dn.datasets.load(data)
 
 
 def _ours(problem, method):

@@ -1,0 +1,177 @@
+"""Multiple doses, steady state and a time-varying covariate: deepnlme FOCE against nlme.
+
+    python benchmarks/bench_multidose.py [--subjects 150,5000] [--seed 1] [--ode] [--out FILE]
+
+For each size, `benchmarks/multidose_data.py` generates the data set (a temporary folder); then
+in the same run:
+- nlme: ``nlme(conc ~ quinModel(Subject, time, conc, dose, interval, lV, lKa, lCl), fixed =
+  list(lV ~ 1, lKa ~ 1, lCl ~ lcr), random = pdDiag(lV + lCl ~ 1), method = "ML")``, lcr =
+  log(CRCL / 80) per record, from the start of `examples/multidose/multidose.model`, timed
+  inside R around the ``nlme()`` call (median of repeats for the small data set);
+- deepnlme cold: a fresh Python process with an empty compilation cache (import, reading the
+  CSV, building the model, compiling and fitting `examples/multidose/multidose.model` by FOCE
+  from its initial values, covariance step included, as `deepnlme fit` does);
+- deepnlme warm: a second fit of the same model in that process (nothing compiled);
+- with ``--ode``: the same in the ODE form of the model (`multidose_ode.model`), warm.
+Printed: times, ratios to nlme (smaller is better), -2LL of both and each estimate's difference
+in units of nlme's standard error. Needs R with nlme (Debian: ``apt-get install r-base-core
+r-cran-nlme``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import multidose_data  # noqa: E402
+
+MODEL = ROOT / "examples" / "multidose" / "multidose.model"
+MODEL_ODE = ROOT / "examples" / "multidose" / "multidose_ode.model"
+
+R_FIT = """
+suppressMessages(library(nlme))
+d <- read.csv("{path}")
+d$lcr <- log(d$CRCL / 80)
+d <- groupedData(conc ~ time | Subject, data = d)
+fitfun <- function() nlme(conc ~ quinModel(Subject, time, conc, dose, interval, lV, lKa, lCl),
+  data = d, fixed = list(lV ~ 1, lKa ~ 1, lCl ~ lcr), random = pdDiag(lV + lCl ~ 1),
+  groups = ~Subject, start = list(fixed = c(5.2, -0.1, 2.2, 0.75)),
+  na.action = na.pass, naPattern = ~ !is.na(conc), method = "ML")
+times <- numeric(0)
+for (i in seq_len({nrep})) {{ t <- system.time(f <- fitfun())[["elapsed"]]; times <- c(times, t) }}
+tt <- summary(f)$tTable
+vc <- as.numeric(VarCorr(f)[, "Variance"])
+cat("RESULT", median(times), -2 * as.numeric(logLik(f)), tt[, "Value"], tt[, "Std.Error"],
+    vc, "\\n")
+"""
+
+PY_FIT = textwrap.dedent(
+    """
+    import json, sys, time
+    t0 = time.perf_counter()
+    import deepnlme as dn
+    t_import = time.perf_counter() - t0
+    pop = dn.read_data(sys.argv[1])
+    model = dn.load_model(sys.argv[2])
+    fit = dn.fit(model, pop, dn.FOCE(), progress=False)
+    total = time.perf_counter() - t0
+    t2 = time.perf_counter()
+    warm = dn.fit(model, pop, dn.FOCE(), progress=False)
+    t_warm = time.perf_counter() - t2
+    est = {k: (v if isinstance(v, float) else list(map(float, v.ravel())))
+           for k, v in fit.estimates.items()}
+    print("RESULT " + json.dumps(dict(
+        import_s=t_import, compile_s=fit.timings["compile"], fit_s=fit.timings["total"],
+        total_s=total, warm_s=t_warm, m2ll=fit.m2ll, converged=bool(fit.converged),
+        n_iter=fit.n_iter, n_eval=fit.n_eval, warm_m2ll=warm.m2ll, estimates=est,
+        message=fit.message)))
+    """
+)
+
+
+def run_nlme(path: Path, nrep: int) -> dict | None:
+    if shutil.which("Rscript") is None:
+        return None
+    with tempfile.NamedTemporaryFile("w", suffix=".R", delete=False) as fh:
+        fh.write(R_FIT.format(path=path, nrep=nrep))
+    out = subprocess.run(["Rscript", fh.name], capture_output=True, text=True, check=False)
+    os.unlink(fh.name)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT"):
+            v = [float(x) for x in line.split()[1:]]
+            return dict(time_s=v[0], m2ll=v[1], fixed=v[2:6], se=v[6:10], var=v[10:13])
+    print(out.stderr[-2000:], file=sys.stderr)
+    return None
+
+
+def run_deepnlme(data: Path, model: Path, cache: str) -> dict:
+    env = dict(os.environ, DEEPNLME_CACHE_DIR=cache)
+    out = subprocess.run(
+        [sys.executable, "-c", PY_FIT, str(data), str(model)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"deepnlme run failed:\n{out.stderr[-3000:]}")
+
+
+def _compare(nl: dict, dn: dict) -> str:
+    """Each fixed effect's difference in nlme standard errors, and the variances side by side."""
+    e = dn["estimates"]
+    ours = [e["tv"], e["tka"], e["tcl"], e["bcr"]]
+    z = [(a - b) / s for a, b, s in zip(ours, nl["fixed"], nl["se"])]
+    names = ["lV", "lKa", "lCl", "lCl.lcr"]
+    parts = [
+        f"{n} {a:.4f} vs {b:.4f} ({d:+.2f} SE)" for n, a, b, d in zip(names, ours, nl["fixed"], z)
+    ]
+    omega = e["omega"]
+    var = [omega[0], omega[3], e["sigma"] ** 2]
+    parts += [
+        f"{n} {a:.4f} vs {b:.4f}"
+        for n, a, b in zip(["var lV", "var lCl", "sigma^2"], var, nl["var"])
+    ]
+    return "; ".join(parts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--subjects", default="150")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--ode", action="store_true")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    lines = [
+        "| subjects | nlme s | -2LL nlme | deepnlme cold s | (compile s) | warm s | -2LL deepnlme "
+        "| cold/nlme | warm/nlme | ODE warm s | ODE/closed warm |",
+        "|" + "---|" * 11,
+    ]
+    notes = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (int(s) for s in args.subjects.split(",")):
+            p_nm, p_nl = multidose_data.write(n, args.seed, Path(tmp))
+            nl = run_nlme(p_nl, nrep=3 if n <= 500 else 1)
+            with tempfile.TemporaryDirectory() as cache:
+                cold = run_deepnlme(p_nm, MODEL, cache)
+            ode = None
+            if args.ode:
+                with tempfile.TemporaryDirectory() as cache:
+                    ode = run_deepnlme(p_nm, MODEL_ODE, cache)
+            nt = nl["time_s"] if nl else float("nan")
+            ode_w = ode["warm_s"] if ode else float("nan")
+            lines.append(
+                f"| {n} | {nt:.3f} | {nl['m2ll'] if nl else float('nan'):.3f} | "
+                f"{cold['total_s']:.2f} | {cold['compile_s']:.2f} | {cold['warm_s']:.3f} | "
+                f"{cold['m2ll']:.3f} | {cold['total_s'] / nt:.2f} | {cold['warm_s'] / nt:.2f} | "
+                f"{ode_w:.3f} | {ode_w / cold['warm_s']:.2f} |"
+            )
+            print(lines[-1], flush=True)
+            notes.append(
+                f"N={n}: deepnlme {cold['n_iter']} iterations, {cold['n_eval']} evaluations, "
+                f"converged {cold['converged']} ({cold['message']})"
+                + (f"; vs nlme: {_compare(nl, cold)}" if nl else "")
+                + (f"; ODE -2LL {ode['m2ll']:.3f}" if ode else "")
+            )
+    table = "\n".join(lines + [""] + notes)
+    print()
+    print(table)
+    if args.out:
+        Path(args.out).write_text(table + "\n")
+
+
+if __name__ == "__main__":
+    main()
