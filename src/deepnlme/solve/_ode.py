@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -11,12 +12,12 @@ import jax.numpy as jnp
 
 from ..errors import OptionError
 from ..model.types import DosingParams
-from ._doses import DoseEvents, resolve_doses
+from ._doses import DoseEvents, ResolvedDoses, resolve_doses
 
 if TYPE_CHECKING:
     import diffrax
 
-# diffrax is imported when an ODE is first solved (it adds a third of a second to every
+# diffrax is imported when an ODE is first solved (importing it would slow every
 # `import deepnlme`, and closed-form models never need it); so the shorthands name the diffrax
 # classes, and a solver is built from its name only when the ODE is traced.
 _SOLVERS = {
@@ -176,6 +177,59 @@ class OdeSolution(NamedTuple):
     fail_time: jax.Array
 
 
+class _Administrations(NamedTuple):
+    """When each dose record's administration starts, runs and stops (``[D]`` each); a bad
+    record's administration is made inert (no duration, at its record time)."""
+
+    start: jax.Array
+    dur: jax.Array
+    ii: jax.Array  # the interval of a periodic SS dose; 0 for any other record
+    lag: jax.Array
+    inf_end: jax.Array  # inf for a constant SS infusion (it never stops)
+    tail_end: jax.Array  # end of the previous SS administration still running at the record
+    live: jax.Array  # a good record whose administration starts before a reset ends it
+    onehot: jax.Array  # [D, S]: the dosed compartment
+
+
+class _Events(NamedTuple):
+    """The event times ``[E]`` that cut the time axis, in the order the solve visits them."""
+
+    time: jax.Array
+    kind: jax.Array  # 0 observation, 1 dose record, 2 administration, 3 any other cut
+    ref: jax.Array  # the observation or dose row of kinds 0-2
+    order: jax.Array  # event indices in time order
+    inv: jax.Array  # the position of each event in `order`
+
+
+class _Problem(NamedTuple):
+    """What every event step of one subject's solve reads: the model, its covariates and
+    doses, and the diffrax solver and adjoint of the options."""
+
+    rhs: Callable[[jax.Array, jax.Array, Any], jax.Array]
+    x0: jax.Array
+    seg_fn: Callable[[jax.Array], Any]
+    cov_time: jax.Array
+    cov_value: jax.Array
+    cov_mask: jax.Array
+    res: ResolvedDoses
+    adm: _Administrations
+    solver: diffrax.AbstractSolver
+    adjoint: diffrax.AbstractAdjoint
+    options: OdeOptions
+
+
+class _Interval(NamedTuple):
+    """One dosing interval of an SS dose, from its administration."""
+
+    t_a: jax.Array  # the administration time
+    is_per: jax.Array  # a periodic SS dose (not a constant infusion), alive
+    tau: jax.Array  # the interval (0 when not periodic)
+    bolus: jax.Array  # [S]
+    u_inf: jax.Array  # [S]: the infusion rate, running until t_end
+    t_end: jax.Array
+    jump: jax.Array  # [1]: t_end, where the forcing is discontinuous
+
+
 def ode_states(
     rhs: Callable[[jax.Array, jax.Array, Any], jax.Array],
     x0: jax.Array,
@@ -213,7 +267,6 @@ def ode_states(
     constant SS infusion (II=0) solves ``rhs + rate = 0``. Semantics otherwise as
     `closed_form_amounts`.
     """
-    opts = options
     x0 = jnp.asarray(x0, float)
     n_states = x0.shape[0]
     res = resolve_doses(doses, dosing, n_states)
@@ -221,14 +274,31 @@ def ode_states(
     cov_time = jnp.asarray(cov_time, float)
     cov_value = jnp.asarray(cov_value, float)
     cov_mask = jnp.asarray(cov_mask, bool)
-    n_obs, n_dose, n_cov = obs_time.shape[0], res.time.shape[0], cov_time.shape[0]
+    t_first = _first_time(obs_time, res, cov_time, cov_mask)
+    adm = _administrations(res, n_states)
+    events = _event_grid(obs_time, res, adm, cov_time, t_first)
+    solver, adjoint = _solver_and_adjoint(options)
+    prob = _Problem(
+        rhs, x0, seg_fn, cov_time, cov_value, cov_mask, res, adm, solver, adjoint, options
+    )
+    step = functools.partial(_event_step, prob, events)
+    init = (t_first, x0, jnp.array(True), jnp.array(jnp.nan))
+    (_, _, ok, fail_t), (xs, _) = jax.lax.scan(step, init, events.order)
+    states = xs[events.inv[: obs_time.shape[0]]]
+    return OdeSolution(states=states, ok=ok, fail_time=fail_t)
 
+
+def _first_time(obs_time, res: ResolvedDoses, cov_time, cov_mask) -> jax.Array:
+    """The subject's first event time, where the solve starts from x0."""
     t_first = jnp.min(obs_time)
     t_first = jnp.minimum(
         t_first, jnp.min(jnp.where(res.is_dose | res.is_reset, res.time, jnp.inf))
     )
-    t_first = jnp.minimum(t_first, jnp.min(jnp.where(cov_mask, cov_time, jnp.inf)))
+    return jnp.minimum(t_first, jnp.min(jnp.where(cov_mask, cov_time, jnp.inf)))
 
+
+def _administrations(res: ResolvedDoses, n_states: int) -> _Administrations:
+    """When each record's administration starts, runs and stops, and where it goes."""
     good = ~res.bad
     start = jnp.where(good, res.start, res.time)
     dur = jnp.where(good, res.dur, 0.0)
@@ -239,9 +309,18 @@ def ode_states(
     tail_end = res.time + jnp.where(res.is_ss & res.is_inf, jnp.maximum(lag + dur - ii, 0.0), 0.0)
     live = good & (start < res.kill)
     onehot = (res.col[:, None] == jnp.arange(n_states)[None, :]).astype(float)
+    return _Administrations(start, dur, ii, lag, inf_end, tail_end, live, onehot)
 
-    ev_time = jnp.concatenate([obs_time, res.time, start, start + dur, tail_end, cov_time])
+
+def _event_grid(obs_time, res: ResolvedDoses, adm: _Administrations, cov_time, t_first) -> _Events:
+    """Every time the solve stops at, and the order it visits them in."""
+    n_obs, n_dose, n_cov = obs_time.shape[0], res.time.shape[0], cov_time.shape[0]
+    ev_time = jnp.concatenate(
+        [obs_time, res.time, adm.start, adm.start + adm.dur, adm.tail_end, cov_time]
+    )
     ev_time = jnp.maximum(ev_time, t_first)
+    # at equal times: observations first (they see the state before a dose at their time),
+    # then the records, then the administrations, then the other cuts
     ev_prio = jnp.concatenate(
         [jnp.zeros(n_obs), jnp.ones(n_dose), 2 * jnp.ones(n_dose), 3 * jnp.ones(2 * n_dose + n_cov)]
     )
@@ -262,130 +341,190 @@ def ode_states(
         ]
     )
     n_ev = ev_time.shape[0]
+    # (the order is a discrete choice: no derivative flows through the sort)
     order = jnp.lexsort((jnp.arange(n_ev), ev_prio, jax.lax.stop_gradient(ev_time)))
     inv = jnp.argsort(order)
+    return _Events(ev_time, ev_kind, ev_ref, order, inv)
 
+
+def _solver_and_adjoint(options: OdeOptions) -> tuple[Any, Any]:
+    """The diffrax solver and adjoint objects the options name."""
     import diffrax as dfx
 
-    solver = solver_object(opts.solver)
-    adjoint = getattr(dfx, _ADJOINTS[opts.adjoint])()
+    return solver_object(options.solver), getattr(dfx, _ADJOINTS[options.adjoint])()
 
-    def args_at(t):
-        count = jnp.sum(cov_mask & (cov_time <= t))
-        return seg_fn(cov_value[jnp.maximum(count - 1, 0)])
 
-    def integrate(field, a, b, y, args, jump=None):
-        ctrl = dfx.PIDController(rtol=opts.rtol, atol=opts.atol, jump_ts=jump)
-        sol = dfx.diffeqsolve(
-            dfx.ODETerm(field),
-            solver,
-            a,
-            b,
-            None,
-            y,
-            args=args,
-            saveat=dfx.SaveAt(t1=True),
-            stepsize_controller=ctrl,
-            max_steps=opts.max_steps,
-            adjoint=adjoint,
-            throw=False,
-        )
-        ok = sol.result == dfx.RESULTS.successful
-        return jax.tree_util.tree_map(lambda v: v[-1], sol.ys), ok
+def _integrate(prob: _Problem, field, a, b, y, args, jump=None):
+    """`y` carried from `a` to `b` along `field` (one ``diffeqsolve``; `jump`: times where
+    the field is discontinuous), and whether the solve succeeded."""
+    import diffrax as dfx
+
+    opts = prob.options
+    ctrl = dfx.PIDController(rtol=opts.rtol, atol=opts.atol, jump_ts=jump)
+    sol = dfx.diffeqsolve(
+        dfx.ODETerm(field),
+        prob.solver,
+        a,
+        b,
+        None,
+        y,
+        args=args,
+        saveat=dfx.SaveAt(t1=True),
+        stepsize_controller=ctrl,
+        max_steps=opts.max_steps,
+        adjoint=prob.adjoint,
+        throw=False,
+    )
+    ok = sol.result == dfx.RESULTS.successful
+    return jax.tree_util.tree_map(lambda v: v[-1], sol.ys), ok
+
+
+def _event_step(prob: _Problem, events: _Events, carry, e):
+    """One step of the scan over the events: the segment up to event `e`, then the event."""
+    t_prev, x, ok, fail_t = carry
+    te, kind, ref = events.time[e], events.kind[e], events.ref[e]
+    b = jnp.maximum(te, t_prev)
+    xb, ok, fail_t = _segment(prob, t_prev, b, x, ok, fail_t)
+    x_seen = jnp.where(ok, xb, jnp.nan)
+    d = jnp.where(kind == 0, 0, ref)
+    x_new, ok, fail_t = _record(prob, kind == 1, d, xb, ok, fail_t)
+    x_new = _bolus(prob, kind == 2, d, x_new)
+    return (b, x_new, ok, fail_t), (x_seen, ok)
+
+
+def _segment(prob: _Problem, t_prev, b, x, ok, fail_t):
+    """The state at `b` from `x` at `t_prev`, with the covariates and infusions of that
+    segment, and the success flag and failure time after it."""
+    # covariates and infusions are constant on a segment: read them away from its ends,
+    # where they change
+    mid = 0.5 * (t_prev + b)
+    args = _args_at(prob, mid)
+    u = _infusion_input(prob, mid)
 
     def seg_field(t, y, a):
         args, u = a
-        return rhs(t, y, args) + u
+        return prob.rhs(t, y, args) + u
 
-    def steady_state(d, args):
-        """SS state at the record time of dose d (x0 when d is not an SS dose)."""
-        t_a = start[d]
-        is_per = res.is_ss[d] & ~res.is_const[d] & live[d]
-        tau = jnp.where(is_per, ii[d], 0.0)
-        bolus = jnp.where(res.is_inf[d], 0.0, res.amount[d]) * onehot[d]
-        u_inf = jnp.where(res.is_inf[d], res.rate[d], 0.0) * onehot[d]
-        t_end = t_a + dur[d]
+    # once the solve has failed, later segments are not integrated (zero length): a
+    # subject whose trial parameters make the ODE stiff costs one segment's max_steps, not
+    # every segment's, while the vmapped batch waits for it
+    xb, ok_seg = _integrate(prob, seg_field, t_prev, jnp.where(ok, b, t_prev), x, (args, u))
+    fail_t = jnp.where(ok & ~ok_seg, t_prev, fail_t)
+    ok = ok & ok_seg
+    return xb, ok, fail_t
 
-        def field(t, y, args):
-            x, phi = y
-            u = jnp.where(t < t_end, u_inf, 0.0)
-            jac = jax.jacfwd(lambda xx: rhs(t, xx, args))(x)
-            return rhs(t, x, args) + u, jac @ phi
 
-        def xfield(t, x, args):
-            return rhs(t, x, args) + jnp.where(t < t_end, u_inf, 0.0)
+def _args_at(prob: _Problem, t):
+    """The arguments of `rhs` at time `t`: `seg_fn` of the covariates in force then."""
+    count = jnp.sum(prob.cov_mask & (prob.cov_time <= t))
+    return prob.seg_fn(prob.cov_value[jnp.maximum(count - 1, 0)])
 
-        jump = jnp.reshape(t_end, (1,))
-        x = x0
-        ok = jnp.array(True)
-        eye = jnp.eye(n_states)
-        r = jnp.zeros(n_states)
-        for _ in range(opts.ss_iterations):
-            (px, phi), ok_i = integrate(field, t_a, t_a + tau, (x + bolus, eye), args, jump)
-            ok = ok & ok_i
-            r = px - x
-            mat = jnp.where(is_per, phi - eye, -eye)
-            x = x - jnp.linalg.solve(mat, r)
-        scale = opts.rtol * jnp.max(jnp.abs(x)) + opts.atol
-        ok = ok & (jnp.max(jnp.abs(r)) <= 1e3 * scale)
-        # the state at the record time: phase tau - lag after the previous administration
-        x_rec, ok_p = integrate(xfield, t_a, t_a + tau - lag[d] * is_per, x + bolus, args, jump)
-        x_per = jnp.where(is_per, x_rec, x0)
-        ok_per = ok & ok_p
-        # steady state of a constant infusion: rhs(x) + rate = 0
-        is_c = res.is_const[d] & live[d]
-        u_c = jnp.where(is_c, res.rate[d], 0.0) * onehot[d]
-        xc = x0
-        g = jnp.zeros(n_states)
-        for _ in range(opts.ss_iterations):
-            g = rhs(res.time[d], xc, args) + u_c
-            jac = jax.jacfwd(lambda xx: rhs(res.time[d], xx, args))(xc)
-            xc = xc - jnp.linalg.solve(jnp.where(is_c, jac, -eye), jnp.where(is_c, g, 0.0))
-        ok_c = jnp.max(jnp.abs(g)) <= 1e-6 * jnp.max(jnp.abs(u_c)) + opts.atol
-        x_ss = jnp.where(is_c, xc, x_per)
-        ok_ss = jnp.where(is_c, ok_c, jnp.where(is_per, ok_per, True))
-        return x_ss, ok_ss
 
-    def step(carry, e):
-        t_prev, x, ok, fail_t = carry
-        te, kind, ref = ev_time[e], ev_kind[e], ev_ref[e]
-        b = jnp.maximum(te, t_prev)
-        mid = 0.5 * (t_prev + b)
-        args = args_at(mid)
-        running = (
-            live
-            & res.is_inf
-            & (((start <= mid) & (mid < inf_end)) | ((res.time <= mid) & (mid < tail_end)))
-            & (mid < res.kill)
+def _infusion_input(prob: _Problem, t) -> jax.Array:
+    """The infusion rates running at time `t`, summed per compartment (``[S]``)."""
+    res, adm = prob.res, prob.adm
+    running = (
+        adm.live
+        & res.is_inf
+        & (((adm.start <= t) & (t < adm.inf_end)) | ((res.time <= t) & (t < adm.tail_end)))
+        & (t < res.kill)
+    )
+    return jnp.where(running, res.rate, 0.0) @ adm.onehot
+
+
+def _record(prob: _Problem, is_rec, d, xb, ok, fail_t):
+    """The state after the event when it is dose record `d` (EVID 3/4 reset, SS state; `xb`
+    otherwise), and the success flag and failure time: a bad record stops the solve."""
+    res, x0 = prob.res, prob.x0
+    if prob.options.steady_state:
+        x_ss, ok_ss = _steady_state(prob, d, _args_at(prob, res.time[d]))
+    else:
+        x_ss, ok_ss = x0, ~res.is_ss[d]
+    is_ss_rec = is_rec & res.is_ss[d] & prob.adm.live[d]
+    rec_ok = ~is_rec | (ok_ss & ~res.bad[d])
+    fail_t = jnp.where(ok & ~rec_ok, res.time[d], fail_t)
+    ok = ok & rec_ok
+    x_new = jnp.where(is_rec & res.is_reset[d], x0, xb)
+    x_new = jnp.where(is_ss_rec, jnp.where(res.ss2[d], xb + x_ss - x0, x_ss), x_new)
+    return x_new, ok, fail_t
+
+
+def _bolus(prob: _Problem, is_adm, d, x) -> jax.Array:
+    """`x` after the event when it is the administration of a bolus dose `d` (a jump; an
+    infusion enters as forcing of the segments instead)."""
+    res, adm = prob.res, prob.adm
+    is_bolus = is_adm & res.is_dose[d] & ~res.is_inf[d] & adm.live[d]
+    return x + jnp.where(is_bolus, res.amount[d], 0.0) * adm.onehot[d]
+
+
+def _steady_state(prob: _Problem, d, args):
+    """SS state at the record time of dose d (x0 when d is not an SS dose), and whether it was
+    found."""
+    iv = _ss_interval(prob, d)
+    eye = jnp.eye(prob.x0.shape[0])  # (one identity for both Newton solves)
+    x_per, ok_per = _periodic_state(prob, d, iv, args, eye)
+    x_c, ok_c, is_c = _constant_infusion_state(prob, d, args, eye)
+    x_ss = jnp.where(is_c, x_c, x_per)
+    ok_ss = jnp.where(is_c, ok_c, jnp.where(iv.is_per, ok_per, True))
+    return x_ss, ok_ss
+
+
+def _ss_interval(prob: _Problem, d) -> _Interval:
+    """The dosing interval of SS dose `d` that the periodic state repeats."""
+    res, adm = prob.res, prob.adm
+    t_a = adm.start[d]
+    is_per = res.is_ss[d] & ~res.is_const[d] & adm.live[d]
+    tau = jnp.where(is_per, adm.ii[d], 0.0)
+    bolus = jnp.where(res.is_inf[d], 0.0, res.amount[d]) * adm.onehot[d]
+    u_inf = jnp.where(res.is_inf[d], res.rate[d], 0.0) * adm.onehot[d]
+    t_end = t_a + adm.dur[d]
+    return _Interval(t_a, is_per, tau, bolus, u_inf, t_end, jnp.reshape(t_end, (1,)))
+
+
+def _periodic_state(prob: _Problem, d, iv: _Interval, args, eye):
+    """The periodic SS state of dose `d` at its record time (x0 when not periodic), by
+    Newton's method on the one-interval map, and whether it converged."""
+    rhs, x0, opts = prob.rhs, prob.x0, prob.options
+
+    def field(t, y, args):
+        x, phi = y
+        u = jnp.where(t < iv.t_end, iv.u_inf, 0.0)
+        jac = jax.jacfwd(lambda xx: rhs(t, xx, args))(x)
+        return rhs(t, x, args) + u, jac @ phi
+
+    def xfield(t, x, args):
+        return rhs(t, x, args) + jnp.where(t < iv.t_end, iv.u_inf, 0.0)
+
+    x = x0
+    ok = jnp.array(True)
+    r = jnp.zeros(x0.shape[0])
+    for _ in range(opts.ss_iterations):
+        (px, phi), ok_i = _integrate(
+            prob, field, iv.t_a, iv.t_a + iv.tau, (x + iv.bolus, eye), args, iv.jump
         )
-        u = jnp.where(running, res.rate, 0.0) @ onehot
-        # once the solve has failed, later segments are not integrated (zero length): a
-        # subject whose trial parameters make the ODE stiff costs one segment's max_steps, not
-        # every segment's, while the vmapped batch waits for it
-        xb, ok_seg = integrate(seg_field, t_prev, jnp.where(ok, b, t_prev), x, (args, u))
-        fail_t = jnp.where(ok & ~ok_seg, t_prev, fail_t)
-        ok = ok & ok_seg
-        x_seen = jnp.where(ok, xb, jnp.nan)
+        ok = ok & ok_i
+        r = px - x
+        mat = jnp.where(iv.is_per, phi - eye, -eye)
+        x = x - jnp.linalg.solve(mat, r)
+    scale = opts.rtol * jnp.max(jnp.abs(x)) + opts.atol
+    ok = ok & (jnp.max(jnp.abs(r)) <= 1e3 * scale)
+    # the state at the record time: phase tau - lag after the previous administration
+    t_rec = iv.t_a + iv.tau - prob.adm.lag[d] * iv.is_per
+    x_rec, ok_p = _integrate(prob, xfield, iv.t_a, t_rec, x + iv.bolus, args, iv.jump)
+    return jnp.where(iv.is_per, x_rec, x0), ok & ok_p
 
-        d = jnp.where(kind == 0, 0, ref)
-        # record event: reset / steady state; a bad record stops the solve
-        is_rec = kind == 1
-        if opts.steady_state:
-            x_ss, ok_ss = steady_state(d, args_at(res.time[d]))
-        else:
-            x_ss, ok_ss = x0, ~res.is_ss[d]
-        is_ss_rec = is_rec & res.is_ss[d] & live[d]
-        rec_ok = ~is_rec | (ok_ss & ~res.bad[d])
-        fail_t = jnp.where(ok & ~rec_ok, res.time[d], fail_t)
-        ok = ok & rec_ok
-        x_new = jnp.where(is_rec & res.is_reset[d], x0, xb)
-        x_new = jnp.where(is_ss_rec, jnp.where(res.ss2[d], xb + x_ss - x0, x_ss), x_new)
-        # administration: bolus jump
-        is_bolus = (kind == 2) & res.is_dose[d] & ~res.is_inf[d] & live[d]
-        x_new = x_new + jnp.where(is_bolus, res.amount[d], 0.0) * onehot[d]
-        return (b, x_new, ok, fail_t), (x_seen, ok)
 
-    init = (t_first, x0, jnp.array(True), jnp.array(jnp.nan))
-    (_, _, ok, fail_t), (xs, oks) = jax.lax.scan(step, init, order)
-    states = xs[inv[:n_obs]]
-    return OdeSolution(states=states, ok=ok, fail_time=fail_t)
+def _constant_infusion_state(prob: _Problem, d, args, eye):
+    """The SS state of dose `d` when it is a constant infusion (``rhs(x) + rate = 0``, by
+    Newton's method), whether it converged, and whether `d` is one."""
+    rhs, x0, res, opts = prob.rhs, prob.x0, prob.res, prob.options
+    is_c = res.is_const[d] & prob.adm.live[d]
+    u_c = jnp.where(is_c, res.rate[d], 0.0) * prob.adm.onehot[d]
+    xc = x0
+    g = jnp.zeros(x0.shape[0])
+    for _ in range(opts.ss_iterations):
+        g = rhs(res.time[d], xc, args) + u_c
+        jac = jax.jacfwd(lambda xx: rhs(res.time[d], xx, args))(xc)
+        xc = xc - jnp.linalg.solve(jnp.where(is_c, jac, -eye), jnp.where(is_c, g, 0.0))
+    ok_c = jnp.max(jnp.abs(g)) <= 1e-6 * jnp.max(jnp.abs(u_c)) + opts.atol
+    return xc, ok_c, is_c
