@@ -15,6 +15,7 @@ from ._doses import resolve_doses as resolve_doses
 from ._ode import OdeOptions as OdeOptions
 from ._ode import OdeSolution as OdeSolution
 from ._ode import ode_states as ode_states
+from ._propagate import propagated_amounts as propagated_amounts
 
 __all__ = [
     "CLOSED_FORMS",
@@ -26,5 +27,6 @@ __all__ = [
     "closed_form_amounts",
     "closed_form_rhs",
     "ode_states",
+    "propagated_amounts",
     "resolve_doses",
 ]
