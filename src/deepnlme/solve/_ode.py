@@ -216,6 +216,7 @@ class _Problem(NamedTuple):
     solver: diffrax.AbstractSolver
     adjoint: diffrax.AbstractAdjoint
     options: OdeOptions
+    record_cov: jax.Array | None  # [D, K]: each dose record's own covariates, for its SS
 
 
 class _Interval(NamedTuple):
@@ -242,6 +243,7 @@ def ode_states(
     obs_time: jax.Array,
     *,
     options: OdeOptions = OdeOptions(),
+    record_cov: jax.Array | None = None,
 ) -> OdeSolution:
     """States ``[T, S]`` of a general ODE model of one subject at the observation times.
 
@@ -257,6 +259,9 @@ def ode_states(
     - `doses`, `dosing`: dose records and the model's lag/F/rate/duration per compartment.
     - `obs_time`: observation times ``[T]``.
     - `options`: `OdeOptions`.
+    - `record_cov`: each dose record's own covariates ``[D, K]``, whose `seg_fn` arguments its
+      steady state uses (NONMEM's rule: the parameters of the SS record itself); default the
+      covariates in force at the record's time.
 
     The time axis is cut at every event (observations, dose records, lagged administrations,
     infusion ends, covariate changes); each segment is one ``diffrax.diffeqsolve`` with the
@@ -279,7 +284,18 @@ def ode_states(
     events = _event_grid(obs_time, res, adm, cov_time, t_first)
     solver, adjoint = _solver_and_adjoint(options)
     prob = _Problem(
-        rhs, x0, seg_fn, cov_time, cov_value, cov_mask, res, adm, solver, adjoint, options
+        rhs,
+        x0,
+        seg_fn,
+        cov_time,
+        cov_value,
+        cov_mask,
+        res,
+        adm,
+        solver,
+        adjoint,
+        options,
+        None if record_cov is None else jnp.asarray(record_cov, float),
     )
     step = functools.partial(_event_step, prob, events)
     init = (t_first, x0, jnp.array(True), jnp.array(jnp.nan))
@@ -437,7 +453,11 @@ def _record(prob: _Problem, is_rec, d, xb, ok, fail_t):
     otherwise), and the success flag and failure time: a bad record stops the solve."""
     res, x0 = prob.res, prob.x0
     if prob.options.steady_state:
-        x_ss, ok_ss = _steady_state(prob, d, _args_at(prob, res.time[d]))
+        if prob.record_cov is None:
+            args = _args_at(prob, res.time[d])
+        else:
+            args = prob.seg_fn(prob.record_cov[d])
+        x_ss, ok_ss = _steady_state(prob, d, args)
     else:
         x_ss, ok_ss = x0, ~res.is_ss[d]
     is_ss_rec = is_rec & res.is_ss[d] & prob.adm.live[d]

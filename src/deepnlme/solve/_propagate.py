@@ -123,6 +123,19 @@ def _check_states(kind, names, states) -> None:
         )
 
 
+def _systems(cf, p: dict[str, jax.Array], n: int):
+    """For a batch of parameter sets (``[B]`` each): the absorption rate (``[B]`` or None),
+    the disposition eigenvalues as positive rates (``[B]`` each) and the Newton basis
+    ``prod_{m<k} (K - mu_m I)`` ``[B, n (order), n, n]``."""
+    kmat, lam, ka = jax.vmap(lambda q: _system(cf, q))(p)  # [B, n, n], [B] each, [B] | None
+    shifts = ([-ka] if ka is not None else []) + [-x for x in lam]
+    eye = jnp.eye(n)
+    basis = [jnp.broadcast_to(eye, (kmat.shape[0], n, n))]
+    for sh in shifts[: n - 1]:
+        basis.append(basis[-1] @ (kmat - sh[:, None, None] * eye))
+    return ka, lam, jnp.stack(basis, axis=1)
+
+
 def propagated_amounts(
     kind: str,
     cfp: dict[str, jax.Array],
@@ -134,6 +147,7 @@ def propagated_amounts(
     *,
     features: DoseFeatures = _ALL_FEATURES,
     states: tuple[int, ...] | None = None,
+    record_cfp: dict[str, jax.Array] | None = None,
 ) -> jax.Array:
     """Compartment amounts ``[T, S]`` of a closed-form PK model whose parameters are piecewise
     constant in time, propagated exactly from event to event.
@@ -155,15 +169,18 @@ def propagated_amounts(
       switched off are left out of the program.
     - `states`: the compartments (0-based, CMT order) whose amounts are returned, ``[T,
       len(states)]`` (static). Default all.
+    - `record_cfp`: the closed-form parameters of each dose record's own covariates (``[D]``
+      each), which its steady state uses (NONMEM's rule: the parameters of the SS record
+      itself); default those of the segment in force at the record's time.
 
     Semantics are those of `closed_form_amounts` (bolus, infusions with RATE > 0, -1 or -2,
     SS=1 and SS=2 for bolus, infusion and constant infusion, EVID 3/4 resets, an observation at a
     dose or reset time sees the amounts before it, a record that cannot be evaluated makes the
     predictions after it nan), and with ``C == 1`` the amounts equal it (to rounding). The
-    parameters of a steady state are those in force at its record time (``seg_time[c] <=
-    time``, as `ode_states`). A dose whose resolved time, amount, rate or duration is not finite
-    (a nan lag, say), or that would enter before its record (a negative lag), makes the
-    predictions after its record nan too.
+    parameters of a steady state are `record_cfp`'s, else those in force at its record time
+    (``seg_time[c] <= time``, as `ode_states`). A dose whose resolved time, amount, rate or
+    duration is not finite (a nan lag, say), or that would enter before its record (a negative
+    lag), makes the predictions after its record nan too.
 
     One subject; ``jax.vmap`` over subjects. Differentiable (forward and reverse, any order),
     including in the lag (the events are sorted inside the program; at exactly equal times the
@@ -181,13 +198,7 @@ def propagated_amounts(
     p = {k: jnp.broadcast_to(jnp.asarray(cfp[k], float), (n_seg,)) for k in cf.params}
 
     # --- the system on each segment: K, its eigenvalues, and the Newton basis prod (K - mu I)
-    kmat, lam, ka = jax.vmap(lambda q: _system(cf, q))(p)  # [C, n, n], [C] each, [C] | None
-    shifts = ([-ka] if ka is not None else []) + [-x for x in lam]
-    eye = jnp.eye(n)
-    basis = [jnp.broadcast_to(eye, (n_seg, n, n))]
-    for sh in shifts[: n - 1]:
-        basis.append(basis[-1] @ (kmat - sh[:, None, None] * eye))
-    basis = jnp.stack(basis, axis=1)  # [C, n (order), n, n]
+    ka, lam, basis = _systems(cf, p, n)
 
     # --- the doses
     res = resolve_doses(doses, dosing, n, features)
@@ -311,8 +322,17 @@ def propagated_amounts(
     if use_rec:
         rec = slice(offset[_REC], offset[_REC] + n_dose)
         if features.steady_state:
-            seg_d = seg_before[inv[rec]]  # the segment in force at each record
-            ka_d, mus_d = nodes(seg_d)
+            if record_cfp is None:  # the segment in force at each record
+                seg_d = seg_before[inv[rec]]
+                ka_d, mus_d = nodes(seg_d)
+                basis_d = basis[seg_d]
+            else:  # the record's own parameters
+                q = {
+                    k: jnp.broadcast_to(jnp.asarray(record_cfp[k], float), (n_dose,))
+                    for k in cf.params
+                }
+                ka_r, lam_r, basis_d = _systems(cf, q, n)
+                ka_d, mus_d = (None if ka_r is None else -ka_r), [-x for x in lam_r]
             amount = jnp.where(ss_per & ~res.is_inf, res.amount, 0.0)
             rate_d = jnp.where(ss_per & res.is_inf, res.rate, 0.0)
             f = _periodic(tau) * _exp(tau - lag).scale(amount)
@@ -323,7 +343,7 @@ def propagated_amounts(
                 f = f + _neg_inverse().scale(jnp.where(const, res.rate, 0.0))
             c_ss = _coefficients(f, ka_d, mus_d)  # [D, n]
             cols = jnp.take_along_axis(
-                basis[seg_d], res.col[:, None, None, None], axis=3
+                basis_d, res.col[:, None, None, None], axis=3
             )  # [D, n, n, 1]
             x_ss = jnp.einsum("dk,dki->di", c_ss, cols[..., 0])
             adds[_REC] = jnp.where((live & res.is_ss)[:, None], x_ss, 0.0)

@@ -31,6 +31,7 @@ from ..model._distributions import ObsDist
 from ._closed_form import closed_form_amounts_jit
 from ._doses import DoseEvents, DoseFeatures
 from ._ode import OdeOptions, ode_states
+from ._propagate import propagated_amounts_jit
 
 
 class SubjectData(NamedTuple):
@@ -49,6 +50,7 @@ class SubjectData(NamedTuple):
     cov_time: jax.Array
     cov_value: jax.Array  # [C, K]
     cov_mask: jax.Array
+    dose_cov: jax.Array  # [D, K] the covariates on each dose record (its steady state's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +151,7 @@ def bind_population(model, population) -> Binding:
         cov_time=f64(a.cov_time),
         cov_value=f64(a.cov_value[:, :, sel]),
         cov_mask=jnp.asarray(a.cov_mask, bool),
+        dose_cov=f64(a.dose_cov[:, :, sel]),
     )
     return Binding(
         data=data,
@@ -179,6 +182,17 @@ class Prediction(NamedTuple):
 # measured.
 _MAX_ODE_EXPANSION = 64
 
+# A time-varying closed-form model is expanded in its per-segment parameters (C segments x
+# their parameters) when they are at most this many: the second-order expansion's forward
+# cost grows with their square, while differentiating the propagation itself does not.
+_MAX_CF_EXPANSION = 12
+
+
+def _expanded_size(psi, varying) -> int:
+    """The number of entries of `psi`'s leaves that `varying` marks."""
+    leaves = jax.tree_util.tree_leaves(psi)
+    return sum(int(np.size(leaf)) for leaf, v in zip(leaves, varying) if v)
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class SubjectPredictor:
@@ -188,9 +202,10 @@ class SubjectPredictor:
 
     - `model`: a parsed `Model`.
     - `time_varying`: True when a covariate the model uses changes within a subject; then
-      individual parameters are evaluated at every record and the ODE path is used.
-    - `ode_options`: `OdeOptions` for ODE models (closed-form models without time-varying
-      covariates never integrate).
+      individual parameters are evaluated on every segment of constant covariates, and a
+      closed-form model propagates its amounts from event to event (`propagated_amounts`)
+      instead of superposing doses under one set of parameters.
+    - `ode_options`: `OdeOptions` for ODE models (closed-form models never integrate).
     - `features`: the dose features the data uses (`DoseFeatures`); the others are left out
       of the compiled program.
     """
@@ -202,8 +217,34 @@ class SubjectPredictor:
 
     @property
     def use_closed_form(self) -> bool:
-        """True when predictions use the closed-form superposition path."""
-        return self.model.compiled.closed_form is not None and not self.time_varying
+        """True when predictions use a closed form (superposition, or propagation from event
+        to event where the parameters change in time), not an ODE solve."""
+        return self.model.compiled.closed_form is not None
+
+    def _closed_form_inputs(self, theta, eta, cov):
+        """The inputs of the closed form from the covariates `cov` (`_closed_form_covariates`):
+        (closed-form parameters, dosing parameters) from ``[K]`` covariates; for a
+        time-varying subject, from (``[C, K]`` segments, ``[D, K]`` dose records): (the
+        parameters of each segment, ``[C]`` each; the dose modifiers of the first segment, as
+        the ODE path takes them; the parameters of each dose record's own covariates, which
+        its steady state uses (NONMEM's rule), or None without steady states)."""
+        cm = self.model.compiled
+        cov0 = cov[0][0] if self.time_varying else cov
+        ind0 = cm.pre(theta, eta, cov0)
+        dosing = cm.dosing(theta, eta, cov0, ind0)
+        if not self.time_varying:
+            return cm.closed_form_params(ind0), dosing
+
+        def params(c):
+            return cm.closed_form_params(cm.pre(theta, eta, c))
+
+        records = jax.vmap(params)(cov[1]) if self.features.steady_state else None
+        return jax.vmap(params)(cov[0]), dosing, records
+
+    def _closed_form_covariates(self, sd: SubjectData):
+        """The covariates `_closed_form_inputs` reads: the first segment's, or (a time-varying
+        subject) those of every segment and of every dose record."""
+        return (sd.cov_value, sd.dose_cov) if self.time_varying else sd.cov_value[0]
 
     def states(self, theta, eta, sd: SubjectData):
         """Compartment amounts ``[T, S]`` at the observation times, ok flag and failure time."""
@@ -211,11 +252,9 @@ class SubjectPredictor:
         n_t = sd.obs_time.shape[0]
         if not cm.has_dynamics:
             return jnp.zeros((n_t, 0)), jnp.asarray(True), jnp.asarray(jnp.nan)
-        cov0 = sd.cov_value[0]
-        ind0 = cm.pre(theta, eta, cov0)
-        dosing = cm.dosing(theta, eta, cov0, ind0)
         if self.use_closed_form:
-            x = self._closed_form_amounts((cm.closed_form_params(ind0), dosing), sd)
+            psi = self._closed_form_inputs(theta, eta, self._closed_form_covariates(sd))
+            x = self._closed_form_amounts(psi, sd)
             return x, self._solve_ok(x, sd), jnp.asarray(jnp.nan)
         return self._ode_jit(theta, eta, sd)
 
@@ -251,6 +290,7 @@ class SubjectPredictor:
             dosing,
             sd.obs_time,
             options=self.ode_options,
+            record_cov=sd.dose_cov if self.time_varying else None,
         )
         return sol.states, sol.ok, sol.fail_time
 
@@ -280,13 +320,13 @@ class SubjectPredictor:
         if not self.use_closed_form:
             return self._ode_states_near(theta, eta, sd, eta_c, first_order)
         cm = self.model.compiled
-        cov0 = sd.cov_value[0]
-
-        def inputs(th, e, cov):
-            ind0 = cm.pre(th, e, cov)
-            return cm.closed_form_params(ind0), cm.dosing(th, e, cov, ind0)
-
+        cov0 = self._closed_form_covariates(sd)
+        inputs = self._closed_form_inputs
         varying = dependent_leaves(inputs, (theta, eta, cov0), dep=(0, 1))
+        if self.time_varying and _expanded_size(inputs(theta, eta, cov0), varying) > (
+            _MAX_CF_EXPANSION
+        ):  # many segments: differentiate the propagation itself
+            return self.states(theta, eta, sd)
         center = jax.lax.stop_gradient(inputs(theta, eta_c, cov0))
         # only the amounts the predictions read are expanded (an oral model's observations
         # see the central amount, not the depot's): the others keep their value at the point
@@ -376,7 +416,22 @@ class SubjectPredictor:
 
     def _closed_form_amounts(self, psi, sd: SubjectData, states=None) -> jax.Array:
         """Closed-form amounts ``[T, S]`` from psi = (closed-form parameters, dosing); with
-        `states`, of those compartments only (``[T, len(states)]``)."""
+        `states`, of those compartments only (``[T, len(states)]``). Parameters per segment
+        (a time-varying subject): propagated from event to event."""
+        if self.time_varying:
+            cfp, dosing, records = psi
+            return propagated_amounts_jit(
+                self.model.compiled.closed_form,
+                cfp,
+                dosing,
+                sd.doses,
+                sd.cov_time,
+                sd.cov_mask,
+                sd.obs_time,
+                features=self.features,
+                states=states,
+                record_cfp=records,
+            )
         cfp, dosing = psi
         return closed_form_amounts_jit(
             self.model.compiled.closed_form,

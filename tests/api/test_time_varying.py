@@ -1,0 +1,98 @@
+"""Closed-form models whose covariates change over time: propagated from record to record
+(never an ODE solve), equal to the same model written as ODEs and to nlme's quinModel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+from deepnlme.likelihood._from_model import model_problem
+
+MODEL = """
+param:
+    tv    = Real(init=5.2)
+    tka   = Real(init=-0.1)
+    tcl   = Real(init=2.2)
+    bcr   = Real(init=0.75)
+    omega = PDiag(init=[0.1, 0.1])
+    sigma = Positive(init=0.3)
+random:
+    eta ~ MvNormal(omega)
+covariates: CRCL
+pre:
+    v  = exp(tv + eta[0])
+    ka = exp(tka)
+    cl = exp(tcl + bcr * log(CRCL / 80) + eta[1])
+dynamics: {dynamics}
+derived:
+    conc = Central / v
+    DV ~ Additive(conc, sigma)
+"""
+ODE = "\n    Depot'   = -ka * Depot\n    Central' = ka * Depot - cl / v * Central"
+
+
+def _data() -> pd.DataFrame:
+    """Three subjects, doses every 12 h (steady state at the start for subject 2, a regimen
+    change at steady state for subject 3 at a CRCL change), CRCL changing at dose and at
+    observation records, observations between doses and an EVID 2 record."""
+    rows = []
+    for sid, (ss0, change) in enumerate([(0, None), (1, None), (0, 48.0)], start=1):
+        crcl = {0.0: 90.0, 24.0: 60.0, 48.0: 45.0, 60.0: 70.0}
+        value = 90.0
+        for t in np.arange(0.0, 84.0, 12.0):
+            ss = 1 if (t == 0 and ss0) or t == change else 0
+            amt = 300.0 if t == change or (change and t > change) else 200.0
+            rows.append((sid, t, 0.0, amt, 1, 1, ss, 12.0 if ss else 0.0, value))
+            value = crcl.get(t, value)
+            for dt in (2.5, 9.0):
+                rows.append((sid, t + dt, 1.0, 0.0, 0, 0, 0, 0.0, value))
+        rows.append((sid, 30.0, 0.0, 0.0, 2, 1, 0, 0.0, 55.0))  # EVID 2: a new value
+    df = pd.DataFrame(rows, columns=["ID", "TIME", "DV", "AMT", "EVID", "MDV", "SS", "II", "CRCL"])
+    return df.sort_values(["ID", "TIME"], kind="stable").reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def pop():
+    return dn.read_data(_data())
+
+
+def test_time_varying_closed_form_is_propagated_not_solved(pop):
+    closed = dn.load_model(MODEL.format(dynamics="OneCompartmentOral"))
+    _, predictor = model_problem(closed, pop)
+    assert predictor.time_varying and predictor.use_closed_form
+    problem, _ = model_problem(closed, pop)
+    assert not problem.solves_ode
+
+
+def test_time_varying_closed_form_equals_the_ode_model(pop):
+    closed = dn.load_model(MODEL.format(dynamics="OneCompartmentOral"))
+    ode = dn.load_model(MODEL.format(dynamics=ODE))
+    etas = np.array([[0.1, -0.2], [-0.3, 0.25], [0.2, 0.4]])
+    a = dn.model_predict(closed, pop, etas=etas)
+    b = dn.model_predict(ode, pop, etas=etas, ode_options=dn.OdeOptions(rtol=1e-11, atol=1e-13))
+    np.testing.assert_allclose(a["IPRED"], b["IPRED"], rtol=1e-8)
+    np.testing.assert_allclose(a["PRED"], b["PRED"], rtol=1e-8)
+
+
+def test_steady_state_takes_the_parameters_of_its_own_record(pop):
+    # subject 3's SS record at 48 h carries CRCL 60 (the value up to it), and CRCL is 45 after
+    # it: the steady state is that of CRCL 60 (NONMEM's and nlme's quinModel's rule), so the
+    # trough just before the next dose differs from a steady state at CRCL 45
+    closed = dn.load_model(MODEL.format(dynamics="OneCompartmentOral"))
+    pred = dn.model_predict(closed, pop)
+    got = float(pred[(pred["ID"] == 3) & (pred["TIME"] == 50.5)]["PRED"].iloc[0])
+    v, ka = np.exp(5.2), np.exp(-0.1)
+
+    def conc_after_ss(crcl_ss, crcl_after, dose=300.0, tau=12.0, t=2.5):
+        # nlme's one-compartment open model: the SS state at the record, then propagated
+        ke_ss = np.exp(2.2 + 0.75 * np.log(crcl_ss / 80)) / v
+        c = dose * ka * (1 / (1 - np.exp(-ke_ss * tau)) - 1 / (1 - np.exp(-ka * tau)))
+        c /= v * (ka - ke_ss)
+        ca = dose / (v * (1 - np.exp(-ka * tau)))
+        ke = np.exp(2.2 + 0.75 * np.log(crcl_after / 80)) / v
+        return c * np.exp(-ke * t) + ca * ka * (np.exp(-ke * t) - np.exp(-ka * t)) / (ka - ke)
+
+    assert got == pytest.approx(conc_after_ss(60.0, 45.0), rel=1e-12)
+    assert abs(got / conc_after_ss(45.0, 45.0) - 1) > 1e-3
