@@ -72,6 +72,7 @@ PY_FIT = textwrap.dedent(
            for k, v in fit.estimates.items()}
     print("RESULT " + json.dumps(dict(
         import_s=t_import, compile_s=fit.timings["compile"], fit_s=fit.timings["total"],
+        covariance_s=warm.timings["covariance"], run_s=warm.timings["run"],
         total_s=total, warm_s=t_warm, m2ll=fit.m2ll, converged=bool(fit.converged),
         n_iter=fit.n_iter, n_eval=fit.n_eval, warm_m2ll=warm.m2ll, estimates=est,
         message=fit.message)))
@@ -161,7 +162,8 @@ def main() -> None:
             )
             print(lines[-1], flush=True)
             notes.append(
-                f"N={n}: deepnlme {cold['n_iter']} iterations, {cold['n_eval']} evaluations, "
+                f"N={n}: deepnlme {cold['n_iter']} iterations, {cold['n_eval']} evaluations "
+                f"(warm: run {cold['run_s']:.2f} s, covariance step {cold['covariance_s']:.2f} s), "
                 f"converged {cold['converged']} ({cold['message']})"
                 + (f"; vs nlme: {_compare(nl, cold)}" if nl else "")
                 + (f"; ODE -2LL {ode['m2ll']:.3f}" if ode else "")

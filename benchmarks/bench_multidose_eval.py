@@ -1,0 +1,72 @@
+"""One FOCE evaluation of the multiple-dose data: propagated (CRCL changing) against
+superposition (CRCL frozen at each subject's first value), warm.
+
+    python benchmarks/bench_multidose_eval.py [--subjects 150] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import multidose_data  # noqa: E402
+
+import deepnlme as dn  # noqa: E402
+from deepnlme.estimation._compiled import compiled_evaluation  # noqa: E402
+from deepnlme.estimation._start import starting_point  # noqa: E402
+from deepnlme.likelihood._from_model import model_problem  # noqa: E402
+
+
+def _evaluation_time(model, pop, repeats: int) -> tuple[float, float, float]:
+    """(compile s, median evaluation s, OFV) of the FOCE evaluation at the model's start."""
+    problem, _ = model_problem(model, pop)
+    method = dn.FOCE()
+    start = starting_point(problem, method, None, None, None)
+    z0 = start.u0[list(start.free)]
+    args = (jax.device_put(z0), jax.device_put(start.u0), jax.device_put(start.eta0))
+    args = (*args, problem.subjects)
+    t0 = time.perf_counter()
+    compiled, _ = compiled_evaluation(problem, method, start.free, args)
+    out = jax.block_until_ready(compiled(*args))
+    t_compile = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - t)
+    return t_compile, float(np.median(times)), float(np.sum(out.m2ll_i))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--subjects", type=int, default=150)
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    model = dn.load_model(ROOT / "examples" / "multidose" / "multidose.model")
+    with tempfile.TemporaryDirectory() as tmp:
+        p_nm, _ = multidose_data.write(args.subjects, 1, Path(tmp))
+        pop = dn.read_data(p_nm)
+        frame = pop.to_dataframe()
+        frame["CRCL"] = frame.groupby("ID")["CRCL"].transform("first")
+        frozen = dn.read_data(frame)
+    print("| data | path | compile + first s | evaluation s | OFV |")
+    print("|---|---|---|---|---|")
+    for label, data, path in (
+        ("CRCL changing", pop, "propagated"),
+        ("CRCL frozen", frozen, "superposition"),
+    ):
+        tc, te, ofv = _evaluation_time(model, data, args.repeats)
+        print(f"| {label} | {path} | {tc:.2f} | {te:.3f} | {ofv:.4f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
