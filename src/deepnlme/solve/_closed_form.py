@@ -50,6 +50,19 @@ def _check_kind(kind: str, p: dict) -> ClosedForm:
     return cf
 
 
+def check_states(caller: str, kind: str, names: tuple[str, ...], states) -> None:
+    """Raise ValueError unless `states` is None or distinct compartment indices of `kind`."""
+    if states is not None and (
+        not states
+        or len(set(states)) != len(states)
+        or not all(isinstance(i, int) and 0 <= i < len(names) for i in states)
+    ):
+        raise ValueError(
+            f"{caller}(states={states!r}): give distinct compartment indices of "
+            f"{kind}, 0-based in CMT order ({', '.join(f'{i}: {n}' for i, n in enumerate(names))})"
+        )
+
+
 def _system(cf: ClosedForm, p: dict) -> tuple[jax.Array, list[jax.Array], jax.Array | None]:
     """Return (K, disposition eigenvalues as positive rates, ka or None)."""
     kd, lam = cf.disposition(p)
@@ -322,15 +335,7 @@ def closed_form_amounts(
     """
     cf = _check_kind(kind, p)
     names = cf.states
-    if states is not None and (
-        not states
-        or len(set(states)) != len(states)
-        or not all(isinstance(i, int) and 0 <= i < len(names) for i in states)
-    ):
-        raise ValueError(
-            f"closed_form_amounts(states={states!r}): give distinct compartment indices of "
-            f"{kind}, 0-based in CMT order ({', '.join(f'{i}: {n}' for i, n in enumerate(names))})"
-        )
+    check_states("closed_form_amounts", kind, names, states)
     features = features or DoseFeatures()
     if cf.peripherals == 0 and not (features.infusion or features.steady_state):
         return _one_compartment_bolus(cf, p, dosing, doses, obs_time, features, states)

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..model.types import DosingParams
-from ._closed_form import _check_kind, _Elementary, _newton_coeffs, _system
+from ._closed_form import _check_kind, _Elementary, _newton_coeffs, _system, check_states
 from ._doses import DoseEvents, DoseFeatures, resolve_doses
 
 # event kinds, in their order at equal times: a segment change first (the parameters from
@@ -109,18 +109,6 @@ def _coefficients(f: _Fn, ka_node, mus) -> jax.Array:
     else:
         coeffs = [f.val(ka_node)] + _newton_coeffs([f.dd(ka_node, m) for m in mus], mus)
     return jnp.stack(coeffs, axis=-1)
-
-
-def _check_states(kind, names, states) -> None:
-    if states is not None and (
-        not states
-        or len(set(states)) != len(states)
-        or not all(isinstance(i, int) and 0 <= i < len(names) for i in states)
-    ):
-        raise ValueError(
-            f"propagated_amounts(states={states!r}): give distinct compartment indices of "
-            f"{kind}, 0-based in CMT order ({', '.join(f'{i}: {n}' for i, n in enumerate(names))})"
-        )
 
 
 def _systems(cf, p: dict[str, jax.Array], n: int):
@@ -188,7 +176,7 @@ def propagated_amounts(
     """
     cf = _check_kind(kind, cfp)
     names = cf.states
-    _check_states(kind, names, states)
+    check_states("propagated_amounts", kind, names, states)
     features = features or DoseFeatures()
     n = len(names)
     seg_time = jnp.asarray(seg_time, float)
