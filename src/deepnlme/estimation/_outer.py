@@ -3,6 +3,7 @@ step and the `Fit`."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -99,7 +100,9 @@ def fit_problem(
     cov_u, cov_status = _covariance(run, method, covariance, cov_pos, res.x[: len(start.free)], ev)
     t_cov = time.perf_counter() - t_cov0
 
-    fit = _result(problem, method, start, res, ev, cov_pos, cov_u, init, fixed, network_se)
+    fit = _result(
+        problem, method, start, res, ev, cov_pos, cov_u, cov_status, init, fixed, network_se
+    )
     wait_stored()  # the programs this fit compiled are in the store when it returns
     timings = {
         "compile": run.t_compile,
@@ -107,7 +110,7 @@ def fit_problem(
         "covariance": t_cov,
         "total": time.perf_counter() - t_total,
     }
-    return fit(timings=timings, covariance_status=cov_status)
+    return dataclasses.replace(fit, timings=timings)
 
 
 def _network_names(problem: Problem) -> set[str]:
@@ -150,12 +153,12 @@ class _Run:
         self.accepted = 0
         self.ev_last = self.z_last = None  # the last evaluation, and its point
         self.ev = self.z = None  # the last accepted one
-        z0 = start.u0[list(start.free)]
+        self.z0 = start.u0[list(start.free)]
         self.compiled, self.t_compile = compiled_evaluation(
             problem,
             method,
             start.free,
-            (jax.device_put(z0), self.base, jax.device_put(self.eta), problem.subjects),
+            (jax.device_put(self.z0), self.base, jax.device_put(self.eta), problem.subjects),
             lambda: self._prepare_report(cov_pos),
         )
         self.t_run0 = time.perf_counter()
@@ -176,8 +179,7 @@ class _Run:
 
     def x0(self) -> np.ndarray:
         """The optimiser's start: the free parameters (JointMAP: and every subject's eta)."""
-        z0 = self.start.u0[list(self.start.free)]
-        return np.concatenate([z0, self.start.eta0.ravel()]) if self.joint else z0
+        return np.concatenate([self.z0, self.start.eta0.ravel()]) if self.joint else self.z0
 
     def evaluate(self, z: np.ndarray, eta: np.ndarray):
         out = self.compiled(
@@ -267,8 +269,10 @@ def _covariance(run: _Run, method: Method, covariance, cov_pos, z_hat, ev):
     return covariance.step(lambda z: run.evaluate(z, run.eta), z_hat, ev, cov_pos)
 
 
-def _result(problem, method, start: Start, res, ev, cov_pos, cov_u, init, fixed, network_se):
-    """The `Fit` (a function of the timings and the covariance status, which come last)."""
+def _result(
+    problem, method, start: Start, res, ev, cov_pos, cov_u, cov_status, init, fixed, network_se
+) -> Fit:
+    """The `Fit` (its timings still empty: the caller sets them once the fit is done)."""
     structure = structure_of(problem)
     n, q, p = problem.n_subjects, problem.n_eta, len(start.free)
     u_hat = start.u0.copy()
@@ -302,41 +306,39 @@ def _result(problem, method, start: Start, res, ev, cov_pos, cov_u, init, fixed,
     shrink = shrinkage(problem, eta_arr, omega, method)
     table = add_shrinkage(table, problem, shrink, estimates)
 
-    def fit(**last) -> Fit:
-        return Fit(
-            method=method,
-            ofv=ofv,
-            m2ll=m2ll,
-            aic=m2ll + 2 * p,
-            bic=m2ll + p * math.log(max(structure.n_obs, 1)),
-            estimates=estimates,
-            u=u_hat,
-            ebes=pd.DataFrame(
-                eta_arr,
-                columns=list(problem.eta_labels),
-                index=pd.Index(list(problem.subject_ids), name="ID"),
-            ),
-            eta_cov=np.asarray(ev.eta_cov),
-            shrinkage=shrink,
-            converged=bool(res.converged),
-            message=_explain_inner(_explain_stall(res, ev, problem, method), ev, problem, method),
-            n_iter=res.n_iter,
-            n_eval=res.n_eval,
-            history=pd.DataFrame(res.history, columns=["iter", "ofv", "gradnorm", "time"]),
-            covariance=cov_decl,
-            covariance_u=cov_u,
-            penalty=float(ev.penalty),
-            n_obs=structure.n_obs,
-            n_subjects=n,
-            n_params=p,
-            fixed=tuple(sorted(fixed_names)),
-            inner_converged=bool(np.all(ev.inner_ok)),
-            problem=problem,
-            _table=table,
-            **last,
-        )
-
-    return fit
+    return Fit(
+        method=method,
+        ofv=ofv,
+        m2ll=m2ll,
+        aic=m2ll + 2 * p,
+        bic=m2ll + p * math.log(max(structure.n_obs, 1)),
+        estimates=estimates,
+        u=u_hat,
+        ebes=pd.DataFrame(
+            eta_arr,
+            columns=list(problem.eta_labels),
+            index=pd.Index(list(problem.subject_ids), name="ID"),
+        ),
+        eta_cov=np.asarray(ev.eta_cov),
+        shrinkage=shrink,
+        converged=bool(res.converged),
+        message=_explain_inner(_explain_stall(res, ev, problem, method), ev, problem, method),
+        n_iter=res.n_iter,
+        n_eval=res.n_eval,
+        history=pd.DataFrame(res.history, columns=["iter", "ofv", "gradnorm", "time"]),
+        covariance=cov_decl,
+        covariance_u=cov_u,
+        penalty=float(ev.penalty),
+        n_obs=structure.n_obs,
+        n_subjects=n,
+        n_params=p,
+        fixed=tuple(sorted(fixed_names)),
+        inner_converged=bool(np.all(ev.inner_ok)),
+        problem=problem,
+        _table=table,
+        timings={},
+        covariance_status=cov_status,
+    )
 
 
 def _with_fixed_starts(problem, u, eta) -> np.ndarray:

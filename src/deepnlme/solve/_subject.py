@@ -191,7 +191,7 @@ _MAX_CF_EXPANSION = 12
 def _expanded_size(psi, varying) -> int:
     """The number of entries of `psi`'s leaves that `varying` marks."""
     leaves = jax.tree_util.tree_leaves(psi)
-    return sum(int(np.size(leaf)) for leaf, v in zip(leaves, varying) if v)
+    return sum(int(np.prod(leaf.shape)) for leaf, v in zip(leaves, varying) if v)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -323,10 +323,12 @@ class SubjectPredictor:
         cov0 = self._closed_form_covariates(sd)
         inputs = self._closed_form_inputs
         varying = dependent_leaves(inputs, (theta, eta, cov0), dep=(0, 1))
-        if self.time_varying and _expanded_size(inputs(theta, eta, cov0), varying) > (
-            _MAX_CF_EXPANSION
-        ):  # many segments: differentiate the propagation itself
-            return self.states(theta, eta, sd)
+        if self.time_varying:
+            # many segments: differentiate the propagation itself (the sizes from an abstract
+            # evaluation, which adds nothing to the program)
+            shapes = jax.eval_shape(inputs, theta, eta, cov0)
+            if _expanded_size(shapes, varying) > _MAX_CF_EXPANSION:
+                return self.states(theta, eta, sd)
         center = jax.lax.stop_gradient(inputs(theta, eta_c, cov0))
         # only the amounts the predictions read are expanded (an oral model's observations
         # see the central amount, not the depot's): the others keep their value at the point
