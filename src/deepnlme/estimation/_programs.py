@@ -7,6 +7,15 @@ everything that decides it (`program_path`), so that a later process fitting the
 the same data loads it: no tracing, no lowering and no compilation. These programs are not
 also written to JAX's own cache (the same bytes twice, compressed there on the compile
 thread).
+
+An entry is a header line naming the format, the SHA-256 of the rest, and the rest: the
+argument and result structures of the program (JSON, `_encode_tree`: no pickle of ours) and
+the executable as `jax.experimental.serialize_executable` writes it (JAX's own format, which
+JAX reads with its own unpickler). The checksum is verified before anything
+is parsed or handed to the deserialiser: a damaged executable would crash the process, or
+run and compute something else. An entry that fails any check is compiled again and
+overwritten. (The checksum guards against damage, not against whoever can write the cache
+folder: an executable is machine code, which no format makes safe to load from a stranger.)
 """
 
 from __future__ import annotations
@@ -14,8 +23,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
-import pickle
 import platform
 import tempfile
 import threading
@@ -29,7 +38,7 @@ import numpy as np
 from .._config import compile_lowered, compiler_options
 from ..errors import OptionError
 
-_FORMAT = "deepnlme-program-1"
+_FORMAT = "deepnlme-program-2"
 
 # The cache folder (this store and JAX's own cache) is kept below this size by default: the
 # entries used longest ago are deleted once per process, after it first stores a program.
@@ -214,23 +223,124 @@ def _bind_kernels() -> None:
 
 
 def read_program(path: Path | None):
-    """The compiled program stored at `path`, loaded; None when there is none (or it is
-    damaged or foreign: the caller compiles again and overwrites it)."""
+    """The compiled program stored at `path`, loaded; None when there is none, or it fails a
+    check (damaged, truncated, foreign, another jaxlib's: the caller compiles again and
+    overwrites it). The checksum is verified before anything is parsed."""
     if path is None or not path.is_file():
         return None
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    parts = _entry_parts(data)
+    if parts is None:
+        return None
+    trees, blob = parts
     from jax.experimental import serialize_executable
 
     _bind_kernels()
     try:
-        fmt, blob, in_tree, out_tree = pickle.loads(path.read_bytes())
-        if fmt != _FORMAT:
-            return None
+        in_tree, out_tree = (_decode_tree(json.loads(trees)[k]) for k in ("in", "out"))
         loaded = serialize_executable.deserialize_and_load(blob, in_tree, out_tree)
-    except Exception:  # noqa: BLE001 (missing, truncated, or another jaxlib's)
+    except Exception:  # noqa: BLE001 (a sound entry that another jaxlib cannot load)
         return None
     with contextlib.suppress(OSError):  # its last use, for `prune_cache` (the write time stays)
         os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))
     return loaded
+
+
+# An entry: this line, the SHA-256 of the body in hex and a newline, then the body: the JSON
+# of the program's structures on one line, and the executable's bytes.
+_MAGIC = _FORMAT.encode() + b"\n"
+
+
+def _entry(trees: dict, blob: bytes) -> bytes:
+    """The bytes of an entry holding `trees` (JSON-able) and the executable `blob`."""
+    body = json.dumps(trees, separators=(",", ":")).encode() + b"\n" + blob
+    return _MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n" + body
+
+
+def _entry_parts(data: bytes) -> tuple[bytes, bytes] | None:
+    """The structures' JSON and the executable of an entry's bytes `data`; None unless the
+    header is this format's and the body matches its checksum."""
+    head = len(_MAGIC) + 65
+    if len(data) < head or not data.startswith(_MAGIC) or data[head - 1 : head] != b"\n":
+        return None
+    body = data[head:]
+    if hashlib.sha256(body).hexdigest().encode() != data[len(_MAGIC) : head - 1]:
+        return None
+    trees, sep, blob = body.partition(b"\n")
+    return (trees, blob) if sep else None
+
+
+class _Unstorable(Exception):
+    """A program structure that `_encode_tree` cannot write (the program is not stored)."""
+
+
+def _encode_tree(treedef) -> Any:
+    """A JSON form of the pytree structure `treedef`: "*" a leaf, ["none"], ["tuple", kids],
+    ["list", kids], ["dict", keys, kids] (string keys) or ["namedtuple", "module:name",
+    kids] (deepnlme's namedtuples); other nodes raise `_Unstorable`."""
+    node = treedef.node_data()
+    if node is None:
+        return "*"
+    kind, data = node
+    kids = [_encode_tree(c) for c in treedef.children()]
+    if kind is type(None):
+        return ["none"]
+    if kind is tuple or kind is list:
+        return [kind.__name__, kids]
+    if kind is dict and all(isinstance(k, str) for k in data):
+        return ["dict", list(data), kids]
+    if (
+        isinstance(kind, type)
+        and issubclass(kind, tuple)
+        and hasattr(kind, "_fields")
+        and kind.__module__.startswith("deepnlme.")
+        and "<" not in kind.__qualname__
+    ):
+        return ["namedtuple", f"{kind.__module__}:{kind.__qualname__}", kids]
+    raise _Unstorable(f"pytree node {kind!r}")
+
+
+def _decode_tree(code: Any):
+    """The pytree structure that `_encode_tree` wrote as `code` (raises on anything else)."""
+    return jax.tree_util.tree_structure(_skeleton(code))
+
+
+def _skeleton(code: Any) -> Any:
+    """A pytree of zeros with the structure `code` (`_encode_tree`)."""
+    if code == "*":
+        return 0
+    if not isinstance(code, list) or not code:
+        raise ValueError(f"not a structure: {code!r}")
+    kind, *rest = code
+    if kind == "none" and not rest:
+        return None
+    if kind in ("tuple", "list") and len(rest) == 1 and isinstance(rest[0], list):
+        kids = [_skeleton(c) for c in rest[0]]
+        return tuple(kids) if kind == "tuple" else kids
+    if kind == "dict" and len(rest) == 2 and all(isinstance(r, list) for r in rest):
+        keys, kids = rest
+        if len(keys) != len(kids) or not all(isinstance(k, str) for k in keys):
+            raise ValueError(f"not a structure: {code!r}")
+        return dict(zip(keys, (_skeleton(c) for c in kids), strict=True))
+    if kind == "namedtuple" and len(rest) == 2 and isinstance(rest[0], str):
+        import importlib
+
+        module, _, name = rest[0].partition(":")
+        if not module.startswith("deepnlme.") or not name:
+            raise ValueError(f"not one of deepnlme's namedtuples: {rest[0]!r}")
+        cls: Any = importlib.import_module(module)
+        for attr in name.split("."):
+            cls = getattr(cls, attr)
+        fields = getattr(cls, "_fields", None)
+        if not (isinstance(cls, type) and issubclass(cls, tuple) and fields is not None):
+            raise ValueError(f"not a namedtuple: {rest[0]!r}")
+        if not isinstance(rest[1], list) or len(rest[1]) != len(fields):
+            raise ValueError(f"not a structure: {code!r}")
+        return cls._make(_skeleton(c) for c in rest[1])
+    raise ValueError(f"not a structure: {code!r}")
 
 
 def _no_cache_writes():
@@ -277,13 +387,14 @@ def _store(compiled, path: Path) -> None:
 
     tmp = None
     try:
-        blob = pickle.dumps((_FORMAT, *serialize_executable.serialize(compiled)))
+        blob, in_tree, out_tree = serialize_executable.serialize(compiled)
+        entry = _entry({"in": _encode_tree(in_tree), "out": _encode_tree(out_tree)}, blob)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-        os.replace(tmp, path)
-    except Exception:  # noqa: BLE001 (read-only folder, or nothing to serialise)
+            fh.write(entry)
+        os.replace(tmp, path)  # atomically: a reader finds the old entry or the new one
+    except Exception:  # noqa: BLE001 (read-only folder, nothing to serialise, _Unstorable)
         if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         return
