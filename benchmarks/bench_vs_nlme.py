@@ -4,7 +4,8 @@ Usage:
     python benchmarks/bench_vs_nlme.py [--cases theoph,pheno,synth1000,synth10000] [--out FILE]
 
 Needs R with nlme (Debian: ``apt-get install r-base-core r-cran-nlme``); without it only the
-deepnlme side is measured. For each case:
+deepnlme side is measured. synth10000 reads the N=10000 synthetic data, which tests/reference
+does not carry: set DEEPNLME_REFERENCE to the whole reference folder. For each case:
 
 - nlme: the reference fit of shared/reference/nlme_reference.R (ML, same model, same start),
   timed inside R around the ``nlme()`` call (median of repeats), as REFERENCE.md reports it;
@@ -39,7 +40,7 @@ R_CASES = {
         fit_id="theoph_kclv_mg_diag",
         nrep=5,
         code="""
-d <- read.csv(file.path(REF, "data/theoph_nm.csv"))
+d <- read.csv(DATA)
 o <- d[d$EVID == 0, ]; ds <- d[d$EVID == 1, c("ID", "AMT")]
 theo <- data.frame(ID = o$ID, TIME = o$TIME, DV = o$DV, AMT = ds$AMT[match(o$ID, ds$ID)])
 fitfun <- function() nlme(DV ~ AMT * exp(lKa - lV) / (exp(lKa) - exp(lCl - lV)) *
@@ -52,7 +53,7 @@ fitfun <- function() nlme(DV ~ AMT * exp(lKa - lV) / (exp(lKa) - exp(lCl - lV)) 
         fit_id="pheno_nm_prop",
         nrep=5,
         code="""
-p <- read.csv(file.path(REF, "data/phenobarb_nm.csv"))
+p <- read.csv(DATA)
 pc <- data.frame(ID = p$ID, time = p$TIME, dose = ifelse(p$EVID == 1, p$AMT, NA),
                  conc = ifelse(p$EVID == 0, p$DV, NA), WT = p$WT, APGRLT5 = p$APGRLT5)
 fitfun <- function() nlme(conc ~ phenoModel(ID, time, dose, lTCl + log(WT),
@@ -67,8 +68,8 @@ for _n, _rep in ((1000, 3), (10000, 1)):
     R_CASES[f"synth{_n}"] = dict(
         fit_id=f"synth_N{_n}_combined",
         nrep=_rep,
-        code=f"""
-s <- read.csv(file.path(REF, "synthetic/synth_1cpt_oral_N{_n}.csv"))
+        code="""
+s <- read.csv(DATA)
 o <- s[s$EVID == 0, ]; ds <- s[s$EVID == 1, c("ID", "AMT")]
 syn <- data.frame(ID = o$ID, TIME = o$TIME, DV = o$DV, AMT = ds$AMT[match(o$ID, ds$ID)])
 fitfun <- function() nlme(DV ~ AMT * exp(lKa - lV) / (exp(lKa) - exp(lCl - lV)) *
@@ -103,12 +104,26 @@ PY_FIT = textwrap.dedent(
 )
 
 
-def run_nlme(case: str, ref: Path) -> dict | None:
+def nlme_data(case: str) -> Path:
+    """The CSV nlme reads for `case`: the bundled data set (the reference fits' file, byte for
+    byte), or the synthetic file of the reference folder (`reference_file`: N=10000 is not
+    carried in tests/reference; set DEEPNLME_REFERENCE to the whole folder). R reads a gzipped
+    CSV as it is."""
+    from deepnlme import datasets
+    from deepnlme._validation import reference_file
+
+    bundled = {"theoph": "theophylline", "pheno": "phenobarbital"}
+    if case in bundled:
+        return Path(datasets.path(bundled[case]))
+    return reference_file(f"synthetic/synth_1cpt_oral_N{case[len('synth') :]}.csv")
+
+
+def run_nlme(case: str) -> dict | None:
     if shutil.which("Rscript") is None:
         return None
     spec = R_CASES[case]
     script = (
-        f'suppressMessages(library(nlme))\nREF <- "{ref}"\n{spec["code"]}\n'
+        f'suppressMessages(library(nlme))\nDATA <- "{nlme_data(case)}"\n{spec["code"]}\n'
         f"times <- numeric(0); for (i in seq_len({spec['nrep']})) {{\n"
         "  t <- system.time(f <- fitfun())[['elapsed']]; times <- c(times, t) }\n"
         'cat(sprintf("RESULT %.6f %.6f\\n", median(times), -2 * as.numeric(logLik(f))))\n'
@@ -161,12 +176,9 @@ def main() -> None:
     ap.add_argument("--cases", default="theoph,pheno,synth1000,synth10000")
     ap.add_argument("--out", default=None, help="also write the table (markdown) to this file")
     args = ap.parse_args()
-    from deepnlme._validation import reference_dir
-
-    ref = reference_dir()
     rows = []
     for case in args.cases.split(","):
-        nl = run_nlme(case, ref)
+        nl = run_nlme(case)
         with tempfile.TemporaryDirectory() as cache:
             cold = run_deepnlme(case, cache)
             cached = run_deepnlme(case, cache)

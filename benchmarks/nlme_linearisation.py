@@ -29,13 +29,13 @@ import pandas as pd
 import scipy.optimize
 
 import deepnlme as dn
-from deepnlme._validation import CASES, fit_at_reference, reference_dir, reference_summary
+from deepnlme._validation import CASES, fit_at_reference, reference_file, reference_summary
 
 LOG2PI = float(np.log(2 * np.pi))
 
 
 def _data(n: int):
-    df = pd.read_csv(reference_dir() / "synthetic" / f"synth_1cpt_oral_N{n}.csv")
+    df = pd.read_csv(reference_file(f"synthetic/synth_1cpt_oral_N{n}.csv"))
     obs = df[df.EVID == 0]
     groups = list(obs.groupby("ID", sort=True))
     width = max(len(g) for _, g in groups)
@@ -47,7 +47,7 @@ def _data(n: int):
 
 
 def _nlme_estimates(n: int) -> np.ndarray:
-    p = pd.read_csv(reference_dir() / "results" / "fits_params.csv")
+    p = pd.read_csv(reference_file("results/fits_params.csv"))
     p = p[p.fit_id == f"synth_N{n}_combined"]
 
     def get(component, name):
@@ -117,7 +117,7 @@ def _row(n: int) -> dict:
     se = np.array(
         [
             float(r.se)
-            for _, r in pd.read_csv(reference_dir() / "results" / "fits_params.csv")
+            for _, r in pd.read_csv(reference_file("results/fits_params.csv"))
             .query(f"fit_id == 'synth_N{n}_combined' and component == 'fixed'")
             .set_index("name")
             .loc[["lKa", "lCl", "lV"]]

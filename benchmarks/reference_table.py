@@ -1,4 +1,4 @@
-"""Fit the reference cases of shared/reference with FOCEI and print the comparison with nlme.
+"""Fit the reference cases (tests/reference) with FOCEI and print the comparison with nlme.
 
 Usage: python benchmarks/reference_table.py [FIT_ID ...] [--method FOCEI] [--out FILE.md]
 

@@ -1,8 +1,10 @@
 """Fits of the bundled example models compared with external reference fits (R's nlme).
 
-The reference results live outside the package (``shared/reference`` beside the repository, or
-the folder named by ``DEEPNLME_REFERENCE``); `compare` checks one fit against them with the
-tolerances of ``REFERENCE.md``:
+The reference results the tests use are carried in the repository (``tests/reference/``, whose
+README names each file's source); ``DEEPNLME_REFERENCE`` names another folder of the same
+layout instead (the whole external reference folder, ``REFERENCE.md`` beside ``results/``,
+``synthetic/`` and ``data/``). `compare` checks one fit against them with the tolerances of
+``REFERENCE.md``:
 
 | what | tolerance |
 |---|---|
@@ -28,18 +30,36 @@ TOL_VAR_REL = 0.20
 TOL_SE_REL = 0.25
 
 
+_ENV = "DEEPNLME_REFERENCE"
+
+
 def reference_dir() -> Path:
-    """The folder with REFERENCE.md, data/, synthetic/ and results/."""
-    env = os.environ.get("DEEPNLME_REFERENCE")
+    """The folder of reference results: ``DEEPNLME_REFERENCE`` when set, else the repository's
+    ``tests/reference`` (beside ``src/``)."""
+    env = os.environ.get(_ENV)
     if env:
         return Path(env)
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        cand = parent.parent / "shared" / "reference"
-        if (cand / "REFERENCE.md").is_file():
-            return cand
+    here = Path(__file__).resolve().parents[2] / "tests" / "reference"
+    if (here / "README.md").is_file():
+        return here
     raise FileNotFoundError(
-        "shared/reference not found beside the repository; set DEEPNLME_REFERENCE to its path"
+        f"the reference results are not in {here} (they come with a clone of the repository, "
+        f"not with an installed package): run from a clone, or set {_ENV} to a folder of "
+        "the same layout"
+    )
+
+
+def reference_file(name: str) -> Path:
+    """The reference file `name` (relative to `reference_dir`: ``results/fits_params.csv``),
+    or its gzipped copy (``name + ".gz"``); an error naming both when neither is there."""
+    folder = reference_dir()
+    for path in (folder / name, folder / f"{name}.gz"):
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"reference file {name} (or {name}.gz) not found in {folder}; tests/reference carries "
+        f"only what the tests and benchmarks/reference_table.py read: set {_ENV} to the whole "
+        "reference folder (REFERENCE.md, data/, results/, synthetic/) for the others"
     )
 
 
@@ -137,7 +157,7 @@ class Case:
 
     fit_id: str
     model: str
-    data: str  # a bundled data set name, or a path relative to the reference folder
+    data: str  # a bundled data set name, or a file of the reference folder (`reference_file`)
     quantities: tuple[Quantity, ...]
     read_options: tuple = ()
 
@@ -146,7 +166,7 @@ class Case:
         from .data import read_data
 
         if "/" in self.data:
-            return read_data(reference_dir() / self.data, **dict(self.read_options))
+            return read_data(reference_file(self.data), **dict(self.read_options))
         return datasets.load(self.data)
 
     def load_model(self):
@@ -192,12 +212,12 @@ CASES: dict[str, Case] = {
 
 def reference_summary(fit_id: str) -> pd.Series:
     """The fits_summary.csv row of a reference fit."""
-    s = pd.read_csv(reference_dir() / "results" / "fits_summary.csv")
+    s = pd.read_csv(reference_file("results/fits_summary.csv"))
     return s[s["fit_id"] == fit_id].iloc[0]
 
 
 def _reference_params(fit_id: str) -> pd.DataFrame:
-    p = pd.read_csv(reference_dir() / "results" / "fits_params.csv")
+    p = pd.read_csv(reference_file("results/fits_params.csv"))
     return p[p["fit_id"] == fit_id]
 
 

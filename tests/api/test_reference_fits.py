@@ -1,7 +1,8 @@
 """FOCEI fits of the bundled models against the external nlme reference fits.
 
-Tolerances are those of shared/reference/REFERENCE.md (see deepnlme._validation). Each model is
-compiled once (module-scoped fits); the second start reuses the compiled objective.
+Tolerances are those of REFERENCE.md (tests/reference/README.md, deepnlme._validation); the nlme
+fits are read from tests/reference. Each model is compiled once (module-scoped fits); the
+second start reuses the compiled objective.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import pytest
 
 import deepnlme as dn
 from deepnlme._validation import CASES, TOL_M2LL, compare, fit_at_reference, reference_summary
+
+# every test here is a whole fit (or several): end to end
+pytestmark = pytest.mark.slow
 
 FAST_CASES = ["theoph_kclv_mg_diag", "pheno_nm_prop", "pheno_nm_add", "indometh_fm2"]
 

@@ -12,11 +12,12 @@ import toy_models as tm
 
 import deepnlme  # noqa: F401
 from deepnlme import FO, FOCE, FOCEI, Adam, JointMAP, NaivePooled, Sandwich
+from deepnlme._validation import reference_file
 from deepnlme.errors import OptionError
 from deepnlme.estimation import fit_problem
 from deepnlme.likelihood import InnerOptions, Param, ParamLayout, Problem
 
-REF = "/work/shared/reference/results/fits_params.csv"
+REF = reference_file("results/fits_params.csv")  # tests/reference: a missing file fails
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +36,8 @@ def _ref(name):
     return df.set_index(["component", "name"])
 
 
+# `slow`: whole fits, left out by `bash .ci/run -m "not slow"`
+@pytest.mark.slow
 def test_focei_synthetic_n100_matches_nlme(focei100):
     fit = focei100
     ref = _ref("synth_N100_combined")
@@ -58,6 +61,7 @@ def test_focei_synthetic_n100_matches_nlme(focei100):
     assert abs(fit.estimates["prop_sd"] / prop - 1) < 0.2
 
 
+@pytest.mark.slow
 def test_focei_synthetic_recovers_truth_and_reports(focei100):
     fit = focei100
     tab = fit.table().set_index("parameter")
@@ -80,6 +84,7 @@ def test_focei_synthetic_recovers_truth_and_reports(focei100):
     assert abs(row["ci_97.5%"] - row["estimate"] - 1.959964 * row["se"]) < 1e-6
 
 
+@pytest.mark.slow
 def test_forward_difference_covariance_matches_central(synth100, focei100):
     # R comes from forward differences of the exact gradient (one evaluation per parameter);
     # central differences, at twice the cost, give the same standard errors to 1e-4
@@ -93,6 +98,7 @@ def test_forward_difference_covariance_matches_central(synth100, focei100):
     assert np.max(np.abs(se_fwd[keep] / se_cen[keep] - 1)) < 1e-4
 
 
+@pytest.mark.slow
 def test_fo_jointmap_naivepooled_and_chaining(synth100, focei100):
     fo = fit_problem(synth100, FO(), progress=False, covariance=None)
     assert fo.converged and abs(fo.estimates["lcl"] - math.log(5)) < 0.15
@@ -111,6 +117,7 @@ def test_fo_jointmap_naivepooled_and_chaining(synth100, focei100):
     assert again.n_iter <= 2 and abs(again.ofv - focei100.ofv) < 1e-4
 
 
+@pytest.mark.slow
 def test_adam_reaches_the_lbfgs_optimum_of_naivepooled_and_jointmap(synth100):
     # Adam (the option for networks with thousands of weights) on the two methods that offer
     # it: the same optimum as L-BFGS, at the method's learning rate

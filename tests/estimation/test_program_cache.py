@@ -42,6 +42,8 @@ def _fit_in_fresh_process(
     return json.loads(line[7:])
 
 
+# `slow`: whole fits, left out by `bash .ci/run -m "not slow"`
+@pytest.mark.slow
 def test_program_is_stored_reused_and_gives_the_same_fit(tmp_path):
     # FOCEI: two programs (the EBE search and the rest), both calling LAPACK
     first = _fit_in_fresh_process(tmp_path, "FOCEI")
@@ -54,6 +56,7 @@ def test_program_is_stored_reused_and_gives_the_same_fit(tmp_path):
     assert [p.stat().st_mtime_ns for p in programs] == stamps  # loaded, not compiled again
 
 
+@pytest.mark.slow
 def test_stored_program_runs_where_jax_lacks_the_kernel_binding_helper(tmp_path):
     # a loaded program calls LAPACK kernels that jaxlib binds on first lowering; with a jax
     # that has no binding helper, deepnlme lowers a factorisation first (else: a crash)
@@ -62,6 +65,7 @@ def test_stored_program_runs_where_jax_lacks_the_kernel_binding_helper(tmp_path)
     assert _fit_in_fresh_process(tmp_path, prelude=prelude) == first
 
 
+@pytest.mark.slow
 def test_damaged_program_is_compiled_again(tmp_path):
     first = _fit_in_fresh_process(tmp_path)
     programs = sorted((tmp_path / "deepnlme-programs").glob("*.xla"))
@@ -206,6 +210,7 @@ def test_cache_limit_is_read_from_the_environment(monkeypatch):
         cache_limit()
 
 
+@pytest.mark.slow
 def test_stored_program_read_again_is_marked_used(tmp_path):
     # a fit that stores programs prunes the folder to its limit (here 1 MB: the old entry
     # goes, the fit's own stay); loading a stored program sets its access time (what the

@@ -14,6 +14,8 @@ from .conftest import run
 THEO = "examples/theophylline.model"
 
 
+# `slow`: whole fits, left out by `bash .ci/run -m "not slow"`
+@pytest.mark.slow
 def test_fit_writes_everything(fitted):
     rec = json.loads((fitted / "fit.json").read_text())
     for key in ("method", "ofv", "m2ll", "converged", "estimates", "se", "n_subjects", "n_obs"):
@@ -28,6 +30,7 @@ def test_fit_writes_everything(fitted):
     assert loaded.ofv == rec["ofv"]
 
 
+@pytest.mark.slow
 def test_report_vpc_simulate_on_saved_fit(fitted, tmp_path):
     r = run("vpc", str(fitted / "fit"), "--out", str(tmp_path / "vpc"), "--n-sim", "50")
     assert r.returncode == 0, r.stderr
@@ -63,6 +66,7 @@ def test_help_everywhere(cmd, capsys):
     assert capsys.readouterr().out.startswith(f"usage: deepnlme {cmd}")
 
 
+@pytest.mark.slow
 def test_demo_fits_classical_and_deepnlme_and_writes_both_reports(tmp_path):
     """The README's main job: both fits, their tables, saved fits and reports."""
     out = tmp_path / "demo"

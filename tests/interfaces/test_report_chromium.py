@@ -24,10 +24,13 @@ FLAGS = [
     "--disable-sync",
 ]
 
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None,
-    reason="chromium is not installed (`apt-get install chromium`; .ci/run installs it)",
-)
+pytestmark = [
+    pytest.mark.slow,  # a fit through the command line, then a browser
+    pytest.mark.skipif(
+        CHROMIUM is None,
+        reason="chromium is not installed (`apt-get install chromium`; .ci/run installs it)",
+    ),
+]
 
 
 def _chromium(*args, profile):

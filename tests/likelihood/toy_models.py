@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 
 import deepnlme  # noqa: F401  (float64)
+from deepnlme._validation import reference_file
 from deepnlme.likelihood import ObsTerms, Param, ParamLayout, Problem
 
-SYNTH = "/work/shared/reference/synthetic/synth_1cpt_oral_N{n}.csv"
+SYNTH = "synthetic/synth_1cpt_oral_N{n}.csv"  # a file of tests/reference (`reference_file`)
 
 
 def _terms(y, mean, var, mask, cens=None, gaussian=True, other=None):
@@ -128,7 +129,7 @@ def oral_problem(times, dv, mask, amt, ids, cens=None, init=None):
 
 def read_synthetic(n):
     """Padded arrays (times, dv, mask, amt, ids) of the synthetic N-subject data."""
-    df = pd.read_csv(SYNTH.format(n=n))
+    df = pd.read_csv(reference_file(SYNTH.format(n=n)))
     obs = df[df["EVID"] == 0]
     dose = df[df["EVID"] == 1].groupby("ID")["AMT"].sum()
     ids = np.asarray(sorted(obs["ID"].unique()))
