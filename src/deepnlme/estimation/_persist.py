@@ -5,6 +5,7 @@ The format is described in `docs/persistence.md`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -13,13 +14,16 @@ import json
 import math
 import os
 import platform
+import secrets
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from ..errors import DataError, OptionError
+from ..errors import DataError, ModelError, OptionError
 from ..likelihood import method_from_record
 from ..likelihood._from_model import model_problem
 from ..model import load_model
@@ -158,15 +162,20 @@ def _ode_record(ode: OdeOptions) -> dict:
     return record
 
 
-def save_fit(fit, path: str | os.PathLike) -> Path:
+def save_fit(fit, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Save `fit` to the folder `path` (`fit.json` + `arrays.npz`; created if needed).
 
     The folder holds the model source, the data, the method and its options, every estimate,
     the EBEs, the statistics, the tables and the versions, with a SHA-256 checksum of the
     content. No pickle: `load_fit` runs no code from the files. Returns the folder's path.
     Format: `docs/persistence.md`.
+
+    A folder that already holds a saved fit is replaced only with `overwrite=True`; no file
+    is written through a symbolic link (`check_save_target`). Each file is written to a
+    temporary file in the folder and then renamed over its name, so that a save interrupted
+    while writing leaves the earlier fit as it was.
     """
-    folder = _save_folder(fit, path)
+    folder = _save_folder(fit, path, overwrite)
     arrays, estimate_kinds = _fit_arrays(fit)
     method = fit.method.record()
     payload = {
@@ -198,12 +207,85 @@ def save_fit(fit, path: str | os.PathLike) -> Path:
         "table": _frame_to_json(fit.table()),
     }
     payload["checksum"] = {"algorithm": "sha256", "value": _checksum(payload, arrays)}
-    folder.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
-    (folder / ARRAYS_NAME).write_bytes(buf.getvalue())
-    (folder / JSON_NAME).write_text(json.dumps(payload, indent=1, allow_nan=False))
+    text = json.dumps(payload, indent=1, allow_nan=False).encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    check_save_target(folder, overwrite=overwrite)  # again, now that the folder exists
+    _write_files(folder, {ARRAYS_NAME: buf.getvalue(), JSON_NAME: text})
     return folder
+
+
+def check_save_target(
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    fix: str = "pass overwrite=True to replace it, or give another folder",
+) -> Path:
+    """The folder `path` as a `Path`, after checking that a fit may be saved there: neither
+    the folder nor a file it would write is a symbolic link (a link could send the files
+    anywhere), and it holds no saved fit unless `overwrite` (`fix`: how the message says to
+    replace one; the command line names its own option)."""
+    folder = Path(path)
+    if folder.is_symlink():
+        raise OptionError(
+            f"save_fit: {str(folder)!r} is a symbolic link; a fit is saved only into a real "
+            "folder (a link could send the files anywhere). Give the path of a real folder."
+        )
+    if folder.exists() and not folder.is_dir():
+        raise OptionError(f"save_fit: {str(folder)!r} exists and is not a folder; give a folder")
+    held = []
+    for name in (JSON_NAME, ARRAYS_NAME):
+        file = folder / name
+        if file.is_symlink():
+            raise OptionError(
+                f"save_fit: {str(file)!r} is a symbolic link; save_fit writes no file through "
+                "a link. Remove the link or give another folder: a fit is saved only as real "
+                "files."
+            )
+        if file.exists():
+            if not file.is_file():
+                raise OptionError(
+                    f"save_fit: {str(file)!r} exists and is not a file; remove it or give "
+                    "another folder"
+                )
+            held.append(name)
+    if held and not overwrite:
+        raise OptionError(
+            f"save_fit: {str(folder)!r} already holds a saved fit ({', '.join(held)}); {fix}"
+        )
+    return folder
+
+
+def _write_files(folder: Path, files: dict[str, bytes]) -> None:
+    """Write `files` (name -> bytes) into `folder`: each to a new temporary file there first
+    (created exclusively, never through a link), then renamed over its name (`os.replace`,
+    atomic), the JSON last. A save interrupted before the renames leaves the folder as it was,
+    and no temporary file behind."""
+    temps: dict[str, Path] = {}
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        for name, data in files.items():
+            tmp = folder / f".{name}.{secrets.token_hex(8)}.tmp"
+            fd = os.open(tmp, flags | getattr(os, "O_BINARY", 0), 0o666)
+            temps[name] = tmp
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for name in files:
+            os.replace(temps[name], folder / name)
+            del temps[name]
+    finally:
+        for tmp in temps.values():
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+    with contextlib.suppress(OSError):  # the renames, on disk (POSIX; elsewhere a no-op)
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 # the statistics a saved fit records, and those of them that may be non-finite
@@ -226,7 +308,7 @@ _STATISTICS = (
 _NONFINITE = ("ofv", "m2ll", "aic", "bic", "penalty")
 
 
-def _save_folder(fit, path) -> Path:
+def _save_folder(fit, path, overwrite: bool) -> Path:
     """The folder to save `fit` to, after checking that the fit can be saved there."""
     if not isinstance(fit, Fit):
         raise OptionError(f"save_fit: `fit` must be a Fit; got {type(fit).__name__}")
@@ -235,10 +317,7 @@ def _save_folder(fit, path) -> Path:
             "save_fit: this Fit has no model or population attached (it came from fit_problem); "
             "only fits made by deepnlme.fit(model, population, method) can be saved"
         )
-    folder = Path(path)
-    if folder.exists() and not folder.is_dir():
-        raise OptionError(f"save_fit: {str(folder)!r} exists and is not a folder; give a folder")
-    return folder
+    return check_save_target(path, overwrite=overwrite)
 
 
 def _fit_arrays(fit) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -287,7 +366,120 @@ def _data_record(pop, arrays: dict[str, np.ndarray]) -> dict:
 # --------------------------------------------------------------------------- load
 
 
-def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
+# a saved fit's integers are counts, sizes and subject IDs
+_MAX_INT_DIGITS = 100
+_AGAIN = "Save the fit again, or restore the folder from a copy."
+
+
+class _Damaged(Exception):
+    """What is wrong with a file being read (`_damaged` names the file)."""
+
+
+def _damaged(path: Path, what: str) -> DataError:
+    return DataError(f"load_fit: {str(path)!r} is damaged: {what}. {_AGAIN}")
+
+
+def _json_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > _MAX_INT_DIGITS:
+        raise _Damaged(f"it holds an integer of {digits} digits")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Damaged(f"it holds the number {text[:40]}, too large for a float")
+    return value
+
+
+def _json_constant(name: str) -> None:
+    raise _Damaged(f"it holds {name}, which save_fit never writes (non-finite numbers are null)")
+
+
+def _read_json(jpath: Path) -> Any:
+    """The JSON of `jpath`; `DataError` for text that is not UTF-8 or not JSON, integers of
+    more than `_MAX_INT_DIGITS` digits, non-finite numbers and nesting deeper than Python's
+    recursion limit."""
+    data = jpath.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise _damaged(jpath, f"it is not UTF-8 text (byte {err.start})") from None
+    try:
+        return json.loads(
+            text, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant
+        )
+    except _Damaged as err:
+        raise _damaged(jpath, str(err)) from None
+    except RecursionError:
+        raise _damaged(jpath, "its JSON is nested too deeply") from None
+    except ValueError as err:
+        raise _damaged(jpath, f"it is not valid JSON ({err})") from None
+
+
+def _read_arrays(apath: Path) -> dict[str, np.ndarray]:
+    """The arrays of `apath`, an uncompressed `.npz` (as `np.savez` writes it) read without
+    pickle. Each array's header is checked against the bytes it holds before anything is
+    allocated (a damaged header can claim terabytes); `DataError` for anything amiss."""
+    try:
+        size = apath.stat().st_size
+        arrays: dict[str, np.ndarray] = {}
+        with zipfile.ZipFile(apath) as zf:
+            for info in zf.infolist():
+                name = info.filename.removesuffix(".npy")
+                if name == info.filename or name in arrays:
+                    raise _Damaged(f"its entry {info.filename!r} is not one array of save_fit's")
+                if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
+                    raise _Damaged(
+                        f"its entry {info.filename!r} is compressed or larger than the file "
+                        "(save_fit writes uncompressed arrays)"
+                    )
+                arrays[name] = _npy_array(name, zf.read(info))
+    except _Damaged as err:
+        raise _damaged(apath, str(err)) from None
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, RuntimeError, ValueError) as err:
+        # (RuntimeError: an encrypted entry; ValueError: a malformed central directory)
+        raise _damaged(apath, f"it is not a readable .npz archive ({err})") from None
+    return arrays
+
+
+def _npy_array(name: str, data: bytes) -> np.ndarray:
+    """The array in the `.npy` bytes `data` (the entry `name` of an `.npz`)."""
+    fp = io.BytesIO(data)
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(fp)
+        header = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+        if version not in header:
+            raise ValueError(f"NPY version {version}, which numpy.savez does not write")
+        shape, fortran, dtype = header[version](fp)
+    except Exception as err:  # noqa: BLE001 (parsing untrusted bytes: any failure is damage)
+        raise _Damaged(f"its array {name!r} has a damaged header ({err})") from None
+    if dtype.hasobject:
+        raise _Damaged(
+            f"its array {name!r} holds Python objects, which cannot be read without pickle "
+            "(save_fit never writes them)"
+        )
+    if any(n < 0 for n in shape):
+        raise _Damaged(f"its array {name!r} claims the shape {shape}")
+    count = math.prod(shape)
+    held = len(data) - fp.tell()
+    if count * dtype.itemsize != held:
+        raise _Damaged(
+            f"its array {name!r} claims shape {shape} of {dtype} ({count * dtype.itemsize} "
+            f"bytes) but holds {held}"
+        )
+    try:
+        flat = np.frombuffer(data, dtype=dtype, count=count, offset=fp.tell())
+        return flat.reshape(shape, order="F" if fortran else "C").copy()
+    except (ValueError, TypeError) as err:
+        raise _Damaged(f"its array {name!r} cannot be read ({err})") from None
+
+
+def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray], Path]:
+    """The payload of `fit.json`, the arrays and the path of `fit.json`, after checking the
+    format, its version and the checksum of the content."""
     if folder.is_file() and folder.name == JSON_NAME:
         folder = folder.parent
     jpath, apath = folder / JSON_NAME, folder / ARRAYS_NAME
@@ -297,10 +489,7 @@ def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
                 f"load_fit: {str(p)!r} does not exist; give the folder written by Fit.save / "
                 "deepnlme.save_fit (it holds fit.json and arrays.npz)"
             )
-    try:
-        payload = json.loads(jpath.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise DataError(f"load_fit: {str(jpath)!r} is not valid JSON ({err})") from None
+    payload = _read_json(jpath)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise DataError(f"load_fit: {str(jpath)!r} is not a saved deepnlme fit")
     version = payload.get("schema_version")
@@ -309,25 +498,41 @@ def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray]]:
             f"load_fit: {str(jpath)!r} has schema version {version!r}; this deepnlme reads "
             f"version {SCHEMA_VERSION}"
         )
+    arrays = _read_arrays(apath)
+    rec = payload.get("checksum")
+    if not isinstance(rec, dict):
+        raise _damaged(jpath, f"its checksum is {rec!r:.40}, not a record of one")
     try:
-        with np.load(apath, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except ValueError as err:
-        raise DataError(
-            f"load_fit: {str(apath)!r} cannot be read without pickle or is damaged ({err})"
-        ) from None
-    except (OSError, EOFError) as err:
-        raise DataError(f"load_fit: {str(apath)!r} is not a valid .npz file ({err})") from None
-    rec = payload.get("checksum") or {}
+        actual = _checksum(payload, arrays)
+    except (ValueError, TypeError, RecursionError) as err:
+        raise _damaged(jpath, f"its content cannot be checksummed ({err})") from None
     expected = rec.get("value")
-    actual = _checksum(payload, arrays)
     if rec.get("algorithm") != "sha256" or expected != actual:
         raise DataError(
             f"load_fit: the content of {str(folder)!r} does not match its recorded SHA-256 "
             f"checksum (recorded {str(expected)[:16]}..., computed {actual[:16]}...): the files "
             "were changed or damaged after saving. Save the fit again from its source."
         )
-    return payload, arrays
+    return payload, arrays, jpath
+
+
+def _saved_model(payload: dict, jpath: Path):
+    """The model of a saved fit, parsed from the text the file holds. Never read from a path:
+    `load_model` reads a string without a newline as a file's path, and an edited file could
+    name any file on disk."""
+    rec = payload["model"]
+    text = rec.get("resolved") or rec["source"]
+    if not isinstance(text, str):
+        raise DataError(f"load_fit: {str(jpath)!r}: its model text is {type(text).__name__}")
+    try:
+        model = load_model(text if "\n" in text else text + "\n")  # text, with a newline
+    except ModelError as err:
+        path = "" if "\n" in text else " (a saved fit holds its model text and reads no file)"
+        raise DataError(
+            f"load_fit: {str(jpath)!r}: the model text it holds does not parse{path} ({err}). "
+            + _AGAIN
+        ) from None
+    return model if model.source == text else dataclasses.replace(model, source=text)
 
 
 def _population(payload: dict, arrays: dict[str, np.ndarray]):
@@ -362,13 +567,39 @@ def _population(payload: dict, arrays: dict[str, np.ndarray]):
 def load_fit(path: str | os.PathLike):
     """Load a fit saved by `Fit.save` / `save_fit` (a folder, or its `fit.json`).
 
-    Runs no code from the files (JSON and a NumPy `.npz` read with `allow_pickle=False`) and
-    refuses content that does not match its recorded SHA-256 checksum (`DataError`). The model
-    is parsed again from its saved source and the data rebuilt from the saved table, so the
-    loaded fit predicts exactly what the saved fit predicted.
+    Runs no code from the files (JSON and a NumPy `.npz` read without pickle) and refuses
+    content that does not match its recorded SHA-256 checksum (`DataError`). The model is
+    parsed again from the text saved in the file (never from a path the file names) and the
+    data rebuilt from the saved table, so the loaded fit predicts exactly what the saved fit
+    predicted. A damaged or inconsistent file is a `DataError` that names it and what is
+    wrong, whatever the damage.
     """
-    payload, arrays = _read(Path(path))
-    model = load_model(payload["model"].get("resolved") or payload["model"]["source"])
+    payload, arrays, jpath = _read(Path(path))
+    try:
+        return _loaded_fit(payload, arrays, jpath)
+    except (
+        KeyError,
+        IndexError,
+        TypeError,
+        ValueError,
+        AttributeError,
+        OverflowError,
+        RecursionError,
+    ) as err:
+        if isinstance(err, DataError) and str(err).startswith("load_fit:"):
+            raise
+        # content that passed the checksum but is not what save_fit writes: edited, with the
+        # checksum recomputed, or written by another version
+        raise DataError(
+            f"load_fit: {str(jpath)!r} does not hold a consistent saved fit "
+            f"({type(err).__name__}: {err}); it was edited or written by another version of "
+            f"deepnlme. {_AGAIN}"
+        ) from err
+
+
+def _loaded_fit(payload: dict, arrays: dict[str, np.ndarray], jpath: Path):
+    """The `Fit` of a checked payload and arrays (`load_fit`)."""
+    model = _saved_model(payload, jpath)
     population = _population(payload, arrays)
     method = method_from_record(payload["method"])
     ode = OdeOptions(**payload["ode_options"])

@@ -66,11 +66,12 @@ class Fit:
         """
         return self._table.copy()
 
-    def save(self, path) -> Any:
-        """Save this fit to the folder `path` (see `deepnlme.save_fit`; load with `load_fit`)."""
+    def save(self, path, *, overwrite: bool = False) -> Any:
+        """Save this fit to the folder `path` (see `deepnlme.save_fit`; load with `load_fit`);
+        a saved fit already there is replaced only with `overwrite=True`."""
         from ._persist import save_fit  # (_persist reads and writes Fit objects)
 
-        return save_fit(self, path)
+        return save_fit(self, path, overwrite=overwrite)
 
     @property
     def ebe_array(self) -> np.ndarray:
