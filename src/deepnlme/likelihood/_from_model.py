@@ -11,7 +11,7 @@ import numpy as np
 
 from ..model._distributions import DISTRIBUTIONS, FAMILIES, obs_logpdf, transform_obs
 from ..nn import model_penalty, resolve_scaling
-from ..solve._ode import OdeOptions
+from ..solve._ode import STIFF_SOLVER, OdeOptions
 from ..solve._subject import SubjectData, SubjectPredictor, bind_population
 from ._problem import ObsTerms, ParamInfo, Problem
 
@@ -52,6 +52,9 @@ def obs_terms_from_prediction(pred, sd: SubjectData) -> ObsTerms:
 
 _PROBLEMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
+STIFF_STEPS_FACTOR = 4
+"""`OdeOptions.max_steps` times this for the stiff solver ``"auto"`` switches to."""
+
 
 def model_problem(model, population, *, ode_options: OdeOptions | None = None):
     """The estimation `Problem` of `model` on `population`, and the predictor it uses.
@@ -79,6 +82,8 @@ def _bound(model, population, ode_options: OdeOptions):
     solver_options = ode_options
     if not binding.features.steady_state and ode_options.steady_state:
         solver_options = dataclasses.replace(ode_options, steady_state=False)
+    if solver_options.solver == "auto":
+        solver_options = _choose_solver(model, binding, solver_options)
     # networks whose scale comes from the data get it at the model's first binding (nn/)
     bound = resolve_scaling(
         model,
@@ -134,7 +139,64 @@ def _bound(model, population, ode_options: OdeOptions):
         **({"penalty": penalty} if penalty is not None else {}),
     )
     per_model[key] = (weakref.ref(population), problem, predictor, binding)
+    if ode_options.solver == "auto":  # the options the choice stands for bind the same problem
+        per_model[(id(population), resolved_options(ode_options, predictor))] = per_model[key]
     return per_model[key]
+
+
+def resolved_options(ode_options: OdeOptions, predictor: SubjectPredictor) -> OdeOptions:
+    """`ode_options` with the solver (and steps) that ``"auto"`` chose for `predictor`'s
+    binding (`_choose_solver`); other options unchanged."""
+    if ode_options.solver != "auto":
+        return ode_options
+    used = predictor.ode_options
+    return dataclasses.replace(ode_options, solver=used.solver, max_steps=used.max_steps)
+
+
+def _choose_solver(model, binding, options: OdeOptions) -> OdeOptions:
+    """`OdeOptions` with the solver ``"auto"`` stands for: Tsit5, or `STIFF_SOLVER` (with
+    `STIFF_STEPS_FACTOR` times the steps) when Tsit5 cannot integrate some subject at the
+    model's initial estimates (eta = 0) and the stiff solver can (exhausted steps are the mark
+    of stiffness; a failure both share, such as a non-finite parameter, is left to the fit to
+    report). Closed-form models: Tsit5 (never used).
+
+    The stiff solver gets more steps because Kvaerno5 at the default tolerances needed more
+    than 4096 steps on one segment of the TMDD model of `examples/tmdd` at its largest dose
+    (its Newton iterations run at the step-size controller's tolerances) and 16384 sufficed.
+
+    The probe is one forward solve of every subject (vmapped) per solver tried: small
+    programs, against the fit's derivatives of the solve."""
+    explicit = dataclasses.replace(options, solver="tsit5")
+    cm = model.compiled
+    if cm.closed_form is not None or not cm.has_dynamics:
+        return explicit
+    failed = _failed_solves(model, binding, explicit)
+    if not failed.any():
+        return explicit
+    stiff = dataclasses.replace(
+        options, solver=STIFF_SOLVER, max_steps=STIFF_STEPS_FACTOR * options.max_steps
+    )
+    rescued = ~_failed_solves(model, binding, stiff) & failed
+    return stiff if rescued.any() else explicit
+
+
+def _failed_solves(model, binding, options: OdeOptions) -> np.ndarray:
+    """Which subjects' solves fail at the initial estimates with `options` (``[N]`` bool)."""
+    bound = resolve_scaling(
+        model,
+        binding,
+        lambda m: SubjectPredictor(m, binding.time_varying, options, binding.features),
+    )
+    predictor = SubjectPredictor(bound, binding.time_varying, options, binding.features)
+    cm = bound.compiled
+    estimated = [p for p in cm.params if p.size > 0]
+    theta = cm.unpack(cm.pack({p.name: p.init for p in estimated}))
+    q = len(cm.eta_labels)
+
+    def ok(subj):
+        return predictor.forward_only.states(theta, jnp.zeros(q), subj)[1]
+
+    return ~np.asarray(jax.jit(jax.vmap(ok))(binding.data))
 
 
 def _observations(cm) -> list:

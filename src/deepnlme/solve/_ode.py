@@ -21,13 +21,19 @@ if TYPE_CHECKING:
 # `import deepnlme`, and closed-form models never need it); so the shorthands name the diffrax
 # classes, and a solver is built from its name only when the ODE is traced.
 _SOLVERS = {
+    "auto": "Tsit5",
     "tsit5": "Tsit5",
     "dopri5": "Dopri5",
     "dopri8": "Dopri8",
     "kvaerno5": "Kvaerno5",
 }
 """Shorthand -> diffrax solver class: the shorthand stands for the class's default instance
-(``"kvaerno5"`` is ``diffrax.Kvaerno5()``), both ways (`solver_name`, `solver_object`)."""
+(``"kvaerno5"`` is ``diffrax.Kvaerno5()``), both ways (`solver_name`, `solver_object`).
+``"auto"`` integrates with Tsit5 too; binding a model to data (`likelihood.model_problem`)
+replaces it by ``"tsit5"`` or, for a stiff model, ``"kvaerno5"`` (`STIFF_SOLVER`)."""
+
+STIFF_SOLVER = "kvaerno5"
+"""The solver ``"auto"`` switches to when the non-stiff one cannot integrate a subject."""
 _ADJOINTS = {
     "direct": "DirectAdjoint",
     "recursive": "RecursiveCheckpointAdjoint",
@@ -41,10 +47,17 @@ class OdeOptions:
 
     **Arguments**
 
-    - `solver`: a diffrax solver (any ``diffrax.AbstractSolver`` instance, e.g.
-      ``diffrax.Tsit5()`` or ``diffrax.Kvaerno5()``), or one of the shorthands ``"tsit5"``
-      (default, non-stiff), ``"dopri5"``, ``"dopri8"`` or ``"kvaerno5"`` (stiff, implicit; much
-      slower on non-stiff models) for that class's default instance. A solver that equals a
+    - `solver`: ``"auto"`` (default): Tsit5 (explicit, fast on non-stiff models), unless a
+      subject's Tsit5 solve at the initial estimates exhausts `max_steps` (the mark of a stiff
+      system) where Kvaerno5 succeeds: then Kvaerno5, with 4 times `max_steps`, for the whole
+      population (the choice is
+      made once, when the model is bound to the data, and the fit records the solver used;
+      a model that turns stiff only far from its initial estimates fails there with an error
+      naming the subject, and takes ``solver="kvaerno5"``). Or a diffrax solver (any
+      ``diffrax.AbstractSolver`` instance, e.g. ``diffrax.Tsit5()`` or
+      ``diffrax.Kvaerno5()``), or one of the shorthands ``"tsit5"`` (non-stiff),
+      ``"dopri5"``, ``"dopri8"`` or ``"kvaerno5"`` (stiff, implicit; much slower on non-stiff
+      models) for that class's default instance. A solver that equals a
       shorthand's instance is stored as the shorthand (``OdeOptions(diffrax.Tsit5()) ==
       OdeOptions("tsit5")``: the same program, cache entry and saved fit), any other as the
       object; `solver_object` gives the diffrax solver either way. The options are a cache key,
@@ -62,7 +75,7 @@ class OdeOptions:
     - `steady_state`: set False when no record has SS > 0 to compile a smaller program.
     """
 
-    solver: str | diffrax.AbstractSolver = "tsit5"
+    solver: str | diffrax.AbstractSolver = "auto"
     rtol: float = 1e-8
     atol: float = 1e-10
     max_steps: int = 4096
@@ -120,6 +133,8 @@ def solver_name(solver: str | diffrax.AbstractSolver) -> str | None:
     import diffrax as dfx
 
     for name, cls in _SOLVERS.items():
+        if name == "auto":  # an object is the solver it is, never the automatic choice
+            continue
         if type(solver) is getattr(dfx, cls) and _equal(solver, getattr(dfx, cls)()):
             return name
     return None

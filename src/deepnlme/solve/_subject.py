@@ -188,6 +188,12 @@ _MAX_ODE_EXPANSION = 64
 _MAX_CF_EXPANSION = 12
 
 
+def propagation_is_cheaper(n_obs: int, n_records: int) -> bool:
+    """Superposition evaluates every (observation, dose record) pair; propagation one
+    transition per event (observations and about two per record), one after the other."""
+    return n_obs * n_records > 4 * (n_obs + 2 * n_records)
+
+
 def _expanded_size(psi, varying) -> int:
     """The number of entries of `psi`'s leaves that `varying` marks."""
     leaves = jax.tree_util.tree_leaves(psi)
@@ -435,6 +441,18 @@ class SubjectPredictor:
                 record_cfp=records,
             )
         cfp, dosing = psi
+        if self.propagates(sd):
+            return propagated_amounts_jit(
+                self.model.compiled.closed_form,
+                cfp,
+                dosing,
+                sd.doses,
+                sd.cov_time[:1],
+                jnp.ones(1, bool),
+                sd.obs_time,
+                features=self.features,
+                states=states,
+            )
         return closed_form_amounts_jit(
             self.model.compiled.closed_form,
             cfp,
@@ -444,6 +462,11 @@ class SubjectPredictor:
             features=self.features,
             states=states,
         )
+
+    def propagates(self, sd: SubjectData) -> bool:
+        """True when a closed form with constant covariates is propagated from event to event
+        rather than superposed (`propagation_is_cheaper`, from the subject's padded shapes)."""
+        return propagation_is_cheaper(sd.obs_time.shape[-1], sd.doses.time.shape[-1])
 
     @staticmethod
     def _solve_ok(x, sd: SubjectData) -> jax.Array:

@@ -1,0 +1,67 @@
+"""The default ODE solver ("auto") on a stiff model: a target-mediated drug disposition (TMDD)
+model that the explicit solver cannot integrate, solved by the stiff one it switches to and
+equal to a tight-tolerance reference; a non-stiff model keeps the explicit solver."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+from deepnlme.likelihood._from_model import model_problem, resolved_options
+
+ROOT = Path(__file__).resolve().parents[2]
+TMDD = ROOT / "examples" / "tmdd" / "tmdd.model"
+TIMES = [0.1, 0.5, 1, 2, 4, 8, 24, 48, 96, 168, 336]
+
+
+def _population(doses) -> dn.Population:
+    rows = []
+    for i, amt in enumerate(doses, start=1):
+        rows.append(dict(ID=i, TIME=0.0, AMT=amt, DV=0.0, EVID=1, MDV=1, CMT=1))
+        rows += [dict(ID=i, TIME=t, AMT=0.0, DV=1.0, EVID=0, MDV=0, CMT=1) for t in TIMES]
+    return dn.read_data(pd.DataFrame(rows))
+
+
+def _states(model, pop, options):
+    problem, predictor = model_problem(model, pop, ode_options=options)
+    theta = problem.unpack(problem.init_u())
+    q = len(problem.eta_labels)
+    out = jax.vmap(lambda s: predictor.states(theta, jnp.zeros(q), s))(problem.subjects)
+    return np.asarray(out[0]), np.asarray(out[1]), resolved_options(options, predictor)
+
+
+@pytest.fixture(scope="module")
+def tmdd():
+    return dn.load_model(TMDD), _population([1.0, 30.0, 300.0])
+
+
+def test_the_explicit_solver_cannot_integrate_the_tmdd_model(tmdd):
+    # what makes it a stiff test model: Tsit5 exhausts its steps on every subject
+    _, ok, _ = _states(*tmdd, dn.OdeOptions("tsit5"))
+    assert not ok.any()
+
+
+def test_the_default_solver_switches_and_matches_a_tight_reference(tmdd):
+    x, ok, used = _states(*tmdd, dn.OdeOptions())
+    assert ok.all()
+    assert used.solver == "kvaerno5" and used.max_steps == 4 * dn.OdeOptions().max_steps
+    ref_opts = dn.OdeOptions("kvaerno5", rtol=1e-11, atol=1e-13, max_steps=100_000)
+    ref, ok_ref, _ = _states(*tmdd, ref_opts)
+    assert ok_ref.all()
+    # every amount above 1e-6 of its state's largest, to 1e-4 relative
+    big = np.abs(ref) > 1e-6 * np.abs(ref).max(axis=1, keepdims=True)
+    assert big.sum() > 60
+    np.testing.assert_allclose(x[big], ref[big], rtol=1e-4)
+
+
+def test_a_non_stiff_model_keeps_the_explicit_solver():
+    model = dn.load_model(ROOT / "examples" / "theophylline_ode.model")
+    pop = dn.datasets.load("theophylline")
+    _, ok, used = _states(model, pop, dn.OdeOptions())
+    assert ok.all() and used.solver == "tsit5" and used.max_steps == dn.OdeOptions().max_steps
