@@ -4,10 +4,16 @@
 
 For each size, `benchmarks/multidose_data.py` generates the data set (a temporary folder); then
 in the same run:
-- nlme: ``nlme(conc ~ quinModel(Subject, time, conc, dose, interval, lV, lKa, lCl), fixed =
-  list(lV ~ 1, lKa ~ 1, lCl ~ lcr), random = pdDiag(lV + lCl ~ 1), method = "ML")``, lcr =
-  log(CRCL / 80) per record, from the start of `examples/multidose/multidose.model`, timed
-  inside R around the ``nlme()`` call (median of repeats for the small data set);
+- nlme: nlme's ``quinModel`` with the covariate effect inside the model function,
+  ``qm2(..., lCl, bcr, lcr) = quinModel(..., lCl + bcr * lcr)``, ``fixed = list(lV ~ 1, lKa ~
+  1, lCl ~ 1, bcr ~ 1)``, ``random = pdDiag(lV + lCl ~ 1)``, ``method = "ML"``, lcr = log(CRCL /
+  80) per record, from the start of `examples/multidose/multidose.model`, timed inside R around
+  the ``nlme()`` call (median of repeats for the small data set). (Not ``fixed = lCl ~ lcr``:
+  nlme differentiates the model numerically per parameter and applies the covariate of the
+  observation's own row to the derivative of a fixed effect, which is wrong when a concentration
+  depends on the parameters of earlier records; that fit stops at -2LL 611.6, where deepnlme's
+  FOCE objective is 609.8, and its EBEs are not the modes. With the effect inside the function
+  nlme's -2LL equals deepnlme's FOCE objective at nlme's estimates to 1e-4.);
 - deepnlme cold: a fresh Python process with an empty compilation cache (import, reading the
   CSV, building the model, compiling and fitting `examples/multidose/multidose.model` by FOCE
   from its initial values, covariance step included, as `deepnlme fit` does);
@@ -43,8 +49,10 @@ suppressMessages(library(nlme))
 d <- read.csv("{path}")
 d$lcr <- log(d$CRCL / 80)
 d <- groupedData(conc ~ time | Subject, data = d)
-fitfun <- function() nlme(conc ~ quinModel(Subject, time, conc, dose, interval, lV, lKa, lCl),
-  data = d, fixed = list(lV ~ 1, lKa ~ 1, lCl ~ lcr), random = pdDiag(lV + lCl ~ 1),
+qm2 <- function(Subject, time, conc, dose, interval, lV, lKa, lCl, bcr, lcr)
+  quinModel(Subject, time, conc, dose, interval, lV, lKa, lCl + bcr * lcr)
+fitfun <- function() nlme(conc ~ qm2(Subject, time, conc, dose, interval, lV, lKa, lCl, bcr, lcr),
+  data = d, fixed = list(lV ~ 1, lKa ~ 1, lCl ~ 1, bcr ~ 1), random = pdDiag(lV + lCl ~ 1),
   groups = ~Subject, start = list(fixed = c(5.2, -0.1, 2.2, 0.75)),
   na.action = na.pass, naPattern = ~ !is.na(conc), method = "ML")
 times <- numeric(0)
@@ -78,6 +86,39 @@ PY_FIT = textwrap.dedent(
         message=fit.message)))
     """
 )
+
+
+PY_AT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    import deepnlme as dn
+    nl = json.loads(sys.argv[3])
+    fx, var = nl["fixed"], nl["var"]
+    init = dict(tv=fx[0], tka=fx[1], tcl=fx[2], bcr=fx[3], omega=np.diag(var[:2]),
+                sigma=float(np.sqrt(var[2])))
+    f = dn.fit(dn.load_model(sys.argv[2]), dn.read_data(sys.argv[1]), dn.FOCE(), init=init,
+               max_iter=0, covariance=None, progress=False)
+    print("RESULT " + json.dumps(dict(m2ll=f.m2ll)))
+    """
+)
+
+
+def foce_at_nlme(data: Path, model: Path, nl: dict, cache: str) -> float:
+    """deepnlme's FOCE -2LL at nlme's estimates (no iteration): the two objectives compared."""
+    env = dict(os.environ, DEEPNLME_CACHE_DIR=cache)
+    out = subprocess.run(
+        [sys.executable, "-c", PY_AT, str(data), str(model), json.dumps(nl)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=False,
+    )
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])["m2ll"]
+    raise RuntimeError(f"deepnlme run failed:\n{out.stderr[-3000:]}")
 
 
 def run_nlme(path: Path, nrep: int) -> dict | None:
@@ -116,7 +157,7 @@ def _compare(nl: dict, dn: dict) -> str:
     e = dn["estimates"]
     ours = [e["tv"], e["tka"], e["tcl"], e["bcr"]]
     z = [(a - b) / s for a, b, s in zip(ours, nl["fixed"], nl["se"])]
-    names = ["lV", "lKa", "lCl", "lCl.lcr"]
+    names = ["lV", "lKa", "lCl", "bcr"]
     parts = [
         f"{n} {a:.4f} vs {b:.4f} ({d:+.2f} SE)" for n, a, b, d in zip(names, ours, nl["fixed"], z)
     ]
@@ -152,6 +193,9 @@ def main() -> None:
             if args.ode:
                 with tempfile.TemporaryDirectory() as cache:
                     ode = run_deepnlme(p_nm, MODEL_ODE, cache)
+            if nl:
+                with tempfile.TemporaryDirectory() as cache:
+                    at_nl = foce_at_nlme(p_nm, MODEL, nl, cache)
             nt = nl["time_s"] if nl else float("nan")
             ode_w = ode["warm_s"] if ode else float("nan")
             lines.append(
@@ -166,6 +210,7 @@ def main() -> None:
                 f"(warm: run {cold['run_s']:.2f} s, covariance step {cold['covariance_s']:.2f} s), "
                 f"converged {cold['converged']} ({cold['message']})"
                 + (f"; vs nlme: {_compare(nl, cold)}" if nl else "")
+                + (f"; deepnlme FOCE -2LL at nlme's estimates {at_nl:.4f}" if nl else "")
                 + (f"; ODE -2LL {ode['m2ll']:.3f}" if ode else "")
             )
     table = "\n".join(lines + [""] + notes)
