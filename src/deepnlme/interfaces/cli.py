@@ -37,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
     demo.add_argument("--quiet", action="store_true", help="no progress display")
+    demo.add_argument("--force", action="store_true", help="replace the saved fits of a demo run")
 
     fit = sub.add_parser(
         "fit",
@@ -56,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
     fit.add_argument("--no-report", action="store_true", help="do not write report.html")
     fit.add_argument("--quiet", action="store_true", help="no progress display")
+    fit.add_argument("--force", action="store_true", help="replace a saved fit in --out")
 
     sim = sub.add_parser(
         "simulate",
@@ -104,8 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _write_fit(fit, out: Path, extra_timings: dict[str, float], *, report: bool) -> Path:
-    """Write fit.json, the saved fit, the CSV tables and (optionally) report.html to `out`."""
+def _write_fit(
+    fit, out: Path, extra_timings: dict[str, float], *, report: bool, force: bool = False
+) -> Path:
+    """Write fit.json, the saved fit, the CSV tables and (optionally) report.html to `out` (a
+    saved fit there is replaced only with `force`)."""
     from deepnlme import ebe_table, predict, save_fit
 
     out.mkdir(parents=True, exist_ok=True)
@@ -113,7 +118,7 @@ def _write_fit(fit, out: Path, extra_timings: dict[str, float], *, report: bool)
     table.to_csv(out / "estimates.csv", index=False)
     ebe_table(fit).to_csv(out / "ebes.csv", index=False)
     predict(fit).to_csv(out / "predictions.csv", index=False)
-    save_fit(fit, out / "fit")
+    save_fit(fit, out / "fit", overwrite=force)
     se = {}
     for name, value, kind in zip(table["parameter"], table["se"], table["kind"]):
         if kind == "shrinkage":
@@ -161,9 +166,20 @@ def _json_safe(v):
     return v
 
 
-def _run_fit(model_src, data, method: str, out: Path, *, max_iter: int, quiet: bool, report=True):
+def _run_fit(
+    model_src,
+    data,
+    method: str,
+    out: Path,
+    *,
+    max_iter: int,
+    quiet: bool,
+    report=True,
+    force: bool = False,
+):
     import deepnlme as dn
 
+    _check_out(out, force)  # before the fit, not after it
     t0 = time.perf_counter()
     pop = dn.read_data(data) if not isinstance(data, dn.Population) else data
     model = dn.load_model(model_src)
@@ -172,13 +188,23 @@ def _run_fit(model_src, data, method: str, out: Path, *, max_iter: int, quiet: b
     print(fit)
     if not quiet:
         print("writing the tables, the saved fit and the report ...", file=sys.stderr)
-    path = _write_fit(fit, out, {"wall_fit": time.perf_counter() - t0}, report=report)
+    path = _write_fit(fit, out, {"wall_fit": time.perf_counter() - t0}, report=report, force=force)
     print(
         f"\nwrote {path}, the saved fit {out / 'fit'}/, the CSV tables"
         + (f" and {out / 'report.html'}" if report else "")
         + f" ({time.perf_counter() - t0:.1f} s)"
     )
     return fit
+
+
+def _check_out(out: Path, force: bool) -> None:
+    """Refuse an output folder whose saved fit (`out/fit/`) would be replaced, unless `force`
+    (`save_fit`'s check: no symbolic links either)."""
+    from deepnlme.estimation._persist import check_save_target
+
+    check_save_target(
+        out / "fit", overwrite=force, fix="pass --force to replace it, or give another --out"
+    )
 
 
 def _load_fit_arg(path: str):
@@ -261,6 +287,8 @@ def _demo(args) -> None:
     from deepnlme.datasets import example_path
 
     out = Path(args.out)
+    for folder in (out / "theophylline", *sorted(out.glob("deepnlme_*"))):
+        _check_out(folder, args.force)  # both fits' folders, before either fit runs
     pop = dn.datasets.load("theophylline")
     print(pop.summary())
     print()
@@ -271,11 +299,12 @@ def _demo(args) -> None:
         out / "theophylline",
         max_iter=500,
         quiet=args.quiet,
+        force=args.force,
     )
-    _demo_deepnlme(out, quiet=args.quiet)
+    _demo_deepnlme(out, quiet=args.quiet, force=args.force)
 
 
-def _demo_deepnlme(out: Path, *, quiet: bool) -> None:
+def _demo_deepnlme(out: Path, *, quiet: bool, force: bool = False) -> None:
     """The DeepNLME part of the demo: a model with a network, fitted and reported.
 
     Hook: it runs once a DeepNLME example model (`deepnlme_*.model`) is bundled with the
@@ -300,6 +329,7 @@ def _demo_deepnlme(out: Path, *, quiet: bool) -> None:
         out / Path(names[0]).stem,
         max_iter=500,
         quiet=quiet,
+        force=force,
     )
 
 
@@ -320,6 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_iter=args.max_iter,
                 quiet=args.quiet,
                 report=not args.no_report,
+                force=args.force,
             )
         elif args.command == "simulate":
             _simulate(args)

@@ -1,0 +1,34 @@
+"""The command line replaces a saved fit only with --force, and says so before fitting."""
+
+from __future__ import annotations
+
+import shutil
+
+import deepnlme as dn
+from deepnlme.interfaces.cli import main
+
+THEO = "examples/theophylline.model"
+
+
+def test_fit_refuses_an_out_folder_holding_a_saved_fit_unless_forced(fitted, tmp_path, capsys):
+    out = tmp_path / "theo"
+    shutil.copytree(fitted, out)
+    summary = (out / "fit.json").read_bytes()
+    data = dn.datasets.path("theophylline")
+    assert main(["fit", THEO, data, "--out", str(out), "--quiet", "--max-iter", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deepnlme: error: save_fit: ") and err.count("\n") == 1
+    assert "already holds a saved fit" in err and "pass --force to replace it" in err
+    assert (out / "fit.json").read_bytes() == summary  # refused before fitting: nothing written
+    args = ["fit", THEO, data, "--out", str(out), "--quiet", "--max-iter", "3", "--no-report"]
+    assert main([*args, "--force"]) == 0
+    assert dn.load_fit(out / "fit").n_iter <= 3
+
+
+def test_demo_refuses_to_replace_its_saved_fits_before_fitting(fitted, tmp_path, capsys):
+    out = tmp_path / "demo-out"
+    shutil.copytree(fitted / "fit", out / "theophylline" / "fit")
+    assert main(["demo", "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "theophylline/fit' already holds a saved fit" in err and "--force" in err
+    assert sorted(p.name for p in out.iterdir()) == ["theophylline"]  # no fit ran
