@@ -21,6 +21,11 @@ EVID_MEANING = (
 # the kind of record, by its EVID, for a message about a record that is not a dose
 _NOT_A_DOSE = {0: "an observation", 2: "an other-event", 3: "a reset"}
 
+# the largest value of an item of whole numbers (EVID, MDV, CMT, ADDL, SS, CENS), held as int32
+_LARGEST_CODE = 2**31 - 1
+# the most additional doses one record may imply (more is a typo, and memory for all of them)
+_MOST_ADDL = 1_000_000
+
 # a part of a message: text, or a function of the failing record's position for text that
 # quotes the record's values
 Text = str | Callable[[int], str]
@@ -39,7 +44,13 @@ class Reader:
         self.upper = {c.upper(): c for c in table.frame.columns}
 
     def fail(self, i: int, column: str, problem: str, fix: str) -> DataError:
-        """The error for record `i` (0-based position) in `column`."""
+        """The error for record `i` (0-based position) in `column` (a column the data may lack,
+        such as the II that an ADDL needs)."""
+        if column not in self.table.frame.columns:
+            return DataError(
+                f"{self.table.where(i)}, column {column}: {problem} (the data has no {column} "
+                f"column). {fix}"
+            )
         cell = self.table.cell(i, column)
         return DataError(
             f"{self.table.where(i)}, column {column}: {problem} (value: {cell}). {fix}"
@@ -82,12 +93,22 @@ class Reader:
         self.reject(
             bad,
             column,
-            "not a finite number",
+            lambda i: (
+                "a number too large for double precision (beyond about 1.8e308)"
+                if np.isinf(values[i]) and "inf" not in self.table.cell(i, column).lower()
+                else "not a finite number"
+            ),
             "Write a number here, or leave the cell empty (or '.') for a missing value.",
         )
         if integer:
             frac = ~missing & (values != np.round(values))
             self.reject(frac, column, "not a whole number", f"{column} takes whole numbers.")
+            self.reject(  # (beyond it a code would wrap around as a machine integer)
+                ~missing & (np.abs(values) > _LARGEST_CODE),
+                column,
+                "a whole number too large for this item",
+                f"{column} takes codes and counts up to {_LARGEST_CODE:,}.",
+            )
         return values, missing
 
 
@@ -311,11 +332,25 @@ def _check_dose_amounts_and_intervals(
     )
     rd.reject(addl < 0, addlcol, "negative number of additional doses", "ADDL must be 0 or more.")
     rd.reject(
+        addl > _MOST_ADDL,
+        addlcol,
+        "more additional doses than one record can imply",
+        f"ADDL takes at most {_MOST_ADDL:,}; write a later dose record for a longer regimen.",
+    )
+    rd.reject(
         ~is_dose & (addl > 0),
         addlcol,
         lambda i: f"additional doses on a record that is not a dose (EVID {evid[i]})",
         "Only dose records (EVID 1 or 4) can have additional doses; set ADDL=0.",
     )
+    if cols.ii is None and (addl > 0).any():
+        where = np.flatnonzero(addl > 0)
+        raise DataError(
+            f"{rd.table.where_many(where)}, column {addlcol}: ADDL > 0 (additional doses) but "
+            "the data has no II column, and the additional doses need the interdose interval. "
+            "Add an II column with the time between doses (e.g. II=24 for once-daily dosing), "
+            "name the column that holds it (read_data(..., ii='TAU')), or set ADDL=0."
+        )
     rd.reject(
         (addl > 0) & ~(ii > 0),
         iicol,

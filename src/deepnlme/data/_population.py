@@ -189,6 +189,7 @@ class Population:
         endpoint_column: str | None,
         has_cens: bool,
         ignored_columns: tuple[str, ...] = (),
+        ignored_rows: tuple[tuple[str, tuple[int, ...]], ...] = (),
     ):
         self._records = records
         self._ids = tuple(ids)
@@ -207,6 +208,7 @@ class Population:
         self._endpoint_column = endpoint_column
         self._has_cens = has_cens
         self._ignored = tuple(ignored_columns)
+        self._ignored_rows = tuple(ignored_rows)
         self._arrays: PopulationArrays | None = None
         self._time_varying: tuple[bool, ...] | None = None
 
@@ -298,12 +300,10 @@ class Population:
             s = r["_S"].to_numpy()
             first = np.ones(len(r), dtype=bool)
             first[1:] = s[1:] != s[:-1]
-            flags = []
-            for name in self._covariate_names:
-                v = r[name].to_numpy(dtype=float)
-                base = v[np.flatnonzero(first)][np.cumsum(first) - 1]
-                flags.append(bool(np.any(v != base)))
-            self._time_varying = tuple(flags)
+            names = list(self._covariate_names)  # all at once: a table may have thousands
+            v = r[names].to_numpy(dtype=float).reshape(len(r), len(names))
+            base = v[np.flatnonzero(first)][np.cumsum(first) - 1]
+            self._time_varying = tuple(bool(f) for f in np.any(v != base, axis=0))
         return self._time_varying
 
     @property
@@ -320,6 +320,12 @@ class Population:
     def ignored_columns(self) -> tuple[str, ...]:
         """Columns that were not read (not numeric, and not selected as covariates)."""
         return self._ignored
+
+    @property
+    def ignored_rows(self) -> dict[str, tuple[int, ...]]:
+        """The data rows left out by `read_data`'s `ignore` and `accept` (NONMEM's comment
+        rows among them), by reason: {reason: row numbers as counted in the file}."""
+        return {reason: rows for reason, rows in self._ignored_rows}
 
     @property
     def n_observations(self) -> int:
@@ -354,16 +360,20 @@ class Population:
             n_cens = int(np.sum((a.obs_cens != 0) & a.obs_mask))
             lines.append(f"  censored observations: {n_cens}")
         if self._covariate_names:
-            base = self.covariates_frame()
+            base = self.covariates_frame().to_numpy(dtype=float)  # (no missing values)
             lines.append("  covariates (baseline median [min, max]):")
-            for name, tv in zip(self._covariate_names, self.time_varying):
-                col = base[name]
+            stats = zip(np.median(base, axis=0), base.min(axis=0), base.max(axis=0))
+            for name, tv, (med, low, high) in zip(self._covariate_names, self.time_varying, stats):
                 kind = "time-varying" if tv else "constant within subjects"
-                lines.append(f"    {name}: {col.median():g} [{col.min():g}, {col.max():g}], {kind}")
+                lines.append(f"    {name}: {med:g} [{low:g}, {high:g}], {kind}")
         else:
             lines.append("  covariates: none")
         if self._ignored:
             lines.append(f"  columns not read: {', '.join(self._ignored)}")
+        for reason, rows in self._ignored_rows:
+            shown = ", ".join(str(r) for r in rows[:20]) + (", ..." if len(rows) > 20 else "")
+            word = "row" if len(rows) == 1 else "rows"
+            lines.append(f"  ignored {len(rows)} {word}, {reason}: {word} {shown}")
         if self.has_missing_dv:
             lines.append("  some observations have no value yet (to be simulated)")
         return "\n".join(lines)
@@ -402,8 +412,8 @@ class Population:
                 "SS": r["SS"].to_numpy(),
             }
         )
-        if all(isinstance(i, int | np.integer) for i in self._ids):
-            out["ID"] = out["ID"].astype(np.int64)
+        if all(isinstance(i, int | np.integer) and -(2**63) <= i < 2**63 for i in self._ids):
+            out["ID"] = out["ID"].astype(np.int64)  # (larger integers stay Python ints, exact)
         if self._endpoint_column is not None:
             out["DVID"] = r["ENDPOINT"].to_numpy(dtype=object)
         if self._has_cens:
@@ -472,6 +482,7 @@ class Population:
             endpoint_column=self._endpoint_column,
             has_cens=self._has_cens,
             ignored_columns=self._ignored,
+            ignored_rows=self._ignored_rows,
         )
 
 

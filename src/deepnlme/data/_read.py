@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Mapping, Sequence
+from decimal import Decimal, InvalidOperation
 
 import numpy as np
 import pandas as pd
@@ -22,6 +24,7 @@ from ._checks import (
 )
 from ._population import INTERNAL_NAMES, Population
 from ._records import record_frame
+from ._select import NO_RULES, RowRules, condition_mask, no_column, row_rules
 from ._table import DataWarning, RawTable, load_table, parse_labels, parse_numeric
 
 # read_data keyword -> the standard column name it renames.
@@ -67,6 +70,8 @@ def read_data(
     covariate_rule: str = "nonmem",
     fill: str | None = None,
     sort: bool = False,
+    ignore: str | Sequence[str] | None = None,
+    accept: str | Sequence[str] | None = None,
 ) -> Population:
     """Read a CSV file or a DataFrame in NONMEM layout into a `Population`.
 
@@ -93,6 +98,24 @@ def read_data(
     - `sort`: sort each subject's records by time (stable; subjects stay in order of first
       appearance) instead of reporting time that goes back. Not for data whose clock restarts
       after a reset. Row numbers in messages and `obs_row` stay those of the file.
+    - `ignore`, `accept`: the records to leave out, as NONMEM's `$DATA IGNORE=` and
+      `ACCEPT=`. A single character is a comment mark: `ignore="C"` leaves out every row whose
+      first field starts with `C` (NONMEM's `IGNORE=C`), `ignore="@"` every row whose first
+      field starts with a letter or `@`, `ignore="#"` those starting with `#`; comment rows
+      need not have the table's fields. Longer strings are conditions, `"COLUMN OP VALUE"`
+      with NONMEM's operators `.EQ.` `.NE.` `.GT.` `.GE.` `.LT.` `.LE.` or `==` `!=` `>`
+      `>=` `<` `<=` (e.g. `ignore=["DV.EQ.0", "TIME.GT.24"]`): `ignore` leaves out the rows
+      for which any holds, `accept` keeps only the rows for which one holds. Comparisons with
+      a number are numeric, and a missing cell (`.` or empty) is 0, as NONMEM reads it; with
+      text (`"SEX.EQ.M"`) only `==` and `!=`. Conditions apply after the comment mark and
+      cannot be given in both `ignore` and `accept` (as in NONMEM); a mark goes with either.
+      **By default** (no mark given) the rows starting with `#` are left out, NONMEM's default,
+      and a table with rows that NONMEM only reads as comments is refused rather than read as
+      data: rows whose first field is the letter `C` or starts with `@`, or starts with a
+      letter in a C column or among numbered rows (a repeated header). The error names the
+      rows and the option to pass (`ignore="C"`, or `ignore="#"` to read them as data). The
+      rows left out are listed in `Population.ignored_rows` and in `summary()`; rows keep
+      their numbers in the file.
 
     Every problem raises `deepnlme.DataError` naming the row (as counted in the file: row 1 is
     the first data row), the column, the value and the fix. A subject without observations
@@ -129,6 +152,7 @@ def read_data(
         covariate_rule=covariate_rule,
         fill=fill,
         sort=sort,
+        rules=row_rules(ignore, accept),
     )
 
 
@@ -149,18 +173,76 @@ def _check_options(covariate_rule: str, fill: str | None) -> None:
 
 
 def _subject_ids(reader: Reader, column: str) -> list:
-    """The subject ID of each record, as numbers where every ID is one, else as text."""
+    """The subject ID of each record, compared exactly (never through a double, which would
+    merge IDs beyond 2**53): integers where every ID is a whole number, else numbers where every
+    ID is one that a double holds as written (`0.5`), else the IDs as written (text)."""
     table = reader.table
-    values, missing, bad = parse_numeric(table, column)
-    if not (missing.any() or bad.any()):  # numbers (int where every ID is whole)
-        if np.all(values == np.round(values)):
-            return [int(v) for v in values.tolist()]
-        return values.tolist()
+    whole = _integer_ids(table, column)
+    if whole is not None:
+        return whole
     labels, missing = parse_labels(table, column)
     reader.reject(
         missing, column, "the subject ID is missing", "Every record needs the ID of its subject."
     )
-    return [str(v) for v in labels]
+    numbers = _exact_numbers(labels)
+    return numbers if numbers is not None else [str(v) for v in labels]
+
+
+def _integer_ids(table: RawTable, column: str) -> list | None:
+    """The IDs as Python integers where the column holds only integers (as the C reader parsed
+    the file, exactly, or as the DataFrame holds them), else None."""
+    if table.numbers is not None and column in table.numbers.columns:
+        col = table.numbers[column]
+        if col.dtype.kind in "iu":
+            return col.tolist()
+    col = table.frame[column]
+    if col.dtype.kind in "iub" and not col.isna().any():
+        return [int(v) for v in col.tolist()]
+    if col.dtype.kind == "f":  # the user's doubles: whole ones are integers exactly
+        values = col.to_numpy(dtype=float)
+        if np.all(np.isfinite(values)) and np.all(values == np.round(values)):
+            return [int(v) for v in values.tolist()]
+    return None
+
+
+def _exact_numbers(labels: list) -> list | None:
+    """The IDs as numbers when each is one: integers where all are whole, else doubles where
+    each double reads back as the number written (so no two IDs become one); else None."""
+    cache: dict[str, Decimal | None] = {}
+    values = []
+    for v in labels:
+        if isinstance(v, str):
+            d = cache[v] if v in cache else cache.setdefault(v, _decimal(v))
+        else:
+            d = _decimal(v)
+        if d is None:
+            return None
+        values.append(d)
+    if all(d == d.to_integral_value() for d in values):
+        return [int(d) for d in values]
+    doubles = [float(d) for d in values]
+    if all(Decimal(repr(f)) == d for f, d in zip(doubles, values)):
+        return doubles
+    return None
+
+
+def _decimal(value: object) -> Decimal | None:
+    """A cell's number exactly, or None where it is not a finite number (or has more than 4000
+    digits, too many to print as an integer)."""
+    if isinstance(value, bool | np.bool_):
+        return None
+    if isinstance(value, int | np.integer):
+        d = Decimal(int(value))
+    elif isinstance(value, float | np.floating):
+        d = Decimal(float(value))
+    elif isinstance(value, str) and "_" not in value:
+        try:
+            d = Decimal(value)
+        except InvalidOperation:
+            return None
+    else:
+        return None
+    return d if d.is_finite() and d.adjusted() < 4000 else None
 
 
 def read_table(
@@ -175,10 +257,12 @@ def read_table(
     allow_missing_dv: bool = False,
     source_name: str | None = None,
     sort: bool = False,
+    rules: RowRules = NO_RULES,
 ) -> Population:
-    """The implementation of `read_data` (`allow_missing_dv` is for `make_population`)."""
+    """The implementation of `read_data` (`allow_missing_dv` is for `make_population`, which
+    leaves out no rows: `rules` is `NO_RULES`)."""
     _check_options(covariate_rule, fill)
-    rd, cols = _open_table(source, columns, sort)
+    rd, cols = _open_table(source, columns, sort, rules)
     ids = _subject_ids(rd, cols.id)
     rec = check_records(rd, cols, read_items(rd, cols), allow_missing_dv)
     subjects = check_subjects(rd, cols.id, ids)
@@ -200,22 +284,67 @@ def read_table(
         endpoint_column=ep_col,
         has_cens=cols.cens is not None,
         ignored_columns=tuple(ignored),
+        ignored_rows=rd.table.dropped,
     )
 
 
 def _open_table(
-    source: object, columns: Mapping[str, str | None], sort: bool
+    source: object, columns: Mapping[str, str | None], sort: bool, rules: RowRules
 ) -> tuple[Reader, Columns]:
-    """The table loaded and its NONMEM columns found, sorted by subject and time if asked."""
-    table = load_table(source)
+    """The table loaded without the rows `rules` leaves out and its NONMEM columns found,
+    sorted by subject and time if asked."""
+    table = _selected(load_table(source, rules), rules)
     if table.n == 0:
-        raise DataError(f"{table.source_name} has no data rows. Add at least one record.")
+        left = sum(len(rows) for _, rows in table.dropped)
+        raise DataError(
+            f"{table.source_name} has no data rows"
+            + (
+                f" left after ignore/accept: all {left} were left out "
+                f"({'; '.join(reason for reason, _ in table.dropped)}). Check the conditions."
+                if left
+                else ". Add at least one record."
+            )
+        )
     rd = Reader(table)
     cols = _find_columns(rd, columns)
     if sort and cols.id is not None and cols.time is not None:
         rd = Reader(_sorted_table(rd, cols.id, cols.time))
     _require_columns(cols, list(table.frame.columns))
     return rd, cols
+
+
+def _selected(table: RawTable, rules: RowRules) -> RawTable:
+    """The table without the rows that an `ignore` condition holds for, or that no `accept`
+    condition holds for (the comment rows are gone already)."""
+    conditions = rules.ignore or rules.accept
+    if not conditions:
+        return table
+    option = "ignore" if rules.ignore else "accept"
+    upper = {c.upper(): c for c in table.frame.columns}
+    holds = []
+    for cond in conditions:
+        column = upper.get(cond.column.upper())
+        if column is None:
+            raise no_column(option, conditions, cond.column, list(table.frame.columns))
+        values, missing, _ = parse_numeric(table, column)
+        labels = parse_labels(table, column)[0] if isinstance(cond.value, str) else ()
+        holds.append(condition_mask(cond, values, missing, labels))
+    held = np.array(holds)
+    if rules.ignore:  # each row left out under the first condition that holds for it
+        out = held.any(axis=0)
+        first = np.argmax(held, axis=0)
+        reasons = [
+            (f"ignore condition {c.text}", out & (first == k)) for k, c in enumerate(conditions)
+        ]
+    else:
+        out = ~held.any(axis=0)
+        given = [c.text for c in conditions]
+        reasons = [(f"no accept condition holds (accept={given!r})", out)]
+    dropped = tuple(
+        (reason, tuple(int(r) for r in table.rows[mask])) for reason, mask in reasons if mask.any()
+    )
+    kept = table.take(np.flatnonzero(~out))
+    return dataclasses.replace(kept, dropped=table.dropped + dropped)
 
 
 def _find_columns(rd: Reader, columns: Mapping[str, str | None]) -> Columns:
@@ -261,24 +390,12 @@ def _warn_no_observations(table: RawTable, is_obs: np.ndarray, subjects: Subject
 def _sorted_table(rd: Reader, id_col: str, time_col: str) -> RawTable:
     """The table with each subject's records sorted by time (stable), subjects kept together."""
     table = rd.table
-    ids = _subject_ids(rd, id_col)
+    ids = np.empty(table.n, dtype=object)
+    ids[:] = _subject_ids(rd, id_col)
     time = parse_numeric(table, time_col)[0]
-    numbered = table.numeric(id_col)
-    if numbered is not None:  # subjects in order of first appearance (none missing: see ids)
-        _, first_at, which = np.unique(numbered, return_index=True, return_inverse=True)
-        group = np.argsort(np.argsort(first_at))[which]
-    else:
-        first: dict[object, int] = {}
-        group = np.array([first.setdefault(i, len(first)) for i in ids])
+    group = pd.factorize(ids, sort=False)[0]  # subjects in order of first appearance, exactly
     order = np.lexsort((np.arange(table.n), time, group))
-    return RawTable(
-        table.frame.iloc[order].reset_index(drop=True),
-        table.rows[order],
-        None if table.lines is None else table.lines[order],
-        None if table.labels is None else tuple(table.labels[i] for i in order),
-        table.source_name,
-        None if table.numbers is None else table.numbers.iloc[order].reset_index(drop=True),
-    )
+    return table.take(order)
 
 
 def _endpoints(

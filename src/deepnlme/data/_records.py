@@ -147,6 +147,7 @@ def _sorted_frame(
     )
     counts = np.bincount(frame["_S"].to_numpy(), minlength=n_subjects)
     frame.insert(3, "SEQ", np.arange(len(frame)) - np.repeat(np.cumsum(counts) - counts, counts))
-    for j, name in enumerate(cov_names):
-        frame[name] = cov_matrix[order, j]
-    return frame
+    # the covariates in one block: a column at a time would copy the frame each time, and take
+    # time in the square of their number (a table of thousands of columns)
+    covs = pd.DataFrame(cov_matrix[order], columns=list(cov_names), index=frame.index)
+    return pd.concat([frame, covs], axis=1) if cov_names else frame

@@ -18,6 +18,29 @@ from ..errors import DataError, ModelError, OptionError, SolveError
 _USER_ERRORS = (DataError, ModelError, OptionError, SolveError, OSError, ImportError)
 
 
+def _row_options(parser: argparse.ArgumentParser) -> None:
+    """`--ignore` and `--accept`, NONMEM's $DATA IGNORE= and ACCEPT=, passed to read_data."""
+    parser.add_argument(
+        "--ignore",
+        action="append",
+        metavar="RULE",
+        help="leave out rows: a comment character (C, @, #) or a condition such as DV.EQ.0 "
+        "(repeatable; as NONMEM's $DATA IGNORE=)",
+    )
+    parser.add_argument(
+        "--accept",
+        action="append",
+        metavar="CONDITION",
+        help="keep only the rows where a condition holds, e.g. DVID.EQ.1 (repeatable; as "
+        "NONMEM's $DATA ACCEPT=)",
+    )
+
+
+def _read_options(args: argparse.Namespace) -> dict:
+    """The read_data options that the command line gives (none when not given)."""
+    return {k: getattr(args, k) for k in ("ignore", "accept") if getattr(args, k, None)}
+
+
 def _parser() -> argparse.ArgumentParser:
     from deepnlme import method_names
 
@@ -58,6 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--no-report", action="store_true", help="do not write report.html")
     fit.add_argument("--quiet", action="store_true", help="no progress display")
     fit.add_argument("--force", action="store_true", help="replace a saved fit in --out")
+    _row_options(fit)
 
     sim = sub.add_parser(
         "simulate",
@@ -73,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sim.add_argument("--replicates", type=int, default=1, help="data sets (default 1)")
     sim.add_argument("--out", required=True, help="output CSV file")
+    _row_options(sim)
 
     vpc = sub.add_parser(
         "vpc",
@@ -103,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
         "a NONMEM-format CSV and print a summary (subjects, observations, doses, covariates).",
     )
     summ.add_argument("data", help="NONMEM-format CSV data file")
+    _row_options(summ)
     return p
 
 
@@ -175,13 +201,14 @@ def _run_fit(
     max_iter: int,
     quiet: bool,
     report=True,
+    read=None,
     force: bool = False,
 ):
     import deepnlme as dn
 
     _check_out(out, force)  # before the fit, not after it
     t0 = time.perf_counter()
-    pop = dn.read_data(data) if not isinstance(data, dn.Population) else data
+    pop = dn.read_data(data, **(read or {})) if not isinstance(data, dn.Population) else data
     model = dn.load_model(model_src)
     m = dn.method_named(method)()
     fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet)
@@ -218,7 +245,7 @@ def _simulate(args) -> None:
 
     if args.replicates < 1:
         raise OptionError(f"--replicates must be >= 1; got {args.replicates}")
-    pop = dn.read_data(args.data)
+    pop = dn.read_data(args.data, **_read_options(args))
     if args.fit:
         fit = _load_fit_arg(args.fit)
         model, params = fit.model, fit.estimates
@@ -340,7 +367,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "data":
             import deepnlme as dn
 
-            print(dn.read_data(args.data).summary())
+            print(dn.read_data(args.data, **_read_options(args)).summary())
         elif args.command == "fit":
             _run_fit(
                 args.model,
@@ -350,6 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 max_iter=args.max_iter,
                 quiet=args.quiet,
                 report=not args.no_report,
+                read=_read_options(args),
                 force=args.force,
             )
         elif args.command == "simulate":
