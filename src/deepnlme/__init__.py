@@ -16,7 +16,7 @@ from ._gc import gc_paused as _gc_paused
 # the import allocates a few hundred thousand objects: no cyclic collections meanwhile, and
 # what it leaves is moved out of the collector's way (`_gc`)
 with _gc_paused():
-    from . import _config  # noqa: F401  (float64, compilation cache)
+    from . import _config  # noqa: F401  (float64 and the other process settings it documents)
     from . import datasets as datasets
     from .data import Population as Population
     from .data import Subject as Subject

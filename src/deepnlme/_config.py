@@ -1,22 +1,58 @@
-"""Process-wide numeric configuration, applied once at import.
+"""What importing deepnlme sets for the whole process, and what it keeps to its own programs.
 
-deepnlme computes in float64. JAX's persistent compilation cache is switched on (in the user's
-cache folder, or ``DEEPNLME_CACHE_DIR``) so that a second run of the same model skips compilation.
+Some of deepnlme's settings can only be made for the process: JAX and XLA read them once, and
+they then hold for every JAX program in it, the user's own included. What stays global, why,
+and how to opt out (the environment variables are read at import: set them before it):
 
-XLA's multi-threaded Eigen pool on the CPU is switched off (``--xla_cpu_multi_thread_eigen=false``
-is added to ``XLA_FLAGS`` unless the user set that flag): with it, large vmapped programs can
+- ``jax_enable_x64`` on, for the process. deepnlme computes in float64 and hands float64 arrays
+  out; with x64 off JAX truncates them to float32 without an error, and a program compiled for
+  float64 refuses float32 arguments, so a context around deepnlme's calls cannot stand in (its
+  arrays outlive the calls). No opt-out; ask for ``jnp.float32`` where your own code wants it.
+- ``EQX_ON_ERROR=nan`` where unset, for the process (equinox reads it once, when first
+  imported): equinox's checks (``eqx.error_if``) give NaNs instead of raising. deepnlme needs it
+  for the derivatives of diffrax's implicit solvers (``kvaerno5``), which contain lineax's
+  checked linear solves: with ``raise`` they carry host callbacks into the compiled programs,
+  and a singular step raises in the middle of a fit instead of giving a NaN that the optimiser
+  rejects. The explicit solvers' programs are the same either way. Opt out: set
+  ``EQX_ON_ERROR`` yourself before importing deepnlme (or equinox).
+- ``--xla_cpu_multi_thread_eigen=false`` added to ``XLA_FLAGS`` (unless the flag is there), and
+  the CPU client's asynchronous dispatch off, for the process (JAX reads both when it starts its
+  CPU backend). Opt out: ``DEEPNLME_NO_XLA_FLAGS=1``.
+- Compiled programs kept between processes: deepnlme's own only. Off: ``DEEPNLME_NO_CACHE=1``.
+
+XLA's multi-threaded Eigen pool on the CPU is switched off: with it, large vmapped programs can
 deadlock in the pool (every thread idle, the main thread waiting on a result), and without it
 they run as fast. The CPU client's asynchronous dispatch, the other known source of such hangs
 (jax-ml/jax#25861), is switched off too: the outer loop waits for every evaluation anyway, so it
-gains nothing from it. What was seen: benchmarks/design-measurements.md, "Hangs".
+gains nothing from it. What was seen: benchmarks/design-measurements.md, "Hangs". deepnlme's own
+programs are compiled with ``xla_cpu_multi_thread_eigen=False`` in any case (a per-compilation
+option, `compiler_options`): with ``DEEPNLME_NO_XLA_FLAGS=1``, or where JAX started its backend
+before deepnlme was imported, the flags no longer reach them, the option does.
+
+deepnlme keeps its compiled programs in its own store (`estimation._programs`), in the cache
+folder `cache_dir` (``DEEPNLME_CACHE_DIR``, default ``~/.cache/deepnlme/jax``). JAX's persistent
+compilation cache, which would hold every program of the process, is not switched on: it
+supplied only a small helper program of a fit, and a cached Theoph fit ran faster without it
+(0.5-0.7 s instead of 1.0-1.1 s, three fresh processes each, one-off; the store does the work).
+``DEEPNLME_JAX_CACHE=1`` switches it on in the same folder, for the whole process (as deepnlme
+did before), unless a JAX cache folder is set already; a folder you set
+(``jax_compilation_cache_dir``) is never changed.
 """
 
 from __future__ import annotations
 
 import os
 
+
+def _flag(name: str) -> bool:
+    """An on/off environment variable: set, and neither empty nor ``0``."""
+    return os.environ.get(name, "").strip() not in ("", "0")
+
+
 os.environ.setdefault("EQX_ON_ERROR", "nan")
-if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
+if not _flag("DEEPNLME_NO_XLA_FLAGS") and "xla_cpu_multi_thread_eigen" not in os.environ.get(
+    "XLA_FLAGS", ""
+):
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
     ).strip()
@@ -24,18 +60,30 @@ if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
-try:
-    jax.config.update("jax_cpu_enable_async_dispatch", False)
-except AttributeError:  # an option of the CPU client that a future jax may drop
-    pass
+if not _flag("DEEPNLME_NO_XLA_FLAGS"):
+    try:
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+    except AttributeError:  # an option of the CPU client that a future jax may drop
+        pass
 
 
-def _enable_cache() -> None:
-    if os.environ.get("DEEPNLME_NO_CACHE"):
-        return
-    path = os.environ.get("DEEPNLME_CACHE_DIR") or os.path.join(
+def cache_dir() -> str | None:
+    """deepnlme's cache folder (its program store; JAX's cache too with ``DEEPNLME_JAX_CACHE``):
+    ``DEEPNLME_CACHE_DIR``, else ``deepnlme/jax`` in the user's cache folder; None with
+    ``DEEPNLME_NO_CACHE=1``. Not created here: the store creates it when it first writes."""
+    if _flag("DEEPNLME_NO_CACHE"):
+        return None
+    return os.environ.get("DEEPNLME_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "deepnlme", "jax"
     )
+
+
+def _enable_jax_cache() -> None:
+    """JAX's persistent compilation cache in `cache_dir`, for the whole process, where
+    ``DEEPNLME_JAX_CACHE=1`` asks for it and no JAX cache folder is set already."""
+    path = cache_dir()
+    if not _flag("DEEPNLME_JAX_CACHE") or path is None or jax.config.jax_compilation_cache_dir:
+        return
     try:
         os.makedirs(path, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", path)
@@ -44,7 +92,7 @@ def _enable_cache() -> None:
         pass
 
 
-_enable_cache()
+_enable_jax_cache()
 
 
 # Options every deepnlme program is compiled with (docs/estimation.md "Compilation"; measured
@@ -59,6 +107,8 @@ _enable_cache()
 # compilation, and one that XLA refuses is left out from then on.
 _EXTRA_OPTIONS = {
     "xla_cpu_use_fusion_emitters": False,
+    # the flag `XLA_FLAGS` gets by default (above), for deepnlme's programs in any case
+    "xla_cpu_multi_thread_eigen": False,
     "xla_cpu_experimental_ynn_fusion_type": (
         "LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT,LIBRARY_FUSION_TYPE_INDIVIDUAL_CONVOLUTION"
     ),

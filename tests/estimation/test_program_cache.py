@@ -1,4 +1,4 @@
-"""The compiled evaluation programs kept between processes (next to JAX's cache)."""
+"""The compiled evaluation programs kept between processes (in deepnlme's cache folder)."""
 
 from __future__ import annotations
 
@@ -94,9 +94,10 @@ def test_compiler_option_that_xla_refuses_is_left_out(monkeypatch):
     assert _config.compile_lowered(Lowered(), optimise=False) == "compiled"
     assert _config.compile_lowered(Lowered()) == "compiled"
     assert "xla_cpu_experimental_ynn_fusion_type" in seen[0]
-    assert seen[1] == {"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}
+    kept = {"xla_cpu_use_fusion_emitters": False, "xla_cpu_multi_thread_eigen": False}
+    assert seen[1] == {"xla_backend_optimization_level": 0, **kept}
     # not tried again; the programs that run many times at LLVM's level 1
-    assert seen[2] == {"xla_backend_optimization_level": 1, "xla_cpu_use_fusion_emitters": False}
+    assert seen[2] == {"xla_backend_optimization_level": 1, **kept}
 
     class Broken:
         def compile(self, compiler_options):
@@ -129,7 +130,8 @@ else:
 
 
 def _run_hit(tmp_path: Path, step: str) -> list[str]:
-    env = dict(os.environ, DEEPNLME_CACHE_DIR=str(tmp_path))
+    # JAX's own cache in the same folder, as DEEPNLME_JAX_CACHE=1 (or an older deepnlme) has it
+    env = dict(os.environ, DEEPNLME_CACHE_DIR=str(tmp_path), DEEPNLME_JAX_CACHE="1")
     env.pop("DEEPNLME_NO_CACHE", None)
     out = subprocess.run(
         [sys.executable, "-c", HIT, step, str(tmp_path)],

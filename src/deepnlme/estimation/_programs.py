@@ -1,8 +1,10 @@
-"""Compiled evaluation programs kept between processes, next to JAX's compilation cache.
+"""Compiled evaluation programs kept between processes, in deepnlme's cache folder.
 
 A first fit of a model traces its evaluation through the EBE search and both derivative
 passes, lowers it and has XLA compile it; on small data that is most of the fit. The compiled
-executable is stored in ``deepnlme-programs/`` under the compilation cache folder, keyed by
+executable is stored in ``deepnlme-programs/`` under deepnlme's cache folder
+(`_config.cache_dir`: ``DEEPNLME_CACHE_DIR``; JAX's own persistent cache is not switched on for
+the process unless ``DEEPNLME_JAX_CACHE=1`` asks for it), keyed by
 everything that decides it (`program_path`), so that a later process fitting the same model to
 the same data loads it: no tracing, no lowering and no compilation. These programs are not
 also written to JAX's own cache (the same bytes twice, compressed there on the compile
@@ -35,6 +37,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from .._config import cache_dir as _cache_dir
 from .._config import compile_lowered, compiler_options
 from ..errors import OptionError
 
@@ -160,7 +163,7 @@ def _prune_once() -> None:
         if _PRUNED:
             return
         _PRUNED.append(True)
-    cache_dir = jax.config.jax_compilation_cache_dir
+    cache_dir = _cache_dir()
     if cache_dir:
         prune_cache(Path(cache_dir), cache_limit())
 
@@ -169,7 +172,7 @@ def program_path(token: str | None, parts: tuple, args: Any, optimise: bool) -> 
     """Where the program of `args`'s shapes is stored: None without a cache folder or a
     `token` (the problem's `cache_token`). `parts` hold what else decides the program (method,
     free set, the evaluator's options)."""
-    cache_dir = jax.config.jax_compilation_cache_dir
+    cache_dir = _cache_dir()
     if token is None or not cache_dir:
         return None
     cache_limit()  # a malformed limit is reported here, before anything is compiled
