@@ -221,7 +221,7 @@ def ebe_table(fit, population=None) -> pd.DataFrame:
     """
     _check_fit(fit, "ebe_table")
     b = bind_fit(fit, population)
-    cm = fit.model.compiled
+    cm = b.predictor.model.compiled  # the resolved model (networks' data scaling filled in)
     eta = np.asarray(b.eta)
     frame = pd.DataFrame({"ID": list(b.binding.ids)})
     for j, label in enumerate(cm.eta_labels):
@@ -281,7 +281,7 @@ def simulate_replicates(
     predictor = b.predictor
     per = _SIM_CACHE.setdefault(predictor, {})
     if transformed not in per:
-        cm = fit.model.compiled
+        cm = predictor.model.compiled
         q = cm.eta_size
 
         def one(key, theta, data):
