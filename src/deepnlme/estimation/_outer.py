@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ..errors import OptionError
+from ..errors import DataError, OptionError
 from ..likelihood import LOG2PI, Method, Problem, multistart_points
 from ._compiled import compiled_evaluation, penalty_hessian, post_functions, structure_of
 from ._covariance import Covariance, resolve_covariance
@@ -78,6 +78,12 @@ def fit_problem(
     method.check_optimizer(optimizer)
     covariance = resolve_covariance(covariance)
 
+    if structure_of(problem).n_obs == 0:
+        raise DataError(
+            f"fit: no observations to fit: the data ({problem.n_subjects} subject(s)) have "
+            "only dose records and records with MDV=1, so the objective does not depend on "
+            "the parameters; add observation records (MDV=0 with a DV value)"
+        )
     start = starting_point(problem, method, init, init_eta, fixed)
     cov_pos = _covariance_positions(problem, start, network_se) if covariance else []
     run = _Run(problem, method, start, cov_pos)
@@ -95,6 +101,7 @@ def fit_problem(
         on_accept=run.on_accept,
     )
     ev = run.final(res)
+    unmoved = _unmoved(problem, start, run.g_first, res)
 
     t_cov0 = time.perf_counter()
     cov_u, cov_status = _covariance(run, method, covariance, cov_pos, res.x[: len(start.free)], ev)
@@ -103,6 +110,10 @@ def fit_problem(
     fit = _result(
         problem, method, start, res, ev, cov_pos, cov_u, cov_status, init, fixed, network_se
     )
+    if unmoved:
+        fit = dataclasses.replace(
+            fit, converged=False, message=f"{_unmoved_text(unmoved)}; {fit.message}"
+        )
     wait_stored()  # the programs this fit compiled are in the store when it returns
     timings = {
         "compile": run.t_compile,
@@ -152,6 +163,7 @@ class _Run:
             self.eta = _with_fixed_starts(problem, start.u0, self.eta)
         self.accepted = 0
         self.ev_last = self.z_last = None  # the last evaluation, and its point
+        self.g_first = None  # the gradient of the free parameters at the start
         self.ev = self.z = None  # the last accepted one
         self.z0 = start.u0[list(start.free)]
         self.compiled, self.t_compile = compiled_evaluation(
@@ -198,6 +210,8 @@ class _Run:
         self.ev_last, self.z_last = ev, z
         f = float(np.sum(ev.m2ll_i) + ev.penalty)
         g = np.sum(ev.grad_i, axis=0) + ev.penalty_grad
+        if self.g_first is None:
+            self.g_first = np.array(g[:p], dtype=np.float64)
         if self.joint:
             g = np.concatenate([g, ev.grad_eta.ravel()])
         return f, g
@@ -255,6 +269,49 @@ class _Run:
                 self.eta = _carried(eta_in, ev, self.tracked)
         self.t_run = time.perf_counter() - self.t_run0 - waited
         return ev
+
+
+def _unmoved(problem: Problem, start: Start, g_first, res: OptResult) -> list[str]:
+    """The free parameters (network weights aside) that the objective does not depend on:
+    gradient exactly 0 at the start and at the result, and the estimate still exactly its
+    start (labels such as ``b1`` or ``omega (entry 2 of 3)``)."""
+    p = len(start.free)
+    g_end = np.asarray(res.g, dtype=np.float64)[:p]
+    if g_first is None or g_end.size != p or not np.all(np.isfinite(g_end)):
+        return []
+    x_end = np.asarray(res.x, dtype=np.float64)[:p]
+    z0 = start.u0[list(start.free)]
+    stuck = (g_first == 0.0) & (g_end == 0.0) & (x_end == z0)
+    if not stuck.any():
+        return []
+    slices = problem.u_slices()
+    size = start.u0.size
+    network = _network_names(problem)
+    out = []
+    for k in np.flatnonzero(stuck):
+        i = start.free[k]
+        for pi in problem.param_info:
+            lo, hi, _ = slices[pi.name].indices(size)
+            if lo <= i < hi and pi.name not in network:
+                out.append(
+                    pi.name if pi.size == 1 else f"{pi.name} (entry {i - lo + 1} of {pi.size})"
+                )
+    return out
+
+
+def _unmoved_text(names: list[str]) -> str:
+    quoted = ", ".join(f"'{n}'" for n in names)
+    if len(names) == 1:
+        return (
+            f"parameter {quoted} never moved and the objective does not depend on it (gradient "
+            "exactly 0 at the start and at the end): it is not identified by these data; fix "
+            "it (fixed=[...]) or remove it from the model; not converged"
+        )
+    return (
+        f"parameters {quoted} never moved and the objective does not depend on them (gradient "
+        "exactly 0 at the start and at the end): they are not identified by these data; fix "
+        "them (fixed=[...]) or remove them from the model; not converged"
+    )
 
 
 def _covariance(run: _Run, method: Method, covariance, cov_pos, z_hat, ev):

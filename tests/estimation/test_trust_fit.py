@@ -1,0 +1,72 @@
+"""Issue 26 ("Trust"): degenerate fits are not reported as converged, and a fit that cannot
+start says why."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+from deepnlme.errors import DataError
+
+LINEAR = """
+param:
+    b0    = Real(init=2.0)
+    b1    = Real(init=0.5)
+    omega = PDiag(init=[0.5])
+    sigma = Positive(init=0.3)
+random:
+    eta ~ MvNormal(omega)
+pre:
+    a0 = b0 + eta[0]
+derived:
+    y = a0 + {slope} * t
+    DV ~ Additive(y, sigma)
+"""
+
+
+def _data() -> pd.DataFrame:
+    rows = []
+    for i in range(1, 7):
+        for t in (0.0, 1.0, 2.0, 4.0):
+            rows.append((i, t, 2.0 + 0.1 * i + 0.05 * t * (-1) ** i))
+    return pd.DataFrame(rows, columns=["ID", "TIME", "DV"])
+
+
+def _fit(slope: str, max_iter: int = 20, **options):
+    model = dn.load_model(LINEAR.format(slope=slope))
+    pop = dn.read_data(_data())
+    return dn.fit(
+        model, pop, dn.FOCEI(), max_iter=max_iter, progress=False, covariance=None, **options
+    )
+
+
+def test_no_observations_is_a_data_error_before_fitting():
+    model = dn.load_model(LINEAR.format(slope="b1"))
+    df = pd.DataFrame(
+        {"ID": [1, 1, 1], "TIME": [0.0, 1.0, 2.0], "AMT": [100, 0, 0], "DV": [0, 1.0, 2.0]}
+    )
+    df["MDV"] = 1
+    df["EVID"] = [1, 0, 0]
+    with pytest.warns(UserWarning, match="no observations"):
+        pop = dn.read_data(df)
+    with pytest.raises(DataError, match="no observations to fit"):
+        dn.fit(model, pop, dn.FOCEI(), max_iter=2, progress=False, covariance=None)
+
+
+def test_parameter_the_objective_does_not_depend_on_is_not_converged():
+    fit = _fit("0 * b1")
+    assert fit.estimates["b1"] == 0.5
+    assert not fit.converged
+    assert "parameter 'b1' never moved" in fit.message
+    assert "gradient exactly 0" in fit.message
+    assert "not identified" in fit.message
+
+
+def test_normal_and_fixed_parameters_are_untouched():
+    fit = _fit("b1", max_iter=300)
+    assert fit.converged, fit.message
+    assert "never moved" not in fit.message
+    fixed = _fit("0 * b1", fixed=["b1"])
+    assert fixed.converged, fixed.message
+    assert "never moved" not in fixed.message
