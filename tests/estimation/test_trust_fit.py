@@ -70,3 +70,60 @@ def test_normal_and_fixed_parameters_are_untouched():
     fixed = _fit("0 * b1", fixed=["b1"])
     assert fixed.converged, fixed.message
     assert "never moved" not in fixed.message
+
+
+ORAL = """
+param:
+    tka   = Real(init=0.45)
+    tcl   = Real(init=1.0)
+    tv    = Real(init=3.45)
+    omega = PDiag(init=[0.4, 0.07, 0.02])
+    sigma = Positive(init=0.2)
+random:
+    eta ~ MvNormal(omega)
+covariates: FLAG
+pre:
+    ka = exp(tka + eta[0])
+    cl = exp(tcl + eta[1])
+    v  = exp(tv + eta[2]) - 100 * FLAG
+dynamics: OneCompartmentOral
+derived:
+    conc = Central / v
+    DV ~ {error}
+"""
+
+
+def _oral_data(obs_at_zero_for=None, flag_for=None) -> pd.DataFrame:
+    rows = []
+    for i in range(1, 5):
+        flag = 1.0 if i == flag_for else 0.0
+        rows.append((i, 0.0, 320.0, float("nan"), 1, 1, flag))
+        if i == obs_at_zero_for:
+            rows.append((i, 0.0, 0.0, 0.1, 0, 0, flag))
+        for t in (0.5, 1.0, 2.0, 4.0, 8.0, 12.0):
+            rows.append((i, t, 0.0, 3.0 + 0.2 * i - 0.1 * t, 0, 0, flag))
+    df = pd.DataFrame(rows, columns=["ID", "TIME", "AMT", "DV", "EVID", "MDV", "FLAG"])
+    df["CMT"] = 1
+    return df
+
+
+def _oral_fit(error: str, df: pd.DataFrame):
+    model = dn.load_model(ORAL.format(error=error))
+    return dn.fit(model, dn.read_data(df), dn.FOCEI(), max_iter=3, progress=False, covariance=None)
+
+
+def test_non_finite_start_names_the_negative_volume_and_the_subject():
+    fit = _oral_fit("LogNormal(conc, sigma)", _oral_data(flag_for=3))
+    assert not fit.converged
+    assert "InnerOptions" not in fit.message
+    assert "subject ID 3" in fit.message
+    assert "v = " in fit.message and "not positive" in fit.message
+
+
+def test_non_finite_start_names_a_zero_sd_of_a_proportional_error():
+    fit = _oral_fit("Proportional(conc, sigma)", _oral_data(obs_at_zero_for=3))
+    assert not fit.converged
+    assert "InnerOptions" not in fit.message
+    assert "subject ID 3 at TIME 0" in fit.message
+    assert "residual SD" in fit.message and "is 0" in fit.message
+    assert "combined error model" in fit.message

@@ -24,6 +24,7 @@ from ._programs import wait_stored
 from ._result import Fit
 from ._start import Start, starting_point
 from ._table import add_shrinkage, build_table, estimates_of, omega_jac_args, shrinkage
+from ._why_not_finite import explain_start
 
 # accepted steps between restarts of the extra EBE searches from their fixed points
 _RESEED = 10
@@ -110,7 +111,12 @@ def fit_problem(
     fit = _result(
         problem, method, start, res, ev, cov_pos, cov_u, cov_status, init, fixed, network_se
     )
-    if unmoved:
+    if res.n_iter == 0 and not (np.isfinite(res.f) and np.all(np.isfinite(res.g))):
+        # say what is not finite, and where (not the EBE search's advice: it did not start)
+        fit = dataclasses.replace(
+            fit, converged=False, message=explain_start(problem, start.u0, run.m2ll_first)
+        )
+    elif unmoved:
         fit = dataclasses.replace(
             fit, converged=False, message=f"{_unmoved_text(unmoved)}; {fit.message}"
         )
@@ -164,6 +170,7 @@ class _Run:
         self.accepted = 0
         self.ev_last = self.z_last = None  # the last evaluation, and its point
         self.g_first = None  # the gradient of the free parameters at the start
+        self.m2ll_first = None  # and the subjects' objective terms there
         self.ev = self.z = None  # the last accepted one
         self.z0 = start.u0[list(start.free)]
         self.compiled, self.t_compile = compiled_evaluation(
@@ -212,6 +219,7 @@ class _Run:
         g = np.sum(ev.grad_i, axis=0) + ev.penalty_grad
         if self.g_first is None:
             self.g_first = np.array(g[:p], dtype=np.float64)
+            self.m2ll_first = np.array(ev.m2ll_i, dtype=np.float64)
         if self.joint:
             g = np.concatenate([g, ev.grad_eta.ravel()])
         return f, g

@@ -1,0 +1,123 @@
+"""Why a fit's objective is not finite at its start: the first subject and the first quantity
+(individual parameter, prediction, residual SD) that is not finite or not positive there, at
+eta = 0, as NONMEM names the record and the quantity."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_GENERIC = (
+    "the objective or its gradient is not finite at the starting values; check the initial "
+    "estimates"
+)
+
+
+def _bound_of(problem):
+    """The predictor and binding `model_problem` built `problem` with (None when `problem` was
+    not made from a model)."""
+    from ..likelihood._from_model import _PROBLEMS
+
+    for per_model in list(_PROBLEMS.values()):
+        for entry in list(per_model.values()):
+            if entry[1] is problem:
+                return entry[2], entry[3]
+    return None, None
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}"
+
+
+def explain_start(problem, u0: np.ndarray, m2ll_i=None) -> str:
+    """The message of a fit whose objective is not finite at the start `u0` (the full
+    unconstrained vector); `m2ll_i` (per subject, at the start) picks the subjects to look
+    at first."""
+    try:
+        found = _first_cause(problem, u0, m2ll_i)
+    except Exception:  # the diagnosis must never hide the fit's own report
+        found = None
+    if found is None:
+        return _GENERIC
+    return f"the objective is not finite at the initial estimates: {found}; the fit did not start"
+
+
+def _first_cause(problem, u0, m2ll_i) -> str | None:
+    theta = problem.unpack(jnp.asarray(u0))
+    n, q = problem.n_subjects, problem.n_eta
+    ids = list(problem.subject_ids)
+    zero = jnp.zeros((n, q))
+    data = problem.subjects
+    terms = jax.jit(jax.vmap(problem.obs_terms, in_axes=(None, 0, 0)))(theta, zero, data)
+    mask = np.asarray(terms.mask, dtype=bool)
+    mean, var = np.asarray(terms.mean), np.asarray(terms.var)
+    gauss = np.asarray(terms.gaussian, dtype=bool)
+    other = np.asarray(terms.loglik_other)
+    times = np.asarray(data.obs_time)
+    predictor, binding = _bound_of(problem)
+    ind, pred, outputs, out_idx = {}, None, None, None
+    if predictor is not None:
+        cm = predictor.model.compiled
+        cov0 = binding.data.cov_value[:, 0, :]
+        ind = jax.jit(jax.vmap(lambda e, c: cm.pre(theta, e, c)))(zero, cov0)
+        ind = {k: np.asarray(v) for k, v in ind.items() if np.ndim(v) == 1}
+        p = jax.jit(jax.vmap(predictor.predict, in_axes=(None, 0, 0)))(theta, zero, binding.data)
+        pred = (np.asarray(p.dist.pred), np.asarray(p.dist.sd), np.asarray(p.ok))
+        outputs = list(cm.outputs)
+        out_idx = np.asarray(binding.data.obs_output)
+    order = list(range(n))
+    if m2ll_i is not None:
+        bad = ~np.isfinite(np.asarray(m2ll_i, dtype=np.float64))
+        order = [i for i in order if bad[i]] + [i for i in order if not bad[i]]
+    for i in order:
+        who = f"subject ID {ids[i]}"
+        for name, v in ind.items():
+            if not np.isfinite(v[i]):
+                return (
+                    f"individual parameter {name} is {_fmt(v[i])} for {who} (eta = 0): check "
+                    "its expression in the `pre:` block and the initial estimates it uses"
+                )
+        nonpos = [f"{k} = {_fmt(v[i])}" for k, v in ind.items() if v[i] <= 0]
+        hint = (
+            f"; the individual parameter(s) {', '.join(nonpos)} of this subject are not "
+            "positive (a volume, clearance or rate constant must be): check the `pre:` block "
+            "and the initial estimates"
+            if nonpos
+            else ""
+        )
+        if pred is not None and not pred[2][i]:
+            return f"the solve of {who}'s dynamics failed (non-finite amounts){hint}"
+        for j in np.flatnonzero(mask[i]):
+            at = f"{who} at TIME {_fmt(times[i, j])}"
+            what = "the prediction"
+            if outputs is not None:
+                what = f"the prediction of {outputs[out_idx[i, j]]}"
+            f = pred[0][i, j] if pred is not None else np.nan
+            sd = pred[1][i, j] if pred is not None else np.sqrt(var[i, j])
+            if pred is not None and not np.isfinite(f):
+                return f"{what} is {_fmt(f)} for {at}{hint}"
+            if gauss[i, j]:
+                if not np.isfinite(sd) or not np.isfinite(var[i, j]) or var[i, j] <= 0:
+                    fix = (
+                        "the prediction is 0 there and the error model's SD is proportional to "
+                        "it: use a combined error model (Combined(f, add, prop)) or drop the "
+                        "observations where the prediction is 0 (e.g. before the dose is "
+                        "absorbed)"
+                        if pred is not None and f == 0
+                        else "check the residual error parameters' initial estimates"
+                    )
+                    return f"the residual SD of {what} is {_fmt(sd)} for {at}: {fix}{hint}"
+                if not np.isfinite(mean[i, j]):
+                    return (
+                        f"{what} is {_fmt(f)} for {at}, where the error model takes its log "
+                        f"(or another transform that needs a positive value){hint}"
+                    )
+            elif not np.isfinite(other[i, j]):
+                return (
+                    f"the likelihood of the observation of {at} is not finite ({what} "
+                    f"{_fmt(f)}){hint}"
+                )
+        if nonpos and m2ll_i is not None and not np.isfinite(m2ll_i[i]):
+            return f"the objective of {who} is not finite{hint}"
+    return None
