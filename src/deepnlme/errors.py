@@ -6,6 +6,11 @@ these, and its message names what is wrong, where, and how to fix it.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
 
 class DataError(ValueError):
     """A problem with a data table: names the row (as counted in the file), column and value."""
@@ -34,3 +39,56 @@ def check_range(
         raise OptionError(
             f"{owner}: option `{name}` must be {kind} in [{low}, {high}]; got {value!r}"
         )
+
+
+def check_keywords(
+    owner: str,
+    given: Iterable[str],
+    accepted: Iterable[str],
+    nested: Mapping[str, str] | None = None,
+) -> None:
+    """Raise OptionError for the first name of `given` that is not in `accepted`: the message
+    names `owner`, suggests the closest accepted name (difflib; else the closest of `nested`,
+    names of options held by an option, each with how to write it) and lists them all."""
+    accepted = list(accepted)
+    nested = dict(nested or {})
+    for name in given:
+        if name in accepted:
+            continue
+        close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
+        inner = difflib.get_close_matches(name, list(nested), n=1, cutoff=0.6)
+        hint = ""
+        if close:
+            hint = f" Did you mean `{close[0]}`?"
+        elif inner:
+            hint = f" Did you mean `{nested[inner[0]]}`?"
+        listed = ", ".join(f"`{a}`" for a in accepted)
+        raise OptionError(
+            f"{owner}: unknown option `{name}`.{hint} "
+            + (f"The options are: {listed}." if accepted else f"{owner} takes no options.")
+        )
+
+
+class KeywordChecked:
+    """Base of the option dataclasses (the methods, `InnerOptions`): an unknown keyword is an
+    OptionError that suggests the closest option (`check_keywords`), also among the options of
+    an option (``FOCE(max_iter=3)``: ``inner=InnerOptions(max_iter=...)``), not Python's
+    TypeError.
+
+    The check is in ``__new__``, which runs before the ``__init__`` the dataclass writes, so the
+    class keeps that ``__init__``'s signature (for ``help()`` and ``inspect.signature``).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        if kwargs:
+            fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+            nested = {
+                g.name: f"{f.name}={type(f.default).__name__}({g.name}=...)"
+                for f in fields
+                if isinstance(f.default, KeywordChecked)
+                for g in dataclasses.fields(f.default)
+            }
+            check_keywords(cls.__name__, kwargs, [f.name for f in fields], nested)
+        return super().__new__(cls)

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Any
 
 import numpy as np
 
-from ..errors import OptionError
+from ..errors import OptionError, check_keywords
 from ..likelihood import Method
 from ..likelihood._from_model import model_problem
 from ..solve._ode import OdeOptions
 from ._outer import fit_problem
 from ._result import Fit
+
+# what `fit` accepts by keyword: its own and `fit_problem`'s
+_OPTIONS = ("init", "ode_options") + tuple(
+    p for p in inspect.signature(fit_problem).parameters if p not in ("problem", "method", "init")
+)
 
 
 def _matching_ebes(init: Fit, problem) -> np.ndarray | None:
@@ -69,12 +75,15 @@ def fit(
       `fit(m, pop, FOCE(), init=fit(m, pop, JointMAP()))`.
     - `ode_options`: `deepnlme.OdeOptions` for ODE models.
     - `options`: `max_iter`, `time_limit`, `gtol`, `ftol`, `xtol`, `optimizer`, `fixed`,
-      `progress`, `covariance`, `init_eta` (see `deepnlme.estimation.fit_problem`).
+      `progress`, `covariance`, `network_se`, `init_eta` (see
+      `deepnlme.estimation.fit_problem`); another name is an OptionError that suggests the
+      closest (`maxiter`: `max_iter`).
 
     Example:
         >>> fit = dn.fit(model, pop, dn.FOCEI())
         >>> fit.ofv, fit.estimates["tcl"]
     """
+    check_keywords("fit", options, _OPTIONS)
     _check_pair(model, population)
     ode_options = ode_options or OdeOptions()
     problem, _ = model_problem(model, population, ode_options=ode_options)

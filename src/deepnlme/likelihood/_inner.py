@@ -11,12 +11,12 @@ import jax
 import jax.numpy as jnp
 
 from .._autodiff import value_jac_hess
-from ..errors import OptionError, check_range
+from ..errors import KeywordChecked, OptionError, check_range
 from ._linalg import damped_newton_step, solve
 
 
 @dataclasses.dataclass(frozen=True)
-class InnerOptions:
+class InnerOptions(KeywordChecked):
     """Options of the inner (EBE) solver: a batched Newton solve with Levenberg-Marquardt damping.
 
     **Arguments**

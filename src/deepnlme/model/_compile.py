@@ -57,10 +57,36 @@ def _pow(a, b):
     return jnp.power(a, b)
 
 
+def _integer(e: Expr) -> int | None:
+    """The value of a literal integer such as ``2`` or ``-1``, else None."""
+    sign = 1
+    while isinstance(e, Unary) and e.op in "+-":
+        sign, e = (-sign if e.op == "-" else sign), e.operand
+    if isinstance(e, Num) and isinstance(e.value, int) and not isinstance(e.value, bool):
+        return sign * e.value
+    return None
+
+
+def _step(e: BinOp, domains) -> Callable[[Any, Env], Any]:
+    """``(left value, env) -> value`` of one binary operation of a chain."""
+    if e.op == "**":
+        n = _integer(e.right)
+        if n is not None:  # an integer power (lax.integer_pow: exact, negative bases too)
+            return lambda v, env: jnp.power(v, n)
+        b = compile_expr(e.right, domains)
+        return lambda v, env: _pow(v, b(env))
+    op, b = _BIN[e.op], compile_expr(e.right, domains)
+    return lambda v, env: op(v, b(env))
+
+
 def compile_expr(e: Expr, domains: Mapping[str, Any] | None = None) -> Callable[[Env], Any]:
-    """A function ``env -> value`` computing the expression with jnp operations."""
+    """A function ``env -> value`` computing the expression with jnp operations.
+
+    Numbers are reals: a literal ``2`` is the float 2.0 (so ``2 ** -1`` is 0.5), and a
+    comparison, ``and``, ``or`` and ``not`` give 1.0 or 0.0 (so ``logistic(a < b)`` is defined).
+    """
     if isinstance(e, Num):
-        v = e.value
+        v = float(e.value)
         return lambda env: v
     if isinstance(e, Name):
         k = e.id
@@ -74,20 +100,28 @@ def compile_expr(e: Expr, domains: Mapping[str, Any] | None = None) -> Callable[
             return lambda env: -f(env)
         if e.op == "+":
             return f
-        return lambda env: jnp.logical_not(f(env))
+        return lambda env: _f(jnp.logical_not(f(env)))
     if isinstance(e, BinOp):
-        a, b = compile_expr(e.left, domains), compile_expr(e.right, domains)
-        if e.op == "**":
-            if isinstance(e.right, Num) and isinstance(e.right.value, int):
-                n = e.right.value
-                return lambda env: jnp.power(a(env), n)
-            return lambda env: _pow(a(env), b(env))
-        op = _BIN[e.op]
-        return lambda env: op(a(env), b(env))
+        # a chain a + b + ... + z nests to the left as deep as it is long: one loop over it
+        steps: list[Callable[[Any, Env], Any]] = []
+        node: Expr = e
+        while isinstance(node, BinOp):
+            steps.append(_step(node, domains))
+            node = node.left
+        first = compile_expr(node, domains)
+        steps.reverse()
+
+        def chain(env):
+            v = first(env)
+            for step in steps:
+                v = step(v, env)
+            return v
+
+        return chain
     if isinstance(e, Compare):
         a, b = compile_expr(e.left, domains), compile_expr(e.right, domains)
         op = _CMP[e.op]
-        return lambda env: op(a(env), b(env))
+        return lambda env: _f(op(a(env), b(env)))
     if isinstance(e, BoolOp):
         fs = [compile_expr(v, domains) for v in e.values]
         op = jnp.logical_and if e.op == "and" else jnp.logical_or
@@ -96,7 +130,7 @@ def compile_expr(e: Expr, domains: Mapping[str, Any] | None = None) -> Callable[
             out = fs[0](env)
             for f in fs[1:]:
                 out = op(out, f(env))
-            return out
+            return _f(out)
 
         return boolop
     if isinstance(e, IfElse):

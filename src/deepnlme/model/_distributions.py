@@ -260,16 +260,30 @@ def obs_logcdf(dist: ObsDist, y) -> jax.Array:
 # the distributions of the model language
 
 
+ARG_DOMAINS: dict[str, tuple[Callable[[float], bool], str]] = {
+    "positive": (lambda v: v > 0, "> 0"),
+    "nonnegative": (lambda v: v >= 0, ">= 0"),
+    "unit": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+    "open unit": (lambda v: 0 < v < 1, "in (0, 1)"),
+}
+"""Where an argument of a distribution may lie: a test of a number and its description."""
+
+
 @dataclass(frozen=True)
 class DistSpec:
     """A distribution name of the model language: argument names, which of them are scales
-    (for the "residual" parameter kind), the builder and a formula for the docs."""
+    (for the "residual" parameter kind), the builder and a formula for the docs.
+
+    ``domains`` pairs arguments with where they must lie (`ARG_DOMAINS`): the parser rejects a
+    constant outside it (``Additive(conc, -0.7)``).
+    """
 
     name: str
     argnames: tuple[str, ...]
     scale_args: tuple[str, ...]
     build: Callable[..., ObsDist]
     formula: str
+    domains: tuple[tuple[str, str], ...] = ()
 
     @property
     def family(self) -> str:
@@ -321,26 +335,44 @@ def _bernoulli(p):
     return _make("bernoulli", p=p, pred=p)
 
 
+_SD = ("sd", "positive")
+
 DISTRIBUTIONS: dict[str, DistSpec] = {
     d.name: d
     for d in [
-        DistSpec("Normal", ("mean", "sd"), ("sd",), _normal, "y ~ N(mean, sd²)"),
-        DistSpec("Additive", ("f", "sd"), ("sd",), _normal, "y ~ N(f, sd²)"),
-        DistSpec("Proportional", ("f", "sd_prop"), ("sd_prop",), _prop, "y ~ N(f, (sd_prop·f)²)"),
+        DistSpec("Normal", ("mean", "sd"), ("sd",), _normal, "y ~ N(mean, sd²)", (_SD,)),
+        DistSpec("Additive", ("f", "sd"), ("sd",), _normal, "y ~ N(f, sd²)", (_SD,)),
+        DistSpec(
+            "Proportional",
+            ("f", "sd_prop"),
+            ("sd_prop",),
+            _prop,
+            "y ~ N(f, (sd_prop·f)²)",
+            (("sd_prop", "positive"),),
+        ),
         DistSpec(
             "Combined",
             ("f", "sd_add", "sd_prop"),
             ("sd_add", "sd_prop"),
             _combined,
             "y ~ N(f, sd_add² + (sd_prop·f)²)",
+            (("sd_add", "nonnegative"), ("sd_prop", "nonnegative")),
         ),
-        DistSpec("LogNormal", ("f", "sd"), ("sd",), _lognormal, "log y ~ N(log f, sd²)"),
+        DistSpec(
+            "LogNormal",
+            ("f", "sd"),
+            ("sd",),
+            _lognormal,
+            "log y ~ N(log f, sd²)",
+            (("f", "positive"), _SD),
+        ),
         DistSpec(
             "BoxCox",
             ("f", "sd", "lam"),
             ("sd", "lam"),
             _boxcox_dist,
             "h(y) ~ N(h(f), sd²), h(y) = (y^lam - 1)/lam (log y at lam = 0)",
+            (("f", "positive"), _SD),
         ),
         DistSpec(
             "YeoJohnson",
@@ -348,9 +380,24 @@ DISTRIBUTIONS: dict[str, DistSpec] = {
             ("sd", "lam"),
             _yj_dist,
             "h(y) ~ N(h(f), sd²), h the Yeo-Johnson transform",
+            (_SD,),
         ),
-        DistSpec("LogitNormal", ("f", "sd"), ("sd",), _logitnormal, "logit(y) ~ N(logit(f), sd²)"),
-        DistSpec("Poisson", ("rate",), (), _poisson, "P(y) = rate^y exp(-rate) / y!"),
-        DistSpec("Bernoulli", ("p",), (), _bernoulli, "P(y=1) = p"),
+        DistSpec(
+            "LogitNormal",
+            ("f", "sd"),
+            ("sd",),
+            _logitnormal,
+            "logit(y) ~ N(logit(f), sd²)",
+            (("f", "open unit"), _SD),
+        ),
+        DistSpec(
+            "Poisson",
+            ("rate",),
+            (),
+            _poisson,
+            "P(y) = rate^y exp(-rate) / y!",
+            (("rate", "positive"),),
+        ),
+        DistSpec("Bernoulli", ("p",), (), _bernoulli, "P(y=1) = p", (("p", "unit"),)),
     ]
 }

@@ -415,9 +415,21 @@ def _fixed(value) -> Fixed:
     raise DomainError(f"Fixed value must be a number or a list of numbers, got {_lit(value)}")
 
 
+_MAX_SIZE = 1000  # PDiag(n), PSD(n): n random effects at most
+
+
+def _size(init, what: str) -> int:
+    """``init`` as the size of ``PDiag(n)`` or ``PSD(n)``."""
+    if not 1 <= init <= _MAX_SIZE:
+        raise DomainError(
+            f"{what}(n) takes the number of random effects n, from 1 to {_MAX_SIZE}; got {init}"
+        )
+    return init
+
+
 def _pdiag(init, fixed=False) -> PDiag:
     if isinstance(init, int) and not isinstance(init, bool):
-        init = [1.0] * init
+        init = [1.0] * _size(init, "PDiag")
     a = _floatarr(init, "init")
     if a.ndim != 1:
         raise DomainError(
@@ -429,10 +441,12 @@ def _pdiag(init, fixed=False) -> PDiag:
 
 def _psd(init, fixed=False) -> PSD:
     if isinstance(init, int) and not isinstance(init, bool):
-        init = np.eye(init)
+        init = np.eye(_size(init, "PSD"))
     a = _floatarr(init, "init")
     if a.ndim == 1:
         a = np.diag(a)
+    if a.ndim != 2:
+        raise DomainError(f"PSD init must be a square matrix (list of rows), got {_lit(init)}")
     return PSD(tuple(tuple(float(x) for x in row) for row in a), bool(fixed))
 
 

@@ -66,13 +66,37 @@ class Unary(Expr):
     operand: Expr
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class BinOp(Expr):
-    """Arithmetic ``+ - * / **``."""
+    """Arithmetic ``+ - * / **``.
+
+    A chain such as ``a + b + ... + z`` nests to the left as deep as it is long, so equality
+    and hashing follow the left operands in a loop rather than by recursion.
+    """
 
     op: str
     left: Expr
     right: Expr
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not BinOp:
+            return NotImplemented
+        a, b = self, other
+        while True:
+            if a is b:
+                return True
+            if a.op != b.op or a.right != b.right:
+                return False
+            a, b = a.left, b.left
+            if type(a) is not BinOp or type(b) is not BinOp:
+                return a == b
+
+    def __hash__(self) -> int:
+        spine, e = [], self
+        while type(e) is BinOp:
+            spine.append((e.op, e.right))
+            e = e.left
+        return hash((BinOp, e, tuple(spine)))
 
 
 @dataclass(frozen=True)
@@ -276,6 +300,27 @@ def _num(v: int | float) -> str:
     return repr(v)
 
 
+def _binop_source(e: BinOp) -> str:
+    """A binary operation printed along its chain of left operands in a loop (``a + b + c``
+    nests to the left as deep as it is long); the right operands are printed recursively."""
+    spine: list[BinOp] = []
+    node: Expr = e
+    while isinstance(node, BinOp):
+        spine.append(node)
+        node = node.left
+    opens = 0
+    pieces = [to_source(node)]
+    for b in reversed(spine):  # innermost first
+        p = _prec(b)
+        left_paren = _prec(b.left) <= p if b.op == "**" else _prec(b.left) < p
+        if left_paren:
+            opens += 1
+            pieces.append(")")
+        need = _prec(b.right) < _PREC["neg"] if b.op == "**" else _prec(b.right) <= p
+        pieces.append(f" {b.op} {_paren(b.right, need)}")
+    return "(" * opens + "".join(pieces)
+
+
 def to_source(e: Expr | None) -> str:
     """Print an expression in model syntax with the fewest parentheses."""
     if e is None:
@@ -293,14 +338,7 @@ def to_source(e: Expr | None) -> str:
         sep = " " if e.op == "not" else ""
         return f"{e.op}{sep}{_paren(e.operand, _prec(e.operand) < p)}"
     if isinstance(e, BinOp):
-        p = _prec(e)
-        if e.op == "**":
-            left = _paren(e.left, _prec(e.left) <= p)
-            right = _paren(e.right, _prec(e.right) < _PREC["neg"])
-            return f"{left} ** {right}"
-        left = _paren(e.left, _prec(e.left) < p)
-        right = _paren(e.right, _prec(e.right) <= p)
-        return f"{left} {e.op} {right}"
+        return _binop_source(e)
     if isinstance(e, Compare):
         p = _prec(e)
         return f"{_paren(e.left, _prec(e.left) <= p)} {e.op} {_paren(e.right, _prec(e.right) <= p)}"
@@ -314,26 +352,30 @@ def to_source(e: Expr | None) -> str:
     raise TypeError(f"not an expression node: {e!r}")
 
 
-def walk(e: Expr) -> Iterator[Expr]:
-    """Every node of an expression tree, parents first."""
-    yield e
+def _children(e: Expr) -> tuple[Expr, ...]:
     if isinstance(e, Index):
-        yield from walk(e.value)
-    elif isinstance(e, Unary):
-        yield from walk(e.operand)
-    elif isinstance(e, BinOp | Compare):
-        yield from walk(e.left)
-        yield from walk(e.right)
-    elif isinstance(e, BoolOp):
-        for v in e.values:
-            yield from walk(v)
-    elif isinstance(e, IfElse):
-        yield from walk(e.cond)
-        yield from walk(e.then)
-        yield from walk(e.orelse)
-    elif isinstance(e, Call):
-        for a in e.args:
-            yield from walk(a)
+        return (e.value,)
+    if isinstance(e, Unary):
+        return (e.operand,)
+    if isinstance(e, BinOp | Compare):
+        return (e.left, e.right)
+    if isinstance(e, BoolOp):
+        return e.values
+    if isinstance(e, IfElse):
+        return (e.cond, e.then, e.orelse)
+    if isinstance(e, Call):
+        return e.args
+    return ()
+
+
+def walk(e: Expr) -> Iterator[Expr]:
+    """Every node of an expression tree, parents first (in a loop: a long chain of operators
+    nests as deep as it is long)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(_children(node)))
 
 
 def names_in(e: Expr | None) -> set[tuple[str, str]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ import numpy as np
 from ..errors import ModelError
 from ._compile import CompiledModel
 from ._domains import ParamSpec
+from ._errors import SourceText
 from ._ir import ModelIR, RandomDecl
 from ._parser import BLOCKS, parse_model
 
@@ -102,12 +104,55 @@ class Model:
         return "\n".join(lines)
 
 
+def _read(p: Path) -> bytes:
+    """The bytes of the model file ``p`` (a ModelError where there is none to read)."""
+    hint = (
+        "Give the path of a model file, or model text (which contains block headers such as "
+        "'param:')."
+    )
+    try:
+        found = p.is_file()
+        where = p.resolve().parent
+    except (OSError, ValueError):  # a name too long, or with a NUL character
+        found, where = False, None
+    if not found:
+        looked = f" (looked in {where})" if where is not None else ""
+        raise ModelError(f"model file '{str(p)[:200]}' not found{looked}. {hint}")
+    try:
+        return p.read_bytes()
+    except OSError as e:
+        raise ModelError(f"model file '{p}' cannot be read: {e.strerror or e}.") from None
+
+
+def _decode(data: bytes, origin: str) -> str:
+    """The text of a model file: UTF-8, with or without a byte-order mark (BOM)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise ModelError(
+            f"{origin}: the file is UTF-16 encoded; model files are UTF-8. Save it as UTF-8."
+        )
+    try:
+        return data.removeprefix(codecs.BOM_UTF8).decode("utf-8")
+    except UnicodeDecodeError as e:
+        start = data.rfind(b"\n", 0, e.start) + 1
+        line = data.count(b"\n", 0, e.start) + 1
+        text = data.decode("utf-8", errors="replace")
+        col = len(data[start : e.start].decode("utf-8", errors="replace"))
+        raise SourceText(text, origin).error(
+            line,
+            col,
+            f"the file is not valid UTF-8: byte 0x{data[e.start]:02x} at offset {e.start} "
+            "cannot be decoded",
+            "Save it as UTF-8 (it looks like Latin-1 or Windows-1252).",
+        ) from None
+
+
 def load_model(path_or_text: str | os.PathLike) -> Model:
     """Read a model from a file path or from model text.
 
     A string that contains a newline or starts with a block header (``param:``...) is model
-    text; anything else is a path. Raises ``ModelError`` for bad model text (naming the line
-    and column) and for a missing file.
+    text; anything else is a path. A file is read as UTF-8 (a leading byte-order mark is
+    dropped). Raises ``ModelError`` for bad model text (naming the line and column), for a
+    missing file and for a file that is not UTF-8.
 
     Example:
         >>> m = load_model("param:\\n    a = Real(init=1.0)\\nderived:\\n    DV ~ Normal(a, 1)\\n")
@@ -119,15 +164,10 @@ def load_model(path_or_text: str | os.PathLike) -> Model:
         "\n" not in path_or_text and not _HEADER.match(path_or_text)
     ):
         p = Path(path_or_text)
-        if not p.is_file():
-            raise ModelError(
-                f"model file '{p}' not found (looked in {p.resolve().parent}). Give the path of "
-                "a model file, or model text (which contains block headers such as 'param:')."
-            )
-        text = p.read_text(encoding="utf-8")
+        text = _decode(_read(p), str(p))
         origin = str(p)
     else:
-        text = str(path_or_text)
+        text = str(path_or_text).removeprefix("\ufeff")
     parsed = parse_model(text, origin)
     if not parsed.ir.outputs:
         raise ModelError(

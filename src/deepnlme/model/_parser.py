@@ -6,20 +6,35 @@ with Python's ``ast`` after two column-preserving rewrites: ``X' = ...`` (a deri
 quote replaced by a space and ``X ~ D(...)`` has its ``~`` replaced by ``=``. The syntax tree is
 then checked against the grammar of the model language and turned into the IR; nothing is ever
 executed.
+
+Before that, each statement's tree is checked as a whole (`_Parser.check_tree`): its nesting
+depth is bounded (the conversion recurses; a chain ``a + b + ... + z``, which nests to the left
+as deep as it is long, is walked in a loop and does not count), a keyword is given at most once,
+and every constant sub-expression is computed, so that ``1 / 0`` or ``log(0)`` is an error at
+its line rather than a NaN at prediction.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import math
 import re
 from dataclasses import dataclass, field
 
 from ._closed_forms import CLOSED_FORMS
-from ._distributions import DISTRIBUTIONS
-from ._domains import ConstCall, DomainError, ParamSpec, Symbol, domain_factory, domain_names
+from ._distributions import ARG_DOMAINS, DISTRIBUTIONS
+from ._domains import (
+    ConstCall,
+    DomainError,
+    Fixed,
+    ParamSpec,
+    Symbol,
+    domain_factory,
+    domain_names,
+)
 from ._errors import SourceText, closest, did_you_mean
-from ._functions import FUNCTIONS
+from ._functions import FUNCTIONS, real_pow
 from ._ir import (
     Assign,
     BinOp,
@@ -45,12 +60,29 @@ from ._ir import (
 BLOCKS = ("param", "random", "covariates", "pre", "dosing", "init", "dynamics", "derived")
 DOSING_KINDS = ("lag", "bioav", "rate", "duration")
 RESERVED = {"t", "True", "False", "None"}
+MAX_DEPTH = 200  # nesting of an expression (a left chain a + b + ... counts once)
+_TOO_DEEP = "Split it into intermediate variables, one per line (e.g. s1 = a + b, then s = s1 + c)."
 
 _HEADER_RE = re.compile(r"^([A-Za-z_]\w*)\s*:(.*)$", re.DOTALL)
 _DERIV_RE = re.compile(r"^([A-Za-z_]\w*\s*)'(\s*)=(?!=)")
 _TILDE_RE = re.compile(r"^([A-Za-z_]\w*\s*)~")
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+_REAL_BINOPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+    ast.Pow: real_pow,
+}
+_REAL_CMPOPS = {
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+}
 _CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 _BAD_BINOPS = {
     ast.FloorDiv: ("'//' (floor division) is not supported", "Use '/'."),
@@ -139,6 +171,7 @@ class _Stmt:
     text: str  # first line from ``col``; continuation lines whole, joined by newlines
     kind: str = "plain"  # plain | deriv | tilde
     node: ast.stmt | None = None
+    consts: dict[int, float] = field(default_factory=dict)  # id(node) -> constant value
 
     def loc(self, node: ast.AST | None) -> Loc:
         if node is None or not hasattr(node, "lineno"):
@@ -161,6 +194,21 @@ def _strip_comment(s: str) -> str:
 
 def _depth(s: str) -> int:
     return sum(s.count(c) for c in "([{") - sum(s.count(c) for c in ")]}")
+
+
+def _label(node: ast.AST) -> str:
+    """``node`` as model text, for a message."""
+    try:
+        return ast.unparse(node)
+    except RecursionError:  # a chain of thousands of operators
+        return "this expression"
+
+
+def _real(v: float) -> float:
+    """``v``, unless it is not a finite real number."""
+    if isinstance(v, complex) or not math.isfinite(v):
+        raise OverflowError
+    return v
 
 
 def _suggest(name: str, candidates, rest: str) -> str:
@@ -303,7 +351,13 @@ class _Parser:
             sugg = "Check the brackets, operators and commas of this statement."
             if "'" in st.text and st.kind != "deriv":
                 sugg = "A derivative is written on the left only: Central' = expression."
+            if "too many nested" in e.msg:
+                sugg = _TOO_DEEP
             raise self.src.error(line, col, f"syntax error: {e.msg}", sugg) from None
+        except (RecursionError, MemoryError):  # Python's parser gives up on deep nesting
+            raise self.src.error(
+                st.line, st.col, "this statement is nested too deeply to be parsed", _TOO_DEEP
+            ) from None
         if len(tree.body) != 1:
             raise self.err(
                 st,
@@ -341,6 +395,112 @@ class _Parser:
                 "A statement is 'name = expression' or 'name ~ Distribution(...)'.",
             )
         st.node = node
+
+    # ------------------------------------------------------------------ whole-tree checks
+    def check_tree(self, st: _Stmt, constants: bool) -> None:
+        """Check a statement's tree in one loop (no recursion, whatever its depth): its nesting
+        depth, repeated keywords and, with ``constants``, its constant sub-expressions, whose
+        values go to ``st.consts``."""
+        stack: list[tuple[ast.AST, int, bool]] = [(st.node, 0, False)]
+        while stack:
+            node, depth, done = stack.pop()
+            if done:
+                if constants:
+                    v = self.constant(st, node)
+                    if v is not None:
+                        st.consts[id(node)] = v
+                continue
+            if depth > MAX_DEPTH:
+                raise self.err(
+                    st,
+                    node,
+                    f"this expression is nested too deeply (more than {MAX_DEPTH} levels)",
+                    _TOO_DEEP,
+                )
+            if isinstance(node, ast.Call):
+                self.check_keywords(st, node)
+            stack.append((node, depth, True))
+            children = list(ast.iter_child_nodes(node))
+            for c in reversed(children):
+                # the left operand of a chain a + b + ... is walked in a loop: no deeper
+                left = isinstance(node, ast.BinOp) and c is node.left
+                stack.append((c, depth if left else depth + 1, False))
+
+    def check_keywords(self, st: _Stmt, node: ast.Call) -> None:
+        """A keyword is given at most once; ``**`` unpacking is not allowed."""
+        fname = node.func.id if isinstance(node.func, ast.Name) else "this call"
+        seen: set[str] = set()
+        for kw in node.keywords:
+            if kw.arg is None:
+                raise self.err(
+                    st, kw, "'**' unpacking is not allowed", "Pass each argument explicitly."
+                )
+            if kw.arg in seen:
+                raise self.err(
+                    st,
+                    kw,
+                    f"the keyword argument '{kw.arg}' is given twice to {fname}",
+                    "Keep one of them.",
+                )
+            seen.add(kw.arg)
+
+    def constant(self, st: _Stmt, node: ast.AST) -> float | None:
+        """The value of ``node`` if it is a constant expression (its operands' values are in
+        ``st.consts``), else None; a ModelError where the value is undefined, and for a
+        division by a constant 0."""
+        vals = st.consts
+        sugg = "Constant expressions are computed when the model is loaded; correct the numbers."
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            if vals.get(id(node.right)) == 0:
+                raise self.err(st, node.right, f"'{_label(node)}' divides by zero", sugg)
+        try:
+            return self._constant(node, vals)
+        except ZeroDivisionError:
+            why = "raises 0 to a negative power"
+        except ValueError:
+            why = "is not a real number"
+            if isinstance(node, ast.Call):
+                why += f" (its argument is outside the domain of {node.func.id})"
+            elif isinstance(node, ast.BinOp):
+                why += " (a negative number to a non-integer power)"
+        except OverflowError:
+            why = "overflows (it is too large for a float64 number)"
+        raise self.err(st, node, f"the constant expression '{_label(node)}' {why}", sugg)
+
+    @staticmethod
+    def _constant(node: ast.AST, vals: dict[int, float]) -> float | None:
+        if isinstance(node, ast.Constant):
+            v = node.value
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                return None
+            return _real(float(v))
+        if isinstance(node, ast.Call):
+            f = FUNCTIONS.get(node.func.id) if isinstance(node.func, ast.Name) else None
+            args = [vals.get(id(a)) for a in node.args]
+            if f is None or node.keywords or not f.accepts(len(args)) or None in args:
+                return None
+            return _real(float(f.real(*args)))
+        kids = [vals.get(id(c)) for c in ast.iter_child_nodes(node) if isinstance(c, ast.expr)]
+        if not kids or None in kids:
+            return None
+        if isinstance(node, ast.UnaryOp):
+            x = kids[0]
+            ops = {ast.USub: lambda: -x, ast.UAdd: lambda: x, ast.Not: lambda: float(not x)}
+            return ops[type(node.op)]() if type(node.op) in ops else None
+        if isinstance(node, ast.BinOp):
+            f = _REAL_BINOPS.get(type(node.op))
+            return _real(f(vals[id(node.left)], vals[id(node.right)])) if f else None
+        if isinstance(node, ast.Compare):
+            if not all(type(op) in _REAL_CMPOPS for op in node.ops):
+                return None
+            vs = [vals[id(node.left)], *(vals[id(c)] for c in node.comparators)]
+            pairs = zip(node.ops, vs, vs[1:])
+            return float(all(_REAL_CMPOPS[type(op)](a, b) for op, a, b in pairs))
+        if isinstance(node, ast.BoolOp):
+            return float((all if isinstance(node.op, ast.And) else any)(kids))
+        if isinstance(node, ast.IfExp):
+            return vals[id(node.body)] if vals[id(node.test)] else vals[id(node.orelse)]
+        return None
 
     # ------------------------------------------------------------------ expressions
     def lookup(self, st: _Stmt, node: ast.Name, scope: dict) -> tuple[Expr, tuple]:
@@ -418,7 +578,7 @@ class _Parser:
 
     def _not_scalar(self, st, node, shape):
         what = "a vector" if len(shape) == 1 else "a matrix"
-        label = ast.unparse(node)
+        label = _label(node)
         sugg = (
             f"Use one element, e.g. {label}[0]."
             if len(shape) == 1
@@ -457,13 +617,7 @@ class _Parser:
             op = {ast.USub: "-", ast.UAdd: "+", ast.Not: "not"}[type(node.op)]
             return Unary(op, self.scalar(st, node.operand, scope)), ()
         if isinstance(node, ast.BinOp):
-            if type(node.op) in _BAD_BINOPS:
-                raise self.err(st, node, *_BAD_BINOPS[type(node.op)])
-            return BinOp(
-                _BINOPS[type(node.op)],
-                self.scalar(st, node.left, scope),
-                self.scalar(st, node.right, scope),
-            ), ()
+            return self.binop(st, node, scope), ()
         if isinstance(node, ast.BoolOp):
             op = "and" if isinstance(node.op, ast.And) else "or"
             return BoolOp(op, tuple(self.scalar(st, v, scope) for v in node.values)), ()
@@ -495,9 +649,24 @@ class _Parser:
         raise self.err(
             st,
             node,
-            f"'{ast.unparse(node)}' is not allowed in an expression",
+            f"'{_label(node)}' is not allowed in an expression",
             "Expressions are made of numbers, names, operators and function calls.",
         )
+
+    def binop(self, st: _Stmt, node: ast.BinOp, scope: dict) -> Expr:
+        """A binary operation, along its chain of left operands in a loop (``a + b + c``
+        nests to the left as deep as it is long)."""
+        spine: list[ast.BinOp] = []
+        left: ast.AST = node
+        while isinstance(left, ast.BinOp):
+            if type(left.op) in _BAD_BINOPS:
+                raise self.err(st, left, *_BAD_BINOPS[type(left.op)])
+            spine.append(left)
+            left = left.left
+        e = self.scalar(st, left, scope)
+        for b in reversed(spine):
+            e = BinOp(_BINOPS[type(b.op)], e, self.scalar(st, b.right, scope))
+        return e
 
     def call(self, st: _Stmt, node: ast.Call, scope: dict) -> tuple[Expr, tuple]:
         if not isinstance(node.func, ast.Name):
@@ -623,7 +792,7 @@ class _Parser:
 
     def index(self, st: _Stmt, node: ast.Subscript, scope: dict) -> tuple[Expr, tuple]:
         value, shape = self.expr(st, node.value, scope)
-        label = ast.unparse(node.value)
+        label = _label(node.value)
         if len(shape) != 1:
             what = "a number" if shape == () else "a matrix"
             raise self.err(
@@ -684,7 +853,7 @@ class _Parser:
         raise self.err(
             st,
             node,
-            f"'{ast.unparse(node)}' is not a constant",
+            f"'{_label(node)}' is not a constant",
             "Parameter declarations take numbers, lists of numbers and names, e.g. "
             "Real(init=0.5, lower=0).",
         )
@@ -762,6 +931,8 @@ class _Parser:
         for b in blocks.values():
             for st in b.stmts:
                 self.parse_stmt(st)
+                # param: declarations take literals, which the domains check themselves
+                self.check_tree(st, constants=b.name != "param")
         return {name: blocks[name].stmts if name in blocks else [] for name in BLOCKS}
 
     def param_block(self, stmts: list[_Stmt]) -> list[ParamDecl]:
@@ -976,7 +1147,7 @@ class _Parser:
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
             hint = "Declare a domain, e.g. Real(init=0.5), Positive(init=1.0) or Fixed(2.0)."
             if isinstance(node, ast.Constant | ast.UnaryOp):
-                v = ast.unparse(node)
+                v = _label(node)
                 hint = f"Write Real(init={v}) to estimate it or Fixed({v}) to hold it constant."
             raise self.err(st, node, "a parameter needs a domain", hint)
         dname = node.func.id
@@ -1093,6 +1264,15 @@ class _Parser:
                 "Put the typical value in 'pre:', e.g. cl = tcl * exp(eta_cl).",
             )
         sd = self.scalar(st, node.args[1], scope)
+        v = self.known_value(st, node.args[1])
+        if v is not None and not v > 0:
+            raise self.err(
+                st,
+                node.args[1],
+                f"the standard deviation of random effect '{name}' must be > 0; got {v:g}",
+                "Write a number > 0, or estimate it with a parameter such as "
+                "omega_cl = Positive(init=0.3).",
+            )
         return RandomDecl(name, "Normal", 1, sd=sd, loc=st.loc(st.node))
 
     def check_state(self, st: _Stmt, node, name: str, states) -> None:
@@ -1207,7 +1387,49 @@ class _Parser:
                 f"{dname} takes {len(args)} argument{'s' if len(args) != 1 else ''}, got {n}",
                 f"The signature is {spec.signature}.",
             )
+        self.check_dist_args(st, node, spec)
         return Observation(name, dname, tuple(args), st.loc(st.node))
+
+    def known_value(self, st: _Stmt, node: ast.AST) -> float | None:
+        """The value of a constant expression or of a scalar Fixed parameter, else None."""
+        if id(node) in st.consts:
+            return st.consts[id(node)]
+        dom = self.domains.get(node.id) if isinstance(node, ast.Name) else None
+        if isinstance(dom, Fixed) and not isinstance(dom.value, tuple):
+            return float(dom.value)
+        return None
+
+    def check_dist_args(self, st: _Stmt, node: ast.Call, spec) -> None:
+        """Arguments of an observation distribution whose value is known (``Additive(conc,
+        -0.7)``) must lie in their domain (`DistSpec.domains`)."""
+        given = dict(zip(spec.argnames, node.args))
+        given.update((k.arg, k.value) for k in node.keywords)
+        known = {a: self.known_value(st, n) for a, n in given.items()}
+        for arg, dom in spec.domains:
+            v = known[arg]
+            ok, where = ARG_DOMAINS[dom]
+            if v is not None and not ok(v):
+                hint = f"Write a number {where}."
+                if arg in spec.scale_args:
+                    hint = (
+                        f"A standard deviation is {where}: write a number {where}, or estimate "
+                        "it with a parameter such as sigma = Positive(init=0.7)."
+                    )
+                raise self.err(
+                    st,
+                    given[arg],
+                    f"{spec.name}: the argument '{arg}' must be {where}; got {v:g}",
+                    f"{hint} The signature is {spec.signature}.",
+                )
+        scales = [known[a] for a in spec.scale_args]
+        if len(scales) > 1 and all(v == 0 for v in scales):
+            raise self.err(
+                st,
+                node,
+                f"{spec.name}: {' and '.join(spec.scale_args)} are 0, so the observations have "
+                "no spread",
+                "Give at least one of them a value > 0.",
+            )
 
 
 # ----------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any, ClassVar, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ...errors import DataError, OptionError
+from ...errors import DataError, KeywordChecked, OptionError
 from .._inner import InnerOptions
 from .._problem import Problem
 from .._terms import Structure, cond_parts, inner_value, obs_first
@@ -57,8 +57,10 @@ class SubjectOut(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
-class Method:
+class Method(KeywordChecked):
     """Base class of the estimation methods (see the module docstring for what each provides).
+
+    An unknown option (``FOCE(maxiter=3)``) is an OptionError naming the closest one.
 
     Class attributes: `name` (the method's name in saved fits, the CLI and messages),
     `marginal` (an approximation of the marginal likelihood: comparable OFVs, a covariance
