@@ -17,6 +17,7 @@ from deepnlme.likelihood._from_model import model_problem, resolved_options
 
 ROOT = Path(__file__).resolve().parents[2]
 TMDD = ROOT / "examples" / "tmdd" / "tmdd.model"
+pytestmark = pytest.mark.slow  # whole solves by an implicit solver (about a minute)
 TIMES = [0.1, 0.5, 1, 2, 4, 8, 24, 48, 96, 168, 336]
 
 

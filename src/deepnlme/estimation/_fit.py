@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import OptionError, check_keywords
 from ..likelihood import Method
-from ..likelihood._from_model import model_problem
+from ..likelihood._from_model import model_problem, resolved_options
 from ..solve._ode import OdeOptions
 from ._outer import fit_problem
 from ._result import Fit
@@ -86,7 +86,8 @@ def fit(
     check_keywords("fit", options, _OPTIONS)
     _check_pair(model, population)
     ode_options = ode_options or OdeOptions()
-    problem, _ = model_problem(model, population, ode_options=ode_options)
+    problem, predictor = model_problem(model, population, ode_options=ode_options)
+    ode_options = resolved_options(ode_options, predictor)  # the solver "auto" chose
     init_eta = options.pop("init_eta", None)
     if isinstance(init, Fit) and init.problem is not problem:
         if init_eta is None:
