@@ -127,3 +127,50 @@ def test_non_finite_start_names_a_zero_sd_of_a_proportional_error():
     assert "subject ID 3 at TIME 0" in fit.message
     assert "residual SD" in fit.message and "is 0" in fit.message
     assert "combined error model" in fit.message
+
+
+def _dosed(**dose) -> pd.DataFrame:
+    rows = []
+    for i in (1, 2, 3):
+        d = dict(ID=i, TIME=0.0, AMT=320.0, DV=float("nan"), EVID=1, MDV=1, CMT=1, RATE=0.0)
+        d.update(SS=0, II=0.0)
+        if i == 2:
+            d.update(dose)
+        rows.append(d)
+        for t in (1.0, 2.0, 4.0, 8.0):
+            rows.append(
+                dict(ID=i, TIME=t, AMT=0.0, DV=5.0, EVID=0, MDV=0, CMT=2, RATE=0.0, SS=0, II=0.0)
+            )
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    "dose, match",
+    [
+        (dict(RATE=-1.0), r"subject 2 at TIME 0 \(CMT 1\) has RATE=-1 .* no `rate\[Depot\]"),
+        (dict(CMT=3), r"subject 2 at TIME 0 \(CMT 3\) doses into compartment 3, .* 2 states"),
+        (
+            dict(RATE=10.0, SS=1, II=12.0),
+            r"subject 2 at TIME 0 \(CMT 1\) is a steady-state infusion .* longer than its II",
+        ),
+    ],
+)
+def test_dose_records_no_solve_can_honour_are_data_errors_at_binding(dose, match):
+    from deepnlme.datasets import example_path
+
+    model = dn.load_model(example_path("theophylline_ode.model"))
+    pop = dn.read_data(_dosed(**dose))
+    with pytest.raises(DataError, match=match):
+        dn.simulate(model, pop, seed=0)
+
+
+def test_model_rates_and_short_steady_state_infusions_still_bind():
+    from pathlib import Path
+
+    from deepnlme.datasets import example_path
+
+    text = Path(example_path("theophylline_ode.model")).read_text()
+    model = dn.load_model(text + "dosing:\n    rate[Depot] = 100\n")
+    for dose in (dict(RATE=-1.0), dict(RATE=80.0, SS=1, II=12.0)):
+        sim = dn.simulate(model, dn.read_data(_dosed(**dose)), seed=0, residual=False)
+        assert sim.n_observations == 12

@@ -127,6 +127,7 @@ def bind_population(model, population) -> Binding:
     a = population.arrays()
     cidx = _match_covariates(cm.covariates, population)
     out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints))
+    _check_dose_records(cm, a, tuple(population.ids))
     sel = np.asarray(cidx, dtype=int)
     tv = bool(any(population.time_varying[i] for i in cidx))
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
@@ -162,6 +163,46 @@ def bind_population(model, population) -> Binding:
         n_obs=int(np.asarray(a.obs_mask).sum()),
         features=DoseFeatures.of(a.dose_rate, a.dose_ss, a.dose_evid, a.dose_mask),
     )
+
+
+def _check_dose_records(cm, a, ids) -> None:
+    """Raise DataError for the first dose record no solve can honour, whatever the parameter
+    values: a CMT beyond the model's states, RATE=-1 (-2) without `rate[...]`
+    (`duration[...]`) for its compartment in `dosing:`, or a steady-state infusion (SS>0,
+    RATE>0, II>0, no modelled bioavailability) lasting longer than its II."""
+    states = tuple(cm.states)
+    if not states:
+        return
+    modelled = {(d.kind, d.state) for d in cm.ir.dosing}
+    dose = np.asarray(a.dose_mask, bool) & np.isin(np.asarray(a.dose_evid), (1, 4))
+    cmt, rate = np.asarray(a.dose_cmt), np.asarray(a.dose_rate, np.float64)
+    ss, ii, amt = np.asarray(a.dose_ss), np.asarray(a.dose_ii, np.float64), np.asarray(a.dose_amt)
+    for i, k in zip(*np.nonzero(dose)):
+        c = int(cmt[i, k])
+        at = f"the dose record of subject {ids[i]} at TIME {float(a.dose_time[i, k]):g} (CMT {c})"
+        if not 1 <= c <= len(states):
+            raise DataError(
+                f"{at} doses into compartment {c}, but the model has {len(states)} states "
+                f"({', '.join(f'{j + 1} = {n}' for j, n in enumerate(states))}): fix the CMT "
+                "value or the model's `dynamics:`"
+            )
+        state = states[c - 1]
+        for code, kind in ((-1, "rate"), (-2, "duration")):
+            if rate[i, k] == code and (kind, state) not in modelled:
+                raise DataError(
+                    f"{at} has RATE={code} (the infusion {kind} comes from the model), but the "
+                    f"model's `dosing:` block has no `{kind}[{state}] = ...`: add it, or give "
+                    "the rate in the data's RATE column"
+                )
+        if ss[i, k] >= 1 and rate[i, k] > 0 and ii[i, k] > 0 and ("bioav", state) not in modelled:
+            dur = float(amt[i, k]) / float(rate[i, k])
+            if dur > ii[i, k]:
+                raise DataError(
+                    f"{at} is a steady-state infusion (SS={int(ss[i, k])}) of AMT/RATE = {dur:g} "
+                    f"time units, longer than its II = {float(ii[i, k]):g}: the infusions would "
+                    "overlap; check AMT, RATE and II (a constant infusion at steady state is "
+                    "AMT=0 with II=0)"
+                )
 
 
 class Prediction(NamedTuple):
