@@ -9,6 +9,7 @@ import pytest
 
 import deepnlme as dn
 from deepnlme.likelihood._from_model import model_problem
+from deepnlme.solve import _subject
 
 MODEL = """
 param:
@@ -96,3 +97,25 @@ def test_steady_state_takes_the_parameters_of_its_own_record(pop):
 
     assert got == pytest.approx(conc_after_ss(60.0, 45.0), rel=1e-12)
     assert abs(got / conc_after_ss(45.0, 45.0) - 1) > 1e-3
+
+
+def test_many_doses_with_constant_covariates_are_propagated_and_equal_superposition(
+    monkeypatch,
+):
+    # CRCL frozen: no time-varying covariate, but 7 dose records and 14 observations: the
+    # automatic choice propagates (docs/model-language.md); superposition forced gives the same
+    frame = _data()
+    frame["CRCL"] = 80.0
+    frozen = dn.read_data(frame)
+    etas = np.array([[0.1, -0.2], [-0.3, 0.25], [0.2, 0.4]])
+    auto = dn.load_model(MODEL.format(dynamics="OneCompartmentOral"))
+    problem, predictor = model_problem(auto, frozen)
+    assert not predictor.time_varying and predictor.propagates(problem.subjects)
+    a = dn.model_predict(auto, frozen, etas=etas)
+    monkeypatch.setattr(_subject, "propagation_is_cheaper", lambda n_obs, n_records: False)
+    superposed = dn.load_model(MODEL.format(dynamics="OneCompartmentOral"))
+    problem, predictor = model_problem(superposed, frozen)
+    assert not predictor.propagates(problem.subjects)
+    b = dn.model_predict(superposed, frozen, etas=etas)
+    np.testing.assert_allclose(a["IPRED"], b["IPRED"], rtol=1e-11, atol=1e-12)
+    np.testing.assert_allclose(a["PRED"], b["PRED"], rtol=1e-11, atol=1e-12)

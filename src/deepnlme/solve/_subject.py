@@ -231,8 +231,12 @@ _MAX_CF_EXPANSION = 12
 
 def propagation_is_cheaper(n_obs: int, n_records: int) -> bool:
     """Superposition evaluates every (observation, dose record) pair; propagation one
-    transition per event (observations and about two per record), one after the other."""
-    return n_obs * n_records > 4 * (n_obs + 2 * n_records)
+    transition per event (observations and about two per record), one after the other. The
+    factor 3: with 11 observations, a FOCE evaluation propagated took 0.77x superposition's
+    time at 2 records, 1.30x faster at 4, 1.52x at 8 and 2.75x at 40, and compiled 0.5-1.2 s
+    longer below 16 records (`benchmarks/bench_propagation_choice.py`): over the 15-30
+    evaluations of a fit, superposition up to 4 records, propagation from 8."""
+    return n_obs * n_records > 3 * (n_obs + 2 * n_records)
 
 
 def _expanded_size(psi, varying) -> int:
