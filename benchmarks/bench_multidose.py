@@ -106,19 +106,7 @@ PY_AT = textwrap.dedent(
 
 def foce_at_nlme(data: Path, model: Path, nl: dict, cache: str) -> float:
     """deepnlme's FOCE -2LL at nlme's estimates (no iteration): the two objectives compared."""
-    env = dict(os.environ, DEEPNLME_CACHE_DIR=cache)
-    out = subprocess.run(
-        [sys.executable, "-c", PY_AT, str(data), str(model), json.dumps(nl)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        check=False,
-    )
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])["m2ll"]
-    raise RuntimeError(f"deepnlme run failed:\n{out.stderr[-3000:]}")
+    return _child(PY_AT, [str(data), str(model), json.dumps(nl)], cache)["m2ll"]
 
 
 def run_nlme(path: Path, nrep: int) -> dict | None:
@@ -137,12 +125,16 @@ def run_nlme(path: Path, nrep: int) -> dict | None:
 
 
 def run_deepnlme(data: Path, model: Path, cache: str) -> dict:
-    env = dict(os.environ, DEEPNLME_CACHE_DIR=cache)
+    return _child(PY_FIT, [str(data), str(model)], cache)
+
+
+def _child(code: str, args: list[str], cache: str) -> dict:
+    """The RESULT record of `code` run in a fresh Python process with the cache folder `cache`."""
     out = subprocess.run(
-        [sys.executable, "-c", PY_FIT, str(data), str(model)],
+        [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=dict(os.environ, DEEPNLME_CACHE_DIR=cache),
         cwd=ROOT,
         check=False,
     )

@@ -15,9 +15,6 @@ picks.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -28,6 +25,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import bench_multidose  # noqa: E402
 import multidose_data  # noqa: E402
 
 CHILD = textwrap.dedent(
@@ -72,18 +70,7 @@ CHILD = textwrap.dedent(
 
 def _run(data: Path, form: str, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as cache:
-        out = subprocess.run(
-            [sys.executable, "-c", CHILD, str(data), str(MODEL), form, str(repeats)],
-            capture_output=True,
-            text=True,
-            env=dict(os.environ, DEEPNLME_CACHE_DIR=cache),
-            cwd=ROOT,
-            check=False,
-        )
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise RuntimeError(out.stderr[-3000:])
+        return bench_multidose._child(CHILD, [str(data), str(MODEL), form, str(repeats)], cache)
 
 
 MODEL = ROOT / "examples" / "multidose" / "multidose.model"

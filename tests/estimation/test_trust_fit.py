@@ -169,7 +169,7 @@ def test_model_rates_and_short_steady_state_infusions_still_bind():
 
     from deepnlme.datasets import example_path
 
-    text = Path(example_path("theophylline_ode.model")).read_text()
+    text = Path(example_path("theophylline.model")).read_text()
     model = dn.load_model(text + "dosing:\n    rate[Depot] = 100\n")
     for dose in (dict(RATE=-1.0), dict(RATE=80.0, SS=1, II=12.0)):
         sim = dn.simulate(model, dn.read_data(_dosed(**dose)), seed=0, residual=False)

@@ -66,3 +66,31 @@ def test_a_non_stiff_model_keeps_the_explicit_solver():
     pop = dn.datasets.load("theophylline")
     _, ok, used = _states(model, pop, dn.OdeOptions())
     assert ok.all() and used.solver == "tsit5" and used.max_steps == dn.OdeOptions().max_steps
+
+
+def test_the_choice_is_kept_in_the_cache_and_a_damaged_entry_probes_again(tmp_path, monkeypatch):
+    from deepnlme.likelihood import _from_model
+
+    monkeypatch.setenv("DEEPNLME_CACHE_DIR", str(tmp_path))
+    pop = dn.datasets.load("theophylline")
+    text = (ROOT / "examples" / "theophylline_ode.model").read_text()
+    _, _, used = _states(dn.load_model(text), pop, dn.OdeOptions(rtol=1e-7))
+    (entry,) = (tmp_path / "solver-choice").iterdir()
+    assert used.solver == "tsit5" and entry.read_text() == "tsit5"
+
+    def no_probe(*args):
+        raise AssertionError("probed although the choice is stored")
+
+    monkeypatch.setattr(_from_model, "_failed_solves", no_probe)
+    _, _, again = _states(dn.load_model(text), pop, dn.OdeOptions(rtol=1e-7))
+    assert again.solver == "tsit5"
+    entry.write_bytes(b"\x00garbage")  # not a choice: probed again and rewritten
+    probed = []
+
+    def fake(model, binding, options):
+        probed.append(options.solver)
+        return np.zeros(len(pop.ids), bool)
+
+    monkeypatch.setattr(_from_model, "_failed_solves", fake)
+    _, _, third = _states(dn.load_model(text), pop, dn.OdeOptions(rtol=1e-7))
+    assert third.solver == "tsit5" and probed == ["tsit5"] and entry.read_text() == "tsit5"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import weakref
 
 import jax
@@ -84,13 +85,8 @@ def _bound(model, population, ode_options: OdeOptions):
         solver_options = dataclasses.replace(ode_options, steady_state=False)
     if solver_options.solver == "auto":
         solver_options = _choose_solver(model, binding, solver_options)
-    # networks whose scale comes from the data get it at the model's first binding (nn/)
-    bound = resolve_scaling(
-        model,
-        binding,
-        lambda m: SubjectPredictor(m, binding.time_varying, solver_options, binding.features),
-    )
-    predictor = SubjectPredictor(bound, binding.time_varying, solver_options, binding.features)
+    predictor = _predictor(model, binding, solver_options)
+    bound = predictor.model
     cm = bound.compiled
     penalty = model_penalty(bound)
     estimated = [p for p in cm.params if p.size > 0]
@@ -153,6 +149,16 @@ def resolved_options(ode_options: OdeOptions, predictor: SubjectPredictor) -> Od
     return dataclasses.replace(ode_options, solver=used.solver, max_steps=used.max_steps)
 
 
+def _predictor(model, binding, options: OdeOptions) -> SubjectPredictor:
+    """The predictor of `model` on `binding`, its model resolved: networks whose scale comes
+    from the data get it at the model's first binding (nn/)."""
+
+    def make(m):
+        return SubjectPredictor(m, binding.time_varying, options, binding.features)
+
+    return make(resolve_scaling(model, binding, make))
+
+
 def _choose_solver(model, binding, options: OdeOptions) -> OdeOptions:
     """`OdeOptions` with the solver ``"auto"`` stands for: Tsit5, or `STIFF_SOLVER` (with
     `STIFF_STEPS_FACTOR` times the steps) when Tsit5 cannot integrate some subject at the
@@ -165,30 +171,80 @@ def _choose_solver(model, binding, options: OdeOptions) -> OdeOptions:
     (its Newton iterations run at the step-size controller's tolerances) and 16384 sufficed.
 
     The probe is one forward solve of every subject (vmapped) per solver tried: small
-    programs, against the fit's derivatives of the solve."""
+    programs against the fit's derivatives of the solve (about 4 s of compilation for the
+    Theophylline ODE model); the choice is kept in the cache folder (`_choice_path`)."""
     explicit = dataclasses.replace(options, solver="tsit5")
     cm = model.compiled
     if cm.closed_form is not None or not cm.has_dynamics:
         return explicit
-    failed = _failed_solves(model, binding, explicit)
-    if not failed.any():
-        return explicit
     stiff = dataclasses.replace(
         options, solver=STIFF_SOLVER, max_steps=STIFF_STEPS_FACTOR * options.max_steps
     )
-    rescued = ~_failed_solves(model, binding, stiff) & failed
-    return stiff if rescued.any() else explicit
+    path = _choice_path(model, binding, options)
+    stored = _read_choice(path)
+    if stored is not None:
+        return stiff if stored == STIFF_SOLVER else explicit
+    failed = _failed_solves(model, binding, explicit)
+    chosen = explicit
+    if failed.any() and (~_failed_solves(model, binding, stiff) & failed).any():
+        chosen = stiff
+    _write_choice(path, chosen.solver)
+    return chosen
+
+
+def _choice_path(model, binding, options: OdeOptions) -> str | None:
+    """Where the choice of ``"auto"`` for this model, data and options is kept (next to the
+    compiled programs, `_config.cache_dir`), so that binding them again (another process, the
+    next run) skips the probe, whose compilation takes seconds; None without a cache."""
+    import os
+
+    import diffrax
+
+    from .. import __version__
+    from .._config import cache_dir
+
+    folder = cache_dir()
+    if folder is None:
+        return None
+    token = _cache_token(model, binding, options) + __version__ + diffrax.__version__
+    key = hashlib.sha256(token.encode()).hexdigest()
+    return os.path.join(folder, "solver-choice", key)
+
+
+def _read_choice(path: str | None) -> str | None:
+    """The stored choice, if there is a valid one (anything else is ignored: probe again)."""
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="ascii") as fh:
+            text = fh.read(32).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if text in ("tsit5", STIFF_SOLVER) else None
+
+
+def _write_choice(path: str | None, solver: str) -> None:
+    """Keep the choice (a temporary file renamed into place; a cache that cannot be written is
+    no error)."""
+    import os
+    import tempfile
+
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".choice-")
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(solver)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _failed_solves(model, binding, options: OdeOptions) -> np.ndarray:
     """Which subjects' solves fail at the initial estimates with `options` (``[N]`` bool)."""
-    bound = resolve_scaling(
-        model,
-        binding,
-        lambda m: SubjectPredictor(m, binding.time_varying, options, binding.features),
-    )
-    predictor = SubjectPredictor(bound, binding.time_varying, options, binding.features)
-    cm = bound.compiled
+    predictor = _predictor(model, binding, options)
+    cm = predictor.model.compiled
     estimated = [p for p in cm.params if p.size > 0]
     theta = cm.unpack(cm.pack({p.name: p.init for p in estimated}))
     q = len(cm.eta_labels)
