@@ -200,7 +200,7 @@ def _choice_path(model, binding, options: OdeOptions) -> str | None:
 
     import diffrax
 
-    from .. import __version__
+    from .._version import __version__
     from .._config import cache_dir
 
     folder = cache_dir()
