@@ -200,8 +200,8 @@ def _choice_path(model, binding, options: OdeOptions) -> str | None:
 
     import diffrax
 
-    from .._version import __version__
     from .._config import cache_dir
+    from .._version import __version__
 
     folder = cache_dir()
     if folder is None:
