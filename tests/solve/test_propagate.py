@@ -477,12 +477,18 @@ def test_first_derivatives_match_finite_differences(kind, name):
     def objective(theta):
         return jnp.sum(weights * amounts(theta).ravel() ** 2) / 1e4
 
-    fn = jax.jit(amounts)
-    jac = np.asarray(jax.jit(jax.jacfwd(amounts))(theta0))
+    fn = _quick(amounts, theta0)
+    jac = np.asarray(_quick(jax.jacfwd(amounts), theta0)(theta0))
     _close_by_column(jac, _central(fn, theta0), 1e-6)
-    grad = np.asarray(jax.jit(jax.grad(objective))(theta0))
-    fd = _central(jax.jit(objective), theta0)
+    grad = np.asarray(_quick(jax.grad(objective), theta0)(theta0))
+    fd = _central(_quick(objective, theta0), theta0)
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))
+
+
+def _quick(fn, x):
+    """`fn` compiled for `x`'s shape without LLVM optimisation: the derivative checks run
+    each program a few dozen times, and -O0 halves their compilation."""
+    return compile_lowered(jax.jit(fn).lower(x), optimise=False)
 
 
 def test_second_derivatives_match_finite_differences_of_the_jacobian():
@@ -497,8 +503,8 @@ def test_second_derivatives_match_finite_differences_of_the_jacobian():
     def amounts(z):
         return amounts_all(theta_all.at[idx].set(z))
 
-    def quick(fn):  # compiled without LLVM optimisation: these programs run a few times only
-        return compile_lowered(jax.jit(fn).lower(theta0), optimise=False)
+    def quick(fn):
+        return _quick(fn, theta0)
 
     jac = quick(jax.jacfwd(amounts))
     hess = np.asarray(quick(jax.jacfwd(jax.jacfwd(amounts)))(theta0))
