@@ -471,32 +471,24 @@ class SubjectPredictor:
         """Closed-form amounts ``[T, S]`` from psi = (closed-form parameters, dosing); with
         `states`, of those compartments only (``[T, len(states)]``). Parameters per segment
         (a time-varying subject): propagated from event to event."""
-        if self.time_varying:
+        if self.time_varying:  # one segment per covariate change
             cfp, dosing, records = psi
+            seg_time, seg_mask = sd.cov_time, sd.cov_mask
+        else:  # constant covariates: one segment
+            (cfp, dosing), records = psi, None
+            seg_time, seg_mask = sd.cov_time[:1], jnp.ones(1, bool)
+        if self.time_varying or self.propagates(sd):
             return propagated_amounts_jit(
                 self.model.compiled.closed_form,
                 cfp,
                 dosing,
                 sd.doses,
-                sd.cov_time,
-                sd.cov_mask,
+                seg_time,
+                seg_mask,
                 sd.obs_time,
                 features=self.features,
                 states=states,
                 record_cfp=records,
-            )
-        cfp, dosing = psi
-        if self.propagates(sd):
-            return propagated_amounts_jit(
-                self.model.compiled.closed_form,
-                cfp,
-                dosing,
-                sd.doses,
-                sd.cov_time[:1],
-                jnp.ones(1, bool),
-                sd.obs_time,
-                features=self.features,
-                states=states,
             )
         return closed_form_amounts_jit(
             self.model.compiled.closed_form,
