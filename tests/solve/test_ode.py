@@ -12,6 +12,7 @@ import pytest
 from deepnlme.errors import OptionError
 from deepnlme.solve import (
     CLOSED_FORMS,
+    DoseFeatures,
     OdeOptions,
     closed_form_amounts,
     closed_form_rhs,
@@ -101,6 +102,68 @@ def test_ode_matches_closed_form(solvers, kind):
         np.testing.assert_allclose(
             np.asarray(sol.states), ref, rtol=1e-6, atol=1e-9 * np.max(np.abs(ref)), err_msg=name
         )
+
+
+def _compact_cases(depot):
+    """Dose histories for the compact event grid: (doses, its features, has an infusion)."""
+    dcmt, ccmt = 1, 2 if depot else 1
+    many = doses(  # SS=1, a dose, SS=2, a reset, an SS=1 regimen change, a dose; no infusion
+        [0.0, 12.0, 20.0, 26.0, 27.0, 39.0],
+        [100.0, 100.0, 60.0, 0.0, 80.0, 80.0],
+        [dcmt, dcmt, dcmt, dcmt, dcmt, dcmt],
+        ss=[1, 0, 2, 0, 1, 0],
+        ii=[12.0, 0.0, 8.0, 0.0, 6.0, 0.0],
+        evid=[1, 1, 1, 3, 1, 1],
+        pad=7,
+    )
+    infused = doses(  # an SS infusion, then a bolus and a short infusion
+        [0.0, 12.0, 18.0],
+        [100.0, 50.0, 40.0],
+        [ccmt, dcmt, ccmt],
+        rate=[25.0, 0.0, 20.0],
+        ss=[1, 0, 0],
+        ii=[12.0, 0.0, 0.0],
+        pad=7,
+    )
+    return [(d, DoseFeatures.of(d.rate, d.ss, d.evid, d.mask)) for d in (many, infused)]
+
+
+def test_compact_event_grid_and_steady_state_table_match_the_general_solve():
+    # no lag: doses enter at their records' events; no infusion: no infusion-end events; the
+    # steady states of the SS records only (batched before the scan), not at every record
+    kind = "OneCompartmentOral"  # a depot: the bolus goes there, the infusion to the centre
+    n = len(CLOSED_FORMS[kind].states)
+    p, dp = PARAMS[kind], dosing(n)
+    t = jnp.concatenate([T, jnp.array([26.0, 27.0, 33.0, 40.0, 45.0])])
+
+    def solve(dose, features, lag):
+        return ode_states(
+            lambda t, x, args: closed_form_rhs(kind, args)(t, x),
+            jnp.zeros(n),
+            lambda cov: p,
+            *NOCOV,
+            dose,
+            dp,
+            t,
+            features=features,
+            lag=lag,
+        )
+
+    for dose, features in _compact_cases(CLOSED_FORMS[kind].oral):
+        assert features.ss_records == 1 + 2 * (not features.infusion)
+        general = solve(dose, DoseFeatures(), True)
+        compact = solve(dose, features, False)
+        ref = np.asarray(closed_form_amounts(kind, p, dp, dose, t))
+        assert bool(general.ok) and bool(compact.ok)
+        np.testing.assert_allclose(np.asarray(general.states), ref, rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(
+            np.asarray(compact.states), np.asarray(general.states), rtol=1e-9, atol=1e-12
+        )
+    # a table too short for the SS records fails the subject (never a wrong state)
+    dose, features = _compact_cases(CLOSED_FORMS[kind].oral)[0]
+    short = solve(dose, features._replace(ss_records=1), False)
+    assert not bool(short.ok)
+    assert float(short.fail_time) == 20.0  # the SS record left out of the table
 
 
 def test_time_varying_covariate_changes_clearance():

@@ -205,6 +205,11 @@ class CompiledModel:
         return self.ir.outputs
 
     @property
+    def has_lag(self) -> bool:
+        """True when the model gives any compartment a lag time (``lag[...]``)."""
+        return any(kind == "lag" for kind, _, _ in self._fns["dosing"])
+
+    @property
     def eta_size(self) -> int:
         return sum(r.size for r in self.ir.random)
 

@@ -36,11 +36,14 @@ class DoseFeatures(NamedTuple):
     ``infusion`` (any RATE != 0), ``steady_state`` (any SS > 0) and ``reset`` (any EVID 3/4 or
     SS=1 record, which end earlier doses). Predictions leave out what is switched off, which
     keeps the compiled programs (and their derivatives) small; all are on by default.
+    ``ss_records``: the most SS records one subject has (None: any number), so that the ODE
+    path finds the steady states of those records only, not at every dose record.
     """
 
     infusion: bool = True
     steady_state: bool = True
     reset: bool = True
+    ss_records: int | None = None
 
     @classmethod
     def of(cls, dose_rate, dose_ss, dose_evid, dose_mask) -> DoseFeatures:
@@ -49,10 +52,12 @@ class DoseFeatures(NamedTuple):
 
         m = np.asarray(dose_mask, bool)
         rate, ss, evid = (np.asarray(x)[m] for x in (dose_rate, dose_ss, dose_evid))
+        per_subject = ((np.asarray(dose_ss) > 0) & m).sum(axis=-1)
         return cls(
             infusion=bool((rate != 0).any()),
             steady_state=bool((ss > 0).any()),
             reset=bool(((evid == 3) | (evid == 4) | (ss == 1)).any()),
+            ss_records=int(np.max(per_subject, initial=0)),
         )
 
 

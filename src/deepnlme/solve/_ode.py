@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from ..errors import OptionError
 from ..model.types import DosingParams
-from ._doses import DoseEvents, ResolvedDoses, resolve_doses
+from ._doses import DoseEvents, DoseFeatures, ResolvedDoses, resolve_doses
 
 if TYPE_CHECKING:
     import diffrax
@@ -232,6 +232,16 @@ class _Problem(NamedTuple):
     adjoint: diffrax.AbstractAdjoint
     options: OdeOptions
     record_cov: jax.Array | None  # [D, K]: each dose record's own covariates, for its SS
+    merged: bool  # no lag: each record's administration is applied at the record's event
+    infusion: bool  # any infusion in the data (else no infusion input or end events)
+
+
+class _SteadyStates(NamedTuple):
+    """The steady states of a subject's SS records, found before the event scan."""
+
+    index: jax.Array  # [R]: dose rows (the SS records first, in order; then others)
+    state: jax.Array  # [R, S]
+    ok: jax.Array  # [R]
 
 
 class _Interval(NamedTuple):
@@ -259,6 +269,8 @@ def ode_states(
     *,
     options: OdeOptions = OdeOptions(),
     record_cov: jax.Array | None = None,
+    features: DoseFeatures | None = None,
+    lag: bool = True,
 ) -> OdeSolution:
     """States ``[T, S]`` of a general ODE model of one subject at the observation times.
 
@@ -277,6 +289,11 @@ def ode_states(
     - `record_cov`: each dose record's own covariates ``[D, K]``, whose `seg_fn` arguments its
       steady state uses (NONMEM's rule: the parameters of the SS record itself); default the
       covariates in force at the record's time.
+    - `features`: the dose features the data uses (`DoseFeatures`): without infusions the
+      time axis is not cut at infusion ends, and only ``features.ss_records`` steady states
+      are solved for (default: any feature, every record).
+    - `lag`: False when the model gives no compartment a lag time: each dose then enters at
+      its record's event, and the axis is not cut again at its administration.
 
     The time axis is cut at every event (observations, dose records, lagged administrations,
     infusion ends, covariate changes); each segment is one ``diffrax.diffeqsolve`` with the
@@ -284,9 +301,12 @@ def ode_states(
     the observations at its time. SS doses: the periodic state is found by Newton's method on
     the one-interval map (its Jacobian from the variational equations); SS=1 replaces the
     state, SS=2 adds ``x_ss - x0`` (exact for linear models with zero initial state); a
-    constant SS infusion (II=0) solves ``rhs + rate = 0``. Semantics otherwise as
-    `closed_form_amounts`.
+    constant SS infusion (II=0) solves ``rhs + rate = 0``. A steady state depends on its
+    record's dose and parameters only, never on the state before it, so the SS records' states
+    are all found (batched) before the scan over the events, which then only looks them up.
+    Semantics otherwise as `closed_form_amounts`.
     """
+    features = features or DoseFeatures()
     x0 = jnp.asarray(x0, float)
     n_states = x0.shape[0]
     res = resolve_doses(doses, dosing, n_states)
@@ -296,7 +316,8 @@ def ode_states(
     cov_mask = jnp.asarray(cov_mask, bool)
     t_first = _first_time(obs_time, res, cov_time, cov_mask)
     adm = _administrations(res, n_states)
-    events = _event_grid(obs_time, res, adm, cov_time, t_first)
+    merged, infusion = not lag, features.infusion
+    events = _event_grid(obs_time, res, adm, cov_time, t_first, merged, infusion)
     solver, adjoint = _solver_and_adjoint(options)
     prob = _Problem(
         rhs,
@@ -311,8 +332,12 @@ def ode_states(
         adjoint,
         options,
         None if record_cov is None else jnp.asarray(record_cov, float),
+        merged,
+        infusion,
     )
-    step = functools.partial(_event_step, prob, events)
+    n_ss = res.time.shape[0] if features.ss_records is None else features.ss_records
+    table = _steady_states(prob, min(n_ss, res.time.shape[0]) if options.steady_state else 0)
+    step = functools.partial(_event_step, prob, events, table)
     init = (t_first, x0, jnp.array(True), jnp.array(jnp.nan))
     (_, _, ok, fail_t), (xs, _) = jax.lax.scan(step, init, events.order)
     states = xs[events.inv[: obs_time.shape[0]]]
@@ -343,34 +368,27 @@ def _administrations(res: ResolvedDoses, n_states: int) -> _Administrations:
     return _Administrations(start, dur, ii, lag, inf_end, tail_end, live, onehot)
 
 
-def _event_grid(obs_time, res: ResolvedDoses, adm: _Administrations, cov_time, t_first) -> _Events:
-    """Every time the solve stops at, and the order it visits them in."""
-    n_obs, n_dose, n_cov = obs_time.shape[0], res.time.shape[0], cov_time.shape[0]
-    ev_time = jnp.concatenate(
-        [obs_time, res.time, adm.start, adm.start + adm.dur, adm.tail_end, cov_time]
-    )
-    ev_time = jnp.maximum(ev_time, t_first)
+def _event_grid(
+    obs_time, res: ResolvedDoses, adm: _Administrations, cov_time, t_first, merged, infusion
+) -> _Events:
+    """Every time the solve stops at, and the order it visits them in. `merged`: the
+    administrations are applied at their records' events (no lag); without `infusion` no
+    infusion ends. (Statically fewer events: each costs a step of the scan, under `vmap` a
+    step for every subject.)"""
+    n_obs, n_dose = obs_time.shape[0], res.time.shape[0]
+    cuts = [cov_time]
+    if infusion:
+        cuts = [adm.start + adm.dur, adm.tail_end, cov_time]
+    parts = [(obs_time, 0, jnp.arange(n_obs)), (res.time, 1, jnp.arange(n_dose))]
+    if not merged:
+        parts.append((adm.start, 2, jnp.arange(n_dose)))
+    parts += [(c, 3, jnp.zeros(c.shape[0], int)) for c in cuts]
+    ev_time = jnp.maximum(jnp.concatenate([p[0] for p in parts]), t_first)
     # at equal times: observations first (they see the state before a dose at their time),
     # then the records, then the administrations, then the other cuts
-    ev_prio = jnp.concatenate(
-        [jnp.zeros(n_obs), jnp.ones(n_dose), 2 * jnp.ones(n_dose), 3 * jnp.ones(2 * n_dose + n_cov)]
-    )
-    ev_kind = jnp.concatenate(
-        [
-            jnp.zeros(n_obs, int),
-            jnp.ones(n_dose, int),
-            2 * jnp.ones(n_dose, int),
-            3 * jnp.ones(2 * n_dose + n_cov, int),
-        ]
-    )
-    ev_ref = jnp.concatenate(
-        [
-            jnp.arange(n_obs),
-            jnp.arange(n_dose),
-            jnp.arange(n_dose),
-            jnp.zeros(2 * n_dose + n_cov, int),
-        ]
-    )
+    ev_kind = jnp.concatenate([jnp.full(p[0].shape[0], p[1], int) for p in parts])
+    ev_prio = ev_kind.astype(float)
+    ev_ref = jnp.concatenate([p[2] for p in parts])
     n_ev = ev_time.shape[0]
     # (the order is a discrete choice: no derivative flows through the sort)
     order = jnp.lexsort((jnp.arange(n_ev), ev_prio, jax.lax.stop_gradient(ev_time)))
@@ -410,7 +428,7 @@ def _integrate(prob: _Problem, field, a, b, y, args, jump=None):
     return jax.tree_util.tree_map(lambda v: v[-1], sol.ys), ok
 
 
-def _event_step(prob: _Problem, events: _Events, carry, e):
+def _event_step(prob: _Problem, events: _Events, table: _SteadyStates, carry, e):
     """One step of the scan over the events: the segment up to event `e`, then the event."""
     t_prev, x, ok, fail_t = carry
     te, kind, ref = events.time[e], events.kind[e], events.ref[e]
@@ -418,8 +436,8 @@ def _event_step(prob: _Problem, events: _Events, carry, e):
     xb, ok, fail_t = _segment(prob, t_prev, b, x, ok, fail_t)
     x_seen = jnp.where(ok, xb, jnp.nan)
     d = jnp.where(kind == 0, 0, ref)
-    x_new, ok, fail_t = _record(prob, kind == 1, d, xb, ok, fail_t)
-    x_new = _bolus(prob, kind == 2, d, x_new)
+    x_new, ok, fail_t = _record(prob, table, kind == 1, d, xb, ok, fail_t)
+    x_new = _bolus(prob, kind == (1 if prob.merged else 2), d, x_new)
     return (b, x_new, ok, fail_t), (x_seen, ok)
 
 
@@ -430,7 +448,7 @@ def _segment(prob: _Problem, t_prev, b, x, ok, fail_t):
     # where they change
     mid = 0.5 * (t_prev + b)
     args = _args_at(prob, mid)
-    u = _infusion_input(prob, mid)
+    u = _infusion_input(prob, mid) if prob.infusion else jnp.zeros_like(x)
 
     def seg_field(t, y, a):
         args, u = a
@@ -463,19 +481,39 @@ def _infusion_input(prob: _Problem, t) -> jax.Array:
     return jnp.where(running, res.rate, 0.0) @ adm.onehot
 
 
-def _record(prob: _Problem, is_rec, d, xb, ok, fail_t):
-    """The state after the event when it is dose record `d` (EVID 3/4 reset, SS state; `xb`
-    otherwise), and the success flag and failure time: a bad record stops the solve."""
-    res, x0 = prob.res, prob.x0
-    if prob.options.steady_state:
+def _steady_states(prob: _Problem, n_ss: int) -> _SteadyStates:
+    """The steady states of the first `n_ss` SS records (live ones; `n_ss` at least their
+    number), batched: a steady state depends on its record, not on the state before it."""
+    res = prob.res
+    if n_ss == 0:
+        empty = jnp.zeros((0,), int)
+        return _SteadyStates(empty, jnp.zeros((0, prob.x0.shape[0])), jnp.zeros((0,), bool))
+    live_ss = res.is_ss & prob.adm.live
+    index = jnp.argsort(~live_ss, stable=True)[:n_ss]
+
+    def one(d):
         if prob.record_cov is None:
             args = _args_at(prob, res.time[d])
         else:
             args = prob.seg_fn(prob.record_cov[d])
         x_ss, ok_ss = _steady_state(prob, d, args)
-    else:
-        x_ss, ok_ss = x0, ~res.is_ss[d]
+        return x_ss, ok_ss | ~live_ss[d]
+
+    state, ok = jax.vmap(one)(index)
+    return _SteadyStates(index, state, ok)
+
+
+def _record(prob: _Problem, table: _SteadyStates, is_rec, d, xb, ok, fail_t):
+    """The state after the event when it is dose record `d` (EVID 3/4 reset, SS state; `xb`
+    otherwise), and the success flag and failure time: a bad record stops the solve."""
+    res, x0 = prob.res, prob.x0
     is_ss_rec = is_rec & res.is_ss[d] & prob.adm.live[d]
+    # the record's steady state from the table (a live SS record missing from it fails the
+    # subject rather than reading a wrong state; `features.ss_records` prevents that)
+    hit = table.index == d
+    found = jnp.any(hit)
+    x_ss = jnp.where(found, jnp.sum(jnp.where(hit[:, None], table.state, 0.0), axis=0), x0)
+    ok_ss = jnp.where(found, jnp.any(hit & table.ok), ~(res.is_ss[d] & prob.adm.live[d]))
     rec_ok = ~is_rec | (ok_ss & ~res.bad[d])
     fail_t = jnp.where(ok & ~rec_ok, res.time[d], fail_t)
     ok = ok & rec_ok

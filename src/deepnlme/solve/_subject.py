@@ -342,6 +342,8 @@ class SubjectPredictor:
             sd.obs_time,
             options=self.ode_options,
             record_cov=sd.dose_cov if self.time_varying else None,
+            features=self.features,
+            lag=cm.has_lag,
         )
         return sol.states, sol.ok, sol.fail_time
 
