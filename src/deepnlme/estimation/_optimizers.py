@@ -51,6 +51,126 @@ def _progress_line(it: int, f: float, gmax: float, elapsed: float) -> str:
     return f"{it:6d}  {f:18.6f}  {gmax:12.4e}  {elapsed:9.2f}s"
 
 
+_PROGRESS_HEADER = f"{'iter':>6}  {'OFV':>18}  {'max|grad|':>12}  {'elapsed':>10}"
+
+
+def seconds(t: float) -> str:
+    """A duration for a progress line: ``0.42 s``, ``12.3 s``, ``2 min 05 s``."""
+    if t < 1.0:
+        return f"{t:.2f} s"
+    if t < 60.0:
+        return f"{t:.1f} s"
+    minutes, rest = divmod(round(t), 60)
+    return f"{minutes} min {rest:02d} s"
+
+
+class Progress:
+    """The progress display of a fit: phases and iterations, on `stream` (default stdout).
+
+    A phase (``compiling the FOCEI objective``) shows a line when it starts and one when it
+    ends, with its time (``compiling the FOCEI objective ... 12.3 s``); the iterations show
+    iteration, OFV, max|gradient| and elapsed time. On a terminal (`stream.isatty()`) each
+    updates its line in place (a carriage return), so the screen shows one line per phase and
+    one live line for the iterations; written to a file or a pipe (a log), each is a line of
+    its own, flushed as it is written. `Progress(enabled=False)` shows nothing. Use it as a
+    context manager: leaving it ends a live line, also on an error.
+    """
+
+    def __init__(self, stream: Any = None, *, enabled: bool = True) -> None:
+        self.stream = sys.stdout if stream is None else stream
+        self.enabled = enabled
+        isatty = getattr(self.stream, "isatty", None)
+        self.live = bool(enabled and callable(isatty) and _isatty(isatty))
+        self._phase: tuple[str, float] | None = None
+        self._pending = 0  # the length of a live line on screen without its newline
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is not None and self._phase is not None:
+            self._finish_phase("failed")
+        self.close()
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()
+
+    def _line(self, text: str) -> None:
+        """A line of its own (on a terminal, after a live line is ended)."""
+        if self.enabled:
+            self.close()
+            self._write(text + "\n")
+
+    def _live(self, text: str) -> None:
+        """On a terminal: `text` replaces the live line (a carriage return, padded over the
+        line it replaces); elsewhere a line of its own."""
+        if not self.enabled:
+            return
+        if not self.live:
+            self._write(text + "\n")
+            return
+        pad = " " * max(0, self._pending - len(text))
+        self._write(("\r" if self._pending else "") + text + pad)
+        self._pending = len(text)
+
+    def _finish_phase(self, tail: str) -> None:
+        text, _ = self._phase
+        self._phase = None
+        if self.live and self._pending:  # the phase's line is still the live one
+            self._write(f" {tail}\n")
+            self._pending = 0
+        else:
+            self._line(f"{text} ... {tail}")
+
+    def start(self, text: str) -> None:
+        """Begin a phase called `text` (ending one still open)."""
+        self.end()
+        self.close()
+        self._phase = (text, time.perf_counter())
+        self._live(f"{text} ...")
+
+    def end(self, note: str = "") -> float | None:
+        """End the open phase, showing its time (and `note`); its time, or None if none was
+        open."""
+        if self._phase is None:
+            return None
+        elapsed = time.perf_counter() - self._phase[1]
+        self._finish_phase(seconds(elapsed) + (f" ({note})" if note else ""))
+        return elapsed
+
+    def header(self) -> None:
+        """The column names of the iteration lines."""
+        self.end()
+        self._line(_PROGRESS_HEADER)
+
+    def iteration(self, it: int, f: float, gmax: float, elapsed: float) -> None:
+        """One iteration's line (on a terminal: the live line, updated in place)."""
+        self._live(_progress_line(it, f, gmax, elapsed))
+
+    def count(self, text: str, done: int, total: int) -> None:
+        """`done` of `total` (``simulating replicate 3/10``): on a terminal a live count; in a
+        log the first, the last and every tenth of the total (some 11 lines for 1000)."""
+        step = max(1, total // 10)
+        if self.live or done in (1, total) or done % step == 0:
+            self._live(f"{text} {done}/{total}")
+        if done == total:
+            self.close()
+
+    def close(self) -> None:
+        """End a live line left without its newline."""
+        if self._pending and self.enabled:
+            self._write("\n")
+            self._pending = 0
+
+
+def _isatty(isatty: Callable[[], bool]) -> bool:
+    try:
+        return bool(isatty())
+    except (ValueError, OSError):  # a closed or detached stream
+        return False
+
+
 # The largest change of any (unconstrained) parameter in one trial step of BFGS and L-BFGS:
 # a quasi-Newton direction built from a poor curvature pair can be huge, and such a trial step
 # can make an ODE model stiff, costing far more to reject than any accepted step gains. One
@@ -106,7 +226,7 @@ class Optimizer:
         gtol: float = 1e-3,
         ftol: float = 1e-10,
         xtol: float = 1e-8,
-        progress: bool = False,
+        progress: bool | Progress = False,
         t_start: float | None = None,
         hessian_guess: Callable[[], np.ndarray | None] | None = None,
         guess_iters: int = 5,
@@ -120,8 +240,19 @@ class Optimizer:
         above 1000 max(gtol, 1e-3) is reported as not converged (f stalled away from a
         stationary point), and such a gradient rules out a stop on xtol. `on_accept()` is
         called after each accepted step, whose point is then the one `fun` evaluated last.
+        `progress`: True (the iterations on stdout), or a `Progress` (a phase it has open ends
+        at the first evaluation).
         """
+        display = progress if isinstance(progress, Progress) else Progress(enabled=progress)
         t0 = time.perf_counter() if t_start is None else t_start
+        stops = (max_iter, time_limit, gtol, ftol, xtol)
+        with display:  # a live line ends when the minimisation does, also on an error
+            return self._minimize(
+                fun, x0, t0, stops, display, hessian_guess, guess_iters, on_accept
+            )
+
+    def _minimize(self, fun, x0, t0, stops, display, hessian_guess, guess_iters, on_accept):
+        max_iter, time_limit, gtol, ftol, xtol = stops
         x = np.asarray(x0, dtype=np.float64).copy()
         n_eval = 0
 
@@ -133,9 +264,11 @@ class Optimizer:
 
         f, g = call(x)
         history = [(0, f, float(np.max(np.abs(g))) if g.size else 0.0, time.perf_counter() - t0)]
-        if progress:
-            print(f"{'iter':>6}  {'OFV':>18}  {'max|grad|':>12}  {'elapsed':>10}", file=sys.stdout)
-            print(_progress_line(*history[0]), file=sys.stdout, flush=True)
+        # the first evaluation ends the phase open before it (a fit's compilation: the first
+        # call waits for the rest of the program to compile)
+        display.end()
+        display.header()
+        display.iteration(*history[0])
         if not (np.isfinite(f) and np.all(np.isfinite(g))):
             message = (
                 "the objective or its gradient is not finite at the starting values; "
@@ -171,8 +304,7 @@ class Optimizer:
             far_from_stationary = gmax > 1e3 * max(gtol, 1e-3)
             elapsed = time.perf_counter() - t0
             history.append((it, f, gmax, elapsed))
-            if progress:
-                print(_progress_line(it, f, gmax, elapsed), file=sys.stdout, flush=True)
+            display.iteration(it, f, gmax, elapsed)
             if gmax < gtol:
                 message, converged = f"max|gradient| {gmax:.3g} < gtol {gtol:g}", True
                 break

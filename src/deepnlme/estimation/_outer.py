@@ -18,7 +18,7 @@ from ..errors import DataError, OptionError
 from ..likelihood import LOG2PI, Method, Problem, multistart_points
 from ._compiled import compiled_evaluation, penalty_hessian, post_functions, structure_of
 from ._covariance import Covariance, resolve_covariance
-from ._optimizers import Optimizer, OptResult, resolve_optimizer
+from ._optimizers import Optimizer, OptResult, Progress, resolve_optimizer
 from ._options import check_stopping
 from ._programs import wait_stored
 from ._result import Fit
@@ -61,7 +61,8 @@ def fit_problem(
       `Adam(learning_rate=1e-2)` (JointMAP and NaivePooled only); or their shorthands
       "bfgs", "lbfgs", "adam".
     - `fixed`: names to hold at their start, or {name: value}.
-    - `progress`: print iteration, OFV, max|gradient|, elapsed time.
+    - `progress`: show the compilation and the covariance step as phases with their times,
+      and each iteration's OFV, max|gradient| and elapsed time (`Progress`).
     - `covariance`: `Sandwich()` (R^-1 S R^-1, default), `RMatrix()`, `SMatrix()` (or
       "sandwich", "r", "s"), or None.
     - `network_se`: include parameters of kind "network" in the covariance step (default no).
@@ -87,26 +88,33 @@ def fit_problem(
         )
     start = starting_point(problem, method, init, init_eta, fixed)
     cov_pos = _covariance_positions(problem, start, network_se) if covariance else []
-    run = _Run(problem, method, start, cov_pos)
-    res = optimizer.minimize(
-        run.fun,
-        run.x0(),
-        max_iter=max_iter,
-        time_limit=time_limit,
-        gtol=gtol,
-        ftol=ftol,
-        xtol=xtol,
-        progress=progress,
-        t_start=run.t_run0,
-        hessian_guess=run.hessian_guess,
-        on_accept=run.on_accept,
-    )
-    ev = run.final(res)
-    unmoved = _unmoved(problem, start, run.g_first, res)
+    with Progress(enabled=progress) as display:
+        # a phase that the first evaluation ends (it waits for the rest to compile)
+        display.start(f"compiling the {method.name} objective")
+        run = _Run(problem, method, start, cov_pos)
+        res = optimizer.minimize(
+            run.fun,
+            run.x0(),
+            max_iter=max_iter,
+            time_limit=time_limit,
+            gtol=gtol,
+            ftol=ftol,
+            xtol=xtol,
+            progress=display,
+            t_start=run.t_run0,
+            hessian_guess=run.hessian_guess,
+            on_accept=run.on_accept,
+        )
+        ev = run.final(res)
+        unmoved = _unmoved(problem, start, run.g_first, res)
 
-    t_cov0 = time.perf_counter()
-    cov_u, cov_status = _covariance(run, method, covariance, cov_pos, res.x[: len(start.free)], ev)
-    t_cov = time.perf_counter() - t_cov0
+        t_cov0 = time.perf_counter()
+        if covariance is not None and cov_pos and method.covariance_note() is None:
+            display.start(f"covariance step ({type(covariance).__name__})")
+        z_hat = res.x[: len(start.free)]
+        cov_u, cov_status = _covariance(run, method, covariance, cov_pos, z_hat, ev)
+        display.end()
+        t_cov = time.perf_counter() - t_cov0
 
     fit = _result(
         problem, method, start, res, ev, cov_pos, cov_u, cov_status, init, fixed, network_se
