@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from .._config import compile_lowered
 from ..errors import OptionError
 from ..likelihood import max_step_of, newton_lm
 from ..likelihood._from_model import batched, binding_of, model_problem
@@ -56,6 +57,24 @@ def _theta(fit) -> dict:
     return cm.unpack(jnp.asarray(fit.u))
 
 
+def _jit_once(fn):
+    """`jax.jit(fn)` compiled without LLVM optimisation (`compile_lowered(optimise=False)`),
+    once per shape of the arguments: the diagnostics' programs run a few times on a fit's
+    data, and XLA's default optimisation made their compilation most of a report's time."""
+    jitted = jax.jit(fn)
+    compiled: dict = {}
+
+    def call(*args):
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        key = (tree, tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves))
+        if key not in compiled:
+            compiled[key] = compile_lowered(jitted.lower(*args), optimise=False)
+        return compiled[key](*args)
+
+    call.lower = jitted.lower  # (as a jitted function has it: to read the program)
+    return call
+
+
 _EBE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -78,7 +97,7 @@ def _posthoc_ebes(problem, fit, theta) -> jax.Array:
             sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
             return newton_lm(f, jnp.zeros(q), method.inner_options, max_step_of(sd)).eta
 
-        per[method] = jax.jit(jax.vmap(one, in_axes=(None, 0)))
+        per[method] = _jit_once(jax.vmap(one, in_axes=(None, 0)))
     return per[method](theta, problem.subjects)
 
 
@@ -168,7 +187,7 @@ def _residuals(bound: Bound) -> dict[str, np.ndarray]:
                 lambda e, s: _subject_residuals(obs, theta, omega, e, s), in_axes=(0, 0)
             )(eta, subjects)
 
-        _RESID_CACHE[problem] = jax.jit(all_subjects)
+        _RESID_CACHE[problem] = _jit_once(all_subjects)
     out = _RESID_CACHE[problem](bound.theta, bound.eta, problem.subjects)
     return {k: np.asarray(v) for k, v in out.items()}
 
@@ -306,7 +325,7 @@ def simulate_replicates(
                 y = yk if y is None else jnp.where(data.obs_output == k, yk, y)
             return y, pred.ok
 
-        per[transformed] = jax.jit(jax.vmap(one, in_axes=(0, None, None)))
+        per[transformed] = _jit_once(jax.vmap(one, in_axes=(0, None, None)))
     keys = jax.random.split(jax.random.key(int(seed)), int(n_sim))
     out, ok = [], []
     for start in range(0, int(n_sim), 200):  # chunks bound the memory of large designs
@@ -336,9 +355,9 @@ def npde(fit, *, n_sim: int = 1000, seed: int = 0) -> pd.DataFrame:
     _check_fit(fit, "npde")
     b = bind_fit(fit)
     sims = simulate_replicates(fit, n_sim, seed, transformed=True)
-    terms = jax.jit(jax.vmap(lambda th, e, s: b.problem.obs_terms(th, e, s), in_axes=(None, 0, 0)))(
-        b.theta, jnp.zeros_like(b.eta), b.problem.subjects
-    )
+    terms = _jit_once(
+        jax.vmap(lambda th, e, s: b.problem.obs_terms(th, e, s), in_axes=(None, 0, 0))
+    )(b.theta, jnp.zeros_like(b.eta), b.problem.subjects)
     use = np.asarray(terms.mask & terms.gaussian & (terms.cens == 0))
     y = np.asarray(terms.y)
     k = sims.shape[0]
