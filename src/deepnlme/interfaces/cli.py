@@ -7,19 +7,46 @@ A thin layer: it parses arguments, calls the library and prints a user error as 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import csv
+import io
 import json
+import os
+import re
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from .._version import __version__
 from ..errors import DataError, ModelError, OptionError, SolveError
+from ..estimation._optimizers import Progress
 
 _USER_ERRORS = (DataError, ModelError, OptionError, SolveError, OSError, ImportError)
 
+# --sep: the separators a table may have, by the names the option takes
+_SEPARATORS = {
+    "auto": None,
+    ",": ",",
+    "comma": ",",
+    ";": ";",
+    "semicolon": ";",
+    "tab": "\t",
+    "\\t": "\t",
+    "\t": "\t",
+    "whitespace": " ",
+    "space": " ",
+    " ": " ",
+    "\\s+": " ",
+}
+_SEP_NAMES = {",": "','", ";": "';'", "\t": "tab", " ": "whitespace"}
+_SEP_HELP = "auto, ',' (comma), ';' (semicolon), tab, whitespace"
+
 
 def _row_options(parser: argparse.ArgumentParser) -> None:
-    """`--ignore` and `--accept`, NONMEM's $DATA IGNORE= and ACCEPT=, passed to read_data."""
+    """The read_data options: `--ignore` and `--accept` (NONMEM's $DATA IGNORE= and ACCEPT=),
+    the column mapping, the covariates and their rules, and the separator."""
     parser.add_argument(
         "--ignore",
         action="append",
@@ -34,11 +61,269 @@ def _row_options(parser: argparse.ArgumentParser) -> None:
         help="keep only the rows where a condition holds, e.g. DVID.EQ.1 (repeatable; as "
         "NONMEM's $DATA ACCEPT=)",
     )
+    parser.add_argument(
+        "--column",
+        action="append",
+        metavar="ITEM=NAME",
+        help="the column that holds a NONMEM item when it is not named so, e.g. DV=CONC or "
+        'dv=CONC (repeatable; read_data\'s dv="CONC"); items: ' + ", ".join(_column_items()),
+    )
+    parser.add_argument(
+        "--sep",
+        default="auto",
+        metavar="SEP",
+        help=f"field separator: {_SEP_HELP} (NONMEM's blank-separated files). Default auto: "
+        "the header line's. A '#' before the header is taken off",
+    )
+    parser.add_argument(
+        "--covariates",
+        metavar="A,B,...",
+        help="the covariate columns, comma-separated (default: every numeric column that is "
+        "not a NONMEM item)",
+    )
+    parser.add_argument(
+        "--covariate-rule",
+        default=None,
+        metavar="RULE",
+        help="nonmem (default: a record's value applies to the interval ending at it) or locf",
+    )
+    parser.add_argument(
+        "--fill",
+        default=None,
+        metavar="RULE",
+        help="missing covariate values: locf, nocb or baseline (default: an error)",
+    )
+    parser.add_argument(
+        "--endpoint",
+        default=None,
+        metavar="COLUMN",
+        help="the column saying which output an observation belongs to (DVID or CMT; 'none' "
+        "for none; default DVID when the data has it)",
+    )
+    parser.add_argument(
+        "--sort",
+        action="store_true",
+        help="sort each subject's records by time instead of reporting time that goes back",
+    )
+
+
+def _column_items() -> list[str]:
+    from ..data._read import COLUMN_OPTIONS
+
+    return list(COLUMN_OPTIONS.values())
 
 
 def _read_options(args: argparse.Namespace) -> dict:
     """The read_data options that the command line gives (none when not given)."""
-    return {k: getattr(args, k) for k in ("ignore", "accept") if getattr(args, k, None)}
+    from ..data._read import COLUMN_OPTIONS
+
+    opts = {k: getattr(args, k) for k in ("ignore", "accept") if getattr(args, k, None)}
+    by_item = {v: k for k, v in COLUMN_OPTIONS.items()}
+    for spec in getattr(args, "column", None) or ():
+        item, sep, name = spec.partition("=")
+        if not sep or not item.strip() or not name.strip():
+            raise OptionError(
+                f"--column expects ITEM=NAME, the NONMEM item and the column that holds it, "
+                f"e.g. --column DV=CONC; got {spec!r}"
+            )
+        key = by_item.get(item.strip().upper())
+        if key is None:
+            raise OptionError(
+                f"--column: {item.strip()!r} is not a NONMEM item that read_data maps; the "
+                f"items are {', '.join(by_item)} (in any case)"
+            )
+        if key in opts and opts[key] != name.strip():
+            raise OptionError(f"--column gives {item.strip().upper()} twice")
+        opts[key] = name.strip()
+    if getattr(args, "covariates", None):
+        opts["covariates"] = [c.strip() for c in args.covariates.split(",") if c.strip()]
+    if getattr(args, "covariate_rule", None):
+        opts["covariate_rule"] = args.covariate_rule.lower()
+    if getattr(args, "fill", None):
+        opts["fill"] = args.fill.lower()
+    if getattr(args, "endpoint", None):
+        e = args.endpoint
+        opts["endpoint"] = False if e.lower() in ("none", "false", "no") else e
+    if getattr(args, "sort", False):
+        opts["sort"] = True
+    return opts
+
+
+def _separator(text: str) -> str | None:
+    """The separator `--sep` names (None: auto), or an OptionError naming the valid ones."""
+    key = text if text in _SEPARATORS else text.strip().lower()
+    if key not in _SEPARATORS:
+        raise OptionError(f"--sep: unknown separator {text!r}; use one of: {_SEP_HELP}")
+    return _SEPARATORS[key]
+
+
+def _data_source(name: str) -> str:
+    """The data file a DATA argument names: a file always; else a bundled data set of that
+    name (`deepnlme.datasets.names()`), said on stdout; else a DataError naming both."""
+    from ..datasets import names, path
+
+    bundled = {n.lower(): n for n in names()}
+    if Path(name).is_file():
+        if name.lower() in bundled:
+            print(f"data: the file {name} (not the bundled data set {bundled[name.lower()]!r})")
+        return name
+    if name.lower() in bundled:
+        found = path(bundled[name.lower()])
+        print(f"data: the bundled data set {bundled[name.lower()]!r} ({found})")
+        return found
+    if Path(name).exists():  # a folder: read_data says so
+        return name
+    raise DataError(
+        f"no data file {name!r}, and no bundled data set of that name; give the path of a "
+        f"NONMEM-format CSV file, or one of the bundled data sets: {', '.join(names())}"
+    )
+
+
+def _model_source(name: str) -> str:
+    """The model file a MODEL argument names: a file always; else a bundled model of that
+    name (``theophylline.model`` or ``theophylline``), said on stdout; else a ModelError
+    naming the bundled models."""
+    from importlib import resources
+
+    folder = Path(str(resources.files("deepnlme.datasets") / "models"))
+    bundled = {p.name.lower(): p for p in sorted(folder.glob("*.model"))}
+    key = name.lower() if name.lower().endswith(".model") else f"{name.lower()}.model"
+    if Path(name).is_file():
+        if key in bundled and not os.path.dirname(name):
+            print(f"model: the file {name} (not the bundled model {bundled[key].name})")
+        return name
+    if key in bundled and not os.path.dirname(name):
+        print(f"model: the bundled model {bundled[key].name} ({bundled[key]})")
+        return str(bundled[key])
+    if Path(name).exists():  # a folder: load_model says so
+        return name
+    raise ModelError(
+        f"no model file {name!r}, and no bundled model of that name; give the path of a model "
+        f"file, or one of the bundled models: {', '.join(p.name for p in bundled.values())}"
+    )
+
+
+_COMPRESSED = (".gz", ".bz2", ".xz")
+
+
+@contextlib.contextmanager
+def _readable(source: str, sep: str | None) -> Iterator[str]:
+    """A path that `read_data` reads as `source` with separator `sep` (None: the header
+    line's): `source` itself when it is comma-separated with its header on line 1; else a
+    comma-separated copy of the same name in a temporary folder, line for line (so that
+    messages name the file's own lines), its header without a leading '#' and first."""
+    from ..data._table import _read_text
+
+    head = _head(source)
+    if head is None:  # not readable: read_data says why
+        yield source
+        return
+    at = _header_line(head.split("\n"))
+    lines = head.split("\n")
+    header = lines[at].lstrip()
+    commented = header.startswith("#")
+    if commented:
+        header = header[1:].lstrip()
+    if sep is None:
+        sep = next((c for c in (",", "\t", ";") if c in header), " " if header.split() else ",")
+    elif (sep not in header if sep != " " else len(header.split()) < 2) and header.strip():
+        shown = header if len(header) <= 80 else header[:77] + "..."
+        raise OptionError(
+            f"--sep {_SEP_NAMES[sep]}: the header line of {os.path.basename(source)!r} has "
+            f"no such separator: {shown!r}; give the table's separator ({_SEP_HELP}), or "
+            "leave --sep out to take the header line's"
+        )
+    if sep == "," and at == 0 and not commented:
+        yield source
+        return
+    lines = _read_text(source).split("\n")
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    rows = [header] + [""] * at + lines[at + 1 :]
+    for k, line in enumerate(rows):
+        if not line.strip():
+            out.write("\n" if k < len(rows) - 1 else "")
+            continue
+        if sep == " ":
+            fields = line.split()
+        else:
+            fields = next(csv.reader([line], delimiter=sep, skipinitialspace=True))
+        writer.writerow(fields)
+    name = os.path.basename(source)
+    for ext in _COMPRESSED:
+        if name.lower().endswith(ext):
+            name = name[: -len(ext)]
+    with tempfile.TemporaryDirectory(prefix="deepnlme-data-") as folder:
+        copy = Path(folder) / name
+        copy.write_text(out.getvalue(), encoding="utf-8")
+        yield str(copy)
+
+
+def _head(source: str, size: int = 1 << 16) -> str | None:
+    """The first `size` characters of a data file (the lines that hold its header), or None
+    where it cannot be read as text."""
+    import bz2
+    import gzip
+    import lzma
+
+    opener = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}.get(
+        os.path.splitext(source)[1].lower(), open
+    )
+    try:
+        with opener(source, "rt", encoding="utf-8", newline="") as f:
+            text = f.read(size)
+    except (OSError, EOFError, UnicodeDecodeError, lzma.LZMAError):
+        return None
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    if len(text) >= size and "\n" in text:  # a last line that may be cut short
+        text = text[: text.rindex("\n")]
+    return text
+
+
+_NUMBER_START = re.compile(r'\s*"?[+\-]?\.?\d')
+
+
+def _header_line(lines: list[str]) -> int:
+    """The line (0-based) of a table's header: the first line that is not blank and not a
+    '#' comment, or the last '#' line before it when that line starts like data ('#ID TIME
+    DV' above '1 0 .': a header written as a comment, as NONMEM tables often have it)."""
+    last_hash = None
+    for k, line in enumerate(lines):
+        text = line.strip()
+        if not text:
+            continue
+        if text.startswith("#"):
+            last_hash = k
+            continue
+        if last_hash is not None and _NUMBER_START.match(text):
+            return last_hash
+        return k
+    return 0 if last_hash is None else last_hash
+
+
+def _read_population(data: str, args: argparse.Namespace | None):
+    """The Population of a DATA argument (a file or a bundled data set), with the read
+    options of the command line."""
+    from ..data import read_data
+
+    sep = _separator(getattr(args, "sep", "auto"))
+    options = _read_options(args) if args is not None else {}
+    with _readable(_data_source(data), sep) as source:
+        return read_data(source, **options)
+
+
+def _method(text: str):
+    """The method that `--method` names, in any case (FOCEI, focei, FoCeI); an OptionError
+    naming the methods otherwise."""
+    from ..likelihood import method_named, method_names
+
+    try:
+        return method_named(text)()
+    except OptionError:
+        raise OptionError(
+            f"--method: unknown estimation method {text!r}; use one of "
+            f"{', '.join(method_names())} (in any case)"
+        ) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +332,9 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="deepnlme",
         description="Nonlinear mixed-effects modelling for pharmacometrics (NONMEM-format data).",
+    )
+    p.add_argument(
+        "--version", action="version", version=__version__, help="print the version and exit"
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -69,8 +357,8 @@ def _parser() -> argparse.ArgumentParser:
         "DIR/fit.json, the saved fit (DIR/fit/), the tables as CSV (estimates, predictions "
         "with residuals, EBEs) and DIR/report.html.",
     )
-    fit.add_argument("model", help="model file")
-    fit.add_argument("data", help="NONMEM-format CSV data file")
+    fit.add_argument("model", help=_MODEL_HELP)
+    fit.add_argument("data", help=_DATA_HELP)
     fit.add_argument(
         "--method",
         default="FOCEI",
@@ -90,13 +378,14 @@ def _parser() -> argparse.ArgumentParser:
         "its DV values are ignored) from MODEL at its initial values, or from a saved fit "
         "(--fit DIR) at its estimates, and write a NONMEM-format CSV.",
     )
-    sim.add_argument("data", help="NONMEM-format CSV giving the design")
+    sim.add_argument("data", help="the design: " + _DATA_HELP)
     src = sim.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="model file (parameters at their initial values)")
+    src.add_argument("--model", help=_MODEL_HELP + " (parameters at their initial values)")
     src.add_argument("--fit", help="saved fit folder (parameters at the estimates)")
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sim.add_argument("--replicates", type=int, default=1, help="data sets (default 1)")
     sim.add_argument("--out", required=True, help="output CSV file")
+    sim.add_argument("--quiet", action="store_true", help="no progress display")
     _row_options(sim)
 
     vpc = sub.add_parser(
@@ -112,6 +401,7 @@ def _parser() -> argparse.ArgumentParser:
     vpc.add_argument("--bins", default="8", help="number of bins, or 'unique' (default 8)")
     vpc.add_argument("--stratify", default=None, help="'ENDPOINT' or a covariate column")
     vpc.add_argument("--pred-corrected", action="store_true", help="prediction-corrected VPC")
+    vpc.add_argument("--quiet", action="store_true", help="no progress display")
 
     rep = sub.add_parser(
         "report",
@@ -127,9 +417,27 @@ def _parser() -> argparse.ArgumentParser:
         description="Validate "
         "a NONMEM-format CSV and print a summary (subjects, observations, doses, covariates).",
     )
-    summ.add_argument("data", help="NONMEM-format CSV data file")
+    summ.add_argument("data", help=_DATA_HELP)
     _row_options(summ)
+
+    comp = sub.add_parser(
+        "compare",
+        help="compare saved fits: the run table (OFV, dOFV, AIC, BIC, ...)",
+        description="Load the saved fits (folders written by `deepnlme fit --out DIR`, or "
+        "their DIR/fit) and print the run table of deepnlme.compare, one row per fit.",
+    )
+    comp.add_argument("fits", nargs="+", metavar="FIT_DIR", help="saved fit folders")
+    comp.add_argument("--out", default=None, help="also write the table to this CSV file")
     return p
+
+
+_DATA_HELP = (
+    "NONMEM-format data file (CSV, or blank-separated with --sep), or the name of a bundled "
+    "data set (theophylline, phenobarbital, indomethacin); a file of that name wins"
+)
+_MODEL_HELP = (
+    "model file, or the name of a bundled model (theophylline.model, ...); a file of that name wins"
+)
 
 
 def _write_fit(
@@ -140,8 +448,10 @@ def _write_fit(
     from deepnlme import ebe_table, predict, save_fit
 
     out.mkdir(parents=True, exist_ok=True)
-    table = fit.table()
-    table.to_csv(out / "estimates.csv", index=False)
+    fit.table().to_csv(out / "estimates.csv", index=False)
+    # fit.json: one entry per element of every parameter (`raw_table`, where the fit has the
+    # presentation table as `table`)
+    table = fit.raw_table() if hasattr(fit, "raw_table") else fit.table()
     ebe_table(fit).to_csv(out / "ebes.csv", index=False)
     predict(fit).to_csv(out / "predictions.csv", index=False)
     save_fit(fit, out / "fit", overwrite=force)
@@ -201,16 +511,16 @@ def _run_fit(
     max_iter: int,
     quiet: bool,
     report=True,
-    read=None,
+    read: argparse.Namespace | None = None,
     force: bool = False,
 ):
     import deepnlme as dn
 
     _check_out(out, force)  # before the fit, not after it
     t0 = time.perf_counter()
-    pop = dn.read_data(data, **(read or {})) if not isinstance(data, dn.Population) else data
+    m = _method(method)  # before the data are read
+    pop = data if isinstance(data, dn.Population) else _read_population(data, read)
     model = dn.load_model(model_src)
-    m = dn.method_named(method)()
     fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet)
     print(fit)
     if not quiet:
@@ -245,19 +555,21 @@ def _simulate(args) -> None:
 
     if args.replicates < 1:
         raise OptionError(f"--replicates must be >= 1; got {args.replicates}")
-    pop = dn.read_data(args.data, **_read_options(args))
+    pop = _read_population(args.data, args)
     if args.fit:
         fit = _load_fit_arg(args.fit)
         model, params = fit.model, fit.estimates
     else:
-        model, params = dn.load_model(args.model), None
+        model, params = dn.load_model(_model_source(args.model)), None
     frames = []
-    for r in range(args.replicates):
-        sim = dn.simulate(model, pop, params, seed=args.seed + r)
-        df = sim.to_dataframe()
-        if args.replicates > 1:
-            df.insert(0, "REP", r + 1)
-        frames.append(df)
+    with Progress(enabled=not args.quiet and args.replicates > 1) as display:
+        for r in range(args.replicates):
+            sim = dn.simulate(model, pop, params, seed=args.seed + r)
+            df = sim.to_dataframe()
+            if args.replicates > 1:
+                df.insert(0, "REP", r + 1)
+            frames.append(df)
+            display.count("simulated data sets:", r + 1, args.replicates)
     import pandas as pd
 
     out = Path(args.out)
@@ -271,14 +583,18 @@ def _vpc(args) -> None:
 
     bins = args.bins if args.bins == "unique" else _int_option("--bins", args.bins)
     fit = _load_fit_arg(args.fit)
-    v = dn.vpc(
-        fit,
-        n_sim=args.n_sim,
-        seed=args.seed,
-        bins=bins,
-        stratify=args.stratify,
-        pred_corrected=args.pred_corrected,
-    )
+    with Progress(enabled=not args.quiet) as display:
+        # one vectorised simulation of every replicate: a phase, with the count
+        display.start(f"simulating {args.n_sim} replicates for the VPC")
+        v = dn.vpc(
+            fit,
+            n_sim=args.n_sim,
+            seed=args.seed,
+            bins=bins,
+            stratify=args.stratify,
+            pred_corrected=args.pred_corrected,
+        )
+        display.end()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     v.summary.to_csv(out / "vpc.csv", index=False)
@@ -291,6 +607,48 @@ def _vpc(args) -> None:
     except ImportError as err:
         msg += f" (no figure: {err})"
     print(msg)
+
+
+def _saved_fit_folder(folder: str) -> Path:
+    """The saved fit of FIT_DIR: DIR/fit when DIR is a `deepnlme fit --out DIR` folder, else
+    DIR itself (a saved fit's own folder)."""
+    path = Path(folder)
+    inner = path / "fit"
+    return inner if (inner / "fit.json").is_file() else path
+
+
+def _compare(args) -> None:
+    import deepnlme as dn
+
+    compare = getattr(dn, "compare", None)
+    if compare is None:
+        raise ImportError(
+            "this version of deepnlme has no deepnlme.compare, which `deepnlme compare` "
+            "prints; update deepnlme"
+        )
+    paths = [_saved_fit_folder(f) for f in args.fits]
+    labels = [_fit_label(Path(f)) for f in args.fits]
+    if len(set(labels)) < len(labels):  # the same folder name twice: the paths as given
+        labels = list(args.fits)
+    if len(set(labels)) < len(labels):
+        raise OptionError(f"compare: a fit folder is given twice: {', '.join(args.fits)}")
+    fits = {label: dn.load_fit(path) for label, path in zip(labels, paths)}
+    table = compare(fits)
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", None):
+        print(table.to_string(index=not isinstance(table.index, pd.RangeIndex)))
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out, index=not isinstance(table.index, pd.RangeIndex))
+        print(f"wrote {out}")
+
+
+def _fit_label(folder: Path) -> str:
+    """A fit's name in the table: its folder's (the folder above a saved fit called `fit`)."""
+    folder = folder.resolve()
+    return folder.parent.name if folder.name == "fit" else folder.name
 
 
 def _int_option(name: str, text: str) -> int:
@@ -365,19 +723,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "data":
-            import deepnlme as dn
-
-            print(dn.read_data(args.data, **_read_options(args)).summary())
+            print(_read_population(args.data, args).summary())
         elif args.command == "fit":
+            _method(args.method)  # an unknown method before anything else
             _run_fit(
-                args.model,
+                _model_source(args.model),
                 args.data,
                 args.method,
                 Path(args.out),
                 max_iter=args.max_iter,
                 quiet=args.quiet,
                 report=not args.no_report,
-                read=_read_options(args),
+                read=args,
                 force=args.force,
             )
         elif args.command == "simulate":
@@ -388,6 +745,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _report(args)
         elif args.command == "demo":
             _demo(args)
+        elif args.command == "compare":
+            _compare(args)
     except _USER_ERRORS as err:
         print(f"deepnlme: error: {err}", file=sys.stderr)
         return 2

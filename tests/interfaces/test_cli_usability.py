@@ -1,0 +1,339 @@
+"""The command line as a NONMEM/PsN or nlmixr2 user expects it: methods in any case, bundled
+data sets and models by name, read_data's options, --version, compare, the progress lines."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+from deepnlme.interfaces import cli
+from deepnlme.interfaces.cli import main
+
+# a small blank-separated NONMEM table: a comment, then the header written as a comment
+WHITESPACE = """\
+# two subjects of the theophylline study
+#ID TIME AMT CONC EVID MDV CMT WT
+1 0 320 . 1 1 1 79.6
+1 0.25 0 2.84 0 0 2 79.6
+1 1 0 6.57 0 0 2 79.6
+2 0 320 . 1 1 1 70
+2 0.5 0 3.1 0 0 2 70
+"""
+COMMA = WHITESPACE.split("\n", 1)[1].lstrip("#").replace(" ", ",")
+METHODS = "FO, FOCE, FOCEI, JointMAP, LaplaceI, NaivePooled"
+
+
+@pytest.fixture(scope="module")
+def cheap_fit(tmp_path_factory):
+    """One fit of 2 iterations through `main`, run in a folder without model files, its
+    stdout a log (not a terminal): the bundled model and data set by name, the method in
+    lower case."""
+    folder = tmp_path_factory.mktemp("usability")
+    stdout = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(stdout):
+        mp.chdir(folder)
+        args = ["fit", "theophylline.model", "theophylline", "--method", "focei", "--out"]
+        rc = main([*args, str(folder / "theo"), "--max-iter", "2", "--no-report"])
+    assert rc == 0, stdout.getvalue()
+    return folder / "theo", stdout.getvalue()
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_fit_by_bundled_names_with_a_lower_case_method(cheap_fit):
+    out, log = cheap_fit
+    lines = log.split("\n")
+    model = dn.datasets.example_path("theophylline.model")
+    assert lines[0] == f"model: the bundled model theophylline.model ({model})"
+    assert (
+        lines[1]
+        == f"data: the bundled data set 'theophylline' ({dn.datasets.path('theophylline')})"
+    )
+    rec = json.loads((out / "fit.json").read_text())
+    assert rec["method"] == "FOCEI" and rec["n_subjects"] == 12 and rec["n_obs"] == 132
+
+
+def test_piped_progress_is_the_compile_phase_and_one_line_per_iteration(cheap_fit):
+    _, log = cheap_fit
+    assert "\r" not in log
+    lines = log.split("\n")
+    at = lines.index("compiling the FOCEI objective ...")
+    assert re.fullmatch(r"compiling the FOCEI objective \.\.\. \d+(\.\d+)? s", lines[at + 1])
+    assert lines[at + 2] == "  iter                 OFV     max|grad|     elapsed"
+    iterations = lines[at + 3 : at + 6]
+    assert [int(line.split()[0]) for line in iterations] == [0, 1, 2]
+    assert all(re.fullmatch(r" +\d +\d+\.\d{6} +\S+ +\d+\.\d\ds", line) for line in iterations)
+    assert lines[at + 6] == "covariance step (Sandwich) ..."
+    assert re.fullmatch(r"covariance step \(Sandwich\) \.\.\. \d+(\.\d+)? s", lines[at + 7])
+    assert lines[at + 8].startswith("FOCEI fit: NOT converged (maximum number of iterations")
+
+
+def test_quiet_fit_shows_no_progress(cheap_fit, tmp_path, capsys):
+    # (a second fit of the same problem in this process: its program is compiled already)
+    out = tmp_path / "q"
+    args = ["fit", str(dn.datasets.example_path("theophylline.model")), "theophylline"]
+    assert (
+        main(
+            [*args, "--method", "FoCeI", "--max-iter", "1", "--no-report", "--quiet"]
+            + ["--out", str(out)]
+        )
+        == 0
+    )
+    log = capsys.readouterr().out
+    assert "compiling" not in log and "iter" not in log.split("FOCEI fit")[0]
+    assert json.loads((out / "fit.json").read_text())["method"] == "FOCEI"
+
+
+@pytest.mark.parametrize(
+    "text, method",
+    [
+        ("focei", dn.FOCEI),
+        ("FoCe", dn.FOCE),
+        ("fo", dn.FO),
+        ("JOINTMAP", dn.JointMAP),
+        ("laplacei", dn.LaplaceI),
+    ],
+)
+def test_methods_in_any_case(text, method):
+    assert cli._method(text) == method()
+
+
+def test_unknown_method_names_the_methods_before_reading_anything(in_tmp, capsys):
+    args = ["fit", "theophylline.model", "no-such-data", "--method", "FOCI", "--out", "o"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"deepnlme: error: --method: unknown estimation method 'FOCI'; use one of {METHODS} "
+        "(in any case)\n"
+    )
+    assert not (in_tmp / "o").exists()
+
+
+def test_version_is_the_package_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"{dn.__version__}\n"
+
+
+def test_data_set_by_name(in_tmp, capsys):
+    assert main(["data", "Theophylline"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(
+        f"data: the bundled data set 'theophylline' ({dn.datasets.path('theophylline')})\n"
+    )
+    assert "12 subjects, 132 observations, 12 doses" in out
+
+
+def test_a_file_wins_over_a_bundled_data_set_and_says_so(in_tmp, capsys):
+    (in_tmp / "theophylline").write_text(COMMA)
+    assert main(["data", "theophylline", "--column", "DV=CONC"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("data: the file theophylline (not the bundled data set 'theophylline')\n")
+    assert "2 subjects, 3 observations, 2 doses" in out
+
+
+def test_a_model_file_wins_over_a_bundled_model(in_tmp, capsys):
+    (in_tmp / "theophylline.model").write_text(
+        "param:\n    a = Real(init=1.0)\nderived:\n    DV ~ Normal(a, 1)\n"
+    )
+    assert cli._model_source("theophylline.model") == "theophylline.model"
+    assert capsys.readouterr().out == (
+        "model: the file theophylline.model (not the bundled model theophylline.model)\n"
+    )
+    assert cli._model_source("phenobarbital") == str(
+        dn.datasets.example_path("phenobarbital.model")
+    )
+
+
+def test_unknown_data_set_and_model_name_the_bundled_ones(in_tmp, capsys):
+    assert main(["data", "theofylline"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "deepnlme: error: no data file 'theofylline', and no bundled data set of that name; "
+        "give the path of a NONMEM-format CSV file, or one of the bundled data sets: "
+        "theophylline, phenobarbital, indomethacin\n"
+    )
+    assert main(["fit", "theo.model", "theophylline", "--out", "o"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deepnlme: error: no model file 'theo.model', and no bundled model")
+    assert "theophylline.model, theophylline_ode.model\n" in err and err.count("\n") == 1
+
+
+def test_whitespace_table_with_a_commented_header(in_tmp, capsys):
+    (in_tmp / "theo.txt").write_text(WHITESPACE)
+    for sep in ([], ["--sep", "whitespace"], ["--sep", "SPACE"]):
+        assert main(["data", "theo.txt", "--column", "dv=CONC", *sep]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith("Population from theo.txt: 2 subjects, 3 observations, 2 doses")
+
+
+def test_a_separated_copy_keeps_the_lines_of_the_file_in_messages(in_tmp, capsys):
+    (in_tmp / "theo.txt").write_text(WHITESPACE.replace("1 1 0 6.57", "1 x 0 6.57"))
+    assert main(["data", "theo.txt", "--column", "DV=CONC"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "deepnlme: error: row 3 (line 5 of theo.txt), column TIME: not a finite number "
+        "(value: 'x')."
+    )
+
+
+@pytest.mark.parametrize("sep, name", [(";", ";"), ("\t", "tab"), ("\t", "\\t"), (",", ",")])
+def test_semicolon_and_tab_tables(in_tmp, capsys, sep, name):
+    (in_tmp / "t.csv").write_text(COMMA.replace(",", sep))
+    assert main(["data", "t.csv", "--column", "DV=CONC", "--sep", name]) == 0
+    assert "2 subjects, 3 observations, 2 doses" in capsys.readouterr().out
+    assert main(["data", "t.csv", "--column", "DV=CONC"]) == 0  # auto
+    assert "2 subjects, 3 observations, 2 doses" in capsys.readouterr().out
+
+
+def test_unknown_or_wrong_separator_names_the_valid_ones(in_tmp, capsys):
+    (in_tmp / "theo.txt").write_text(WHITESPACE)
+    assert main(["data", "theo.txt", "--sep", "|"]) == 2
+    assert capsys.readouterr().err == (
+        "deepnlme: error: --sep: unknown separator '|'; use one of: auto, ',' (comma), ';' "
+        "(semicolon), tab, whitespace\n"
+    )
+    assert main(["data", "theo.txt", "--sep", ";"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "deepnlme: error: --sep ';': the header line of 'theo.txt' has no such separator: "
+        "'ID TIME AMT CONC EVID MDV CMT WT'"
+    )
+
+
+def test_column_mapping_and_its_errors(in_tmp, capsys):
+    (in_tmp / "t.csv").write_text(COMMA)
+    assert main(["data", "t.csv"]) == 2  # no DV column
+    assert "CONC" in capsys.readouterr().err
+    assert main(["data", "t.csv", "--column", "Dv=CONC"]) == 0
+    capsys.readouterr()
+    assert main(["data", "t.csv", "--column", "CONC"]) == 2
+    assert capsys.readouterr().err == (
+        "deepnlme: error: --column expects ITEM=NAME, the NONMEM item and the column that "
+        "holds it, e.g. --column DV=CONC; got 'CONC'\n"
+    )
+    assert main(["data", "t.csv", "--column", "OBS=CONC"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deepnlme: error: --column: 'OBS' is not a NONMEM item that read_data")
+    assert "ID, TIME, DV, AMT, EVID, MDV, CMT, RATE, II, ADDL, SS, CENS, LLOQ (in any case)" in err
+
+
+def test_read_options_reach_read_data(in_tmp):
+    (in_tmp / "t.csv").write_text(COMMA.replace("70\n", "\n"))  # subject 2's WT missing
+    args = cli._parser().parse_args(
+        [
+            "data",
+            "t.csv",
+            "--column",
+            "DV=CONC",
+            "--covariates",
+            "WT",
+            "--fill",
+            "LOCF",
+            "--covariate-rule",
+            "locf",
+            "--sort",
+            "--endpoint",
+            "none",
+            "--ignore",
+            "#",
+            "--accept",
+            "ID.EQ.1",
+        ]
+    )
+    assert cli._read_options(args) == {
+        "ignore": ["#"],
+        "accept": ["ID.EQ.1"],
+        "dv": "CONC",
+        "covariates": ["WT"],
+        "fill": "locf",
+        "covariate_rule": "locf",
+        "sort": True,
+        "endpoint": False,
+    }
+    pop = cli._read_population("t.csv", args)
+    assert len(pop) == 1 and pop.n_observations == 2
+    assert list(pop.covariates_frame().columns[-1:]) == ["WT"]
+
+
+def test_bad_read_option_values_are_read_datas_errors(in_tmp, capsys):
+    (in_tmp / "t.csv").write_text(COMMA)
+    assert main(["data", "t.csv", "--column", "DV=CONC", "--fill", "mean"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deepnlme: error: fill='mean' is not known; use None")
+
+
+def test_simulation_replicates_are_counted(in_tmp, capsys):
+    args = ["simulate", "theophylline", "--model", "theophylline.model", "--replicates", "3"]
+    assert main([*args, "--out", "sim.csv"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    at = lines.index("simulated data sets: 1/3")
+    assert lines[at : at + 3] == [f"simulated data sets: {k}/3" for k in (1, 2, 3)]
+    sim = pd.read_csv(in_tmp / "sim.csv")
+    assert sorted(sim["REP"].unique()) == [1, 2, 3]
+
+
+def test_vpc_shows_its_simulation_as_a_phase(cheap_fit, tmp_path, capsys):
+    out, _ = cheap_fit
+    assert main(["vpc", str(out / "fit"), "--out", str(tmp_path), "--n-sim", "20"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert lines[0] == "simulating 20 replicates for the VPC ..."
+    assert re.fullmatch(r"simulating 20 replicates for the VPC \.\.\. \d+(\.\d+)? s", lines[1])
+    assert (tmp_path / "vpc.csv").is_file()
+
+
+def test_compare_prints_the_run_table_of_the_saved_fits(cheap_fit, tmp_path, capsys, monkeypatch):
+    out, _ = cheap_fit
+    shutil.copytree(out, tmp_path / "run1")
+    shutil.copytree(out, tmp_path / "run2")
+    seen = {}
+
+    def compare(fits):
+        seen.update(fits)
+        return pd.DataFrame({"run": list(fits), "ofv": [f.ofv for f in fits.values()]})
+
+    monkeypatch.setattr(dn, "compare", compare, raising=False)
+    args = ["compare", str(tmp_path / "run1"), str(tmp_path / "run2" / "fit")]
+    assert main([*args, "--out", str(tmp_path / "runs.csv")]) == 0
+    printed = capsys.readouterr().out
+    assert list(seen) == ["run1", "run2"]
+    assert all(isinstance(f, dn.Fit) for f in seen.values())
+    assert printed.split("\n")[0].split() == ["run", "ofv"]
+    assert printed.split("\n")[1].split()[0] == "run1"
+    assert pd.read_csv(tmp_path / "runs.csv")["run"].tolist() == ["run1", "run2"]
+
+
+def test_compare_without_the_library_function_says_so(cheap_fit, monkeypatch, capsys):
+    monkeypatch.delattr(dn, "compare", raising=False)
+    assert main(["compare", str(cheap_fit[0])]) == 2
+    assert "has no deepnlme.compare" in capsys.readouterr().err
+
+
+def test_compare_with_the_library(cheap_fit, tmp_path, capsys):
+    if not hasattr(dn, "compare"):
+        pytest.skip("deepnlme.compare (results/_compare.py) has not landed yet")
+    out, _ = cheap_fit
+    shutil.copytree(out, tmp_path / "a")
+    assert main(["compare", str(out), str(tmp_path / "a")]) == 0
+    printed = capsys.readouterr().out
+    assert "theo" in printed and "a" in printed
+
+
+@pytest.mark.parametrize("cmd", ["compare"])
+def test_help(cmd, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main([cmd, "--help"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: deepnlme {cmd}")
