@@ -54,6 +54,7 @@ with _gc_paused():
     from .nn import Network as Network
     from .nn import network as network
     from .results import VPC as VPC
+    from .results import compare as compare
     from .results import ebe_table as ebe_table
     from .results import model_predict as model_predict
     from .results import npde as npde

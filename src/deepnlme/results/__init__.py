@@ -1,5 +1,6 @@
 """Results layer: simulation, predictions, residuals, NPDE, VPC and persistence of fits."""
 
+from ._compare import compare as compare
 from ._diagnostics import ebe_table as ebe_table
 from ._diagnostics import npde as npde
 from ._diagnostics import predict as predict

@@ -1,0 +1,149 @@
+"""A run table of several fits of the same data, as PsN's `sumo` and run records give."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import OptionError
+
+# the columns of `compare`'s table, in order (the dOFV column is named for its reference)
+COLUMNS = (
+    "name", "method", "OFV", "dOFV", "n_params", "AIC", "BIC", "condition_number",
+    "converged", "covariance", "n_subjects", "n_obs",
+)  # fmt: skip
+
+
+def _named(fits: Any) -> list[tuple[str, Any]]:
+    from ..estimation import Fit
+
+    if isinstance(fits, Mapping):
+        pairs = [(str(k), v) for k, v in fits.items()]
+    elif isinstance(fits, Sequence) and not isinstance(fits, str | bytes):
+        pairs = [(f"run{k + 1}", v) for k, v in enumerate(fits)]
+    else:
+        raise OptionError(
+            f"compare: `fits` must be a list of fits or a dict name -> fit; got "
+            f"{type(fits).__name__}"
+        )
+    if not pairs:
+        raise OptionError("compare: `fits` is empty; give at least one fit")
+    for name, f in pairs:
+        if not isinstance(f, Fit):
+            raise OptionError(
+                f"compare: {name!r} is not a Fit (from deepnlme.fit or deepnlme.load_fit); got "
+                f"{type(f).__name__}"
+            )
+    return pairs
+
+
+def _digest(fit) -> str | None:
+    from ..estimation._persist import data_fingerprint
+
+    pop = getattr(fit, "population", None)
+    return None if pop is None else data_fingerprint(pop)
+
+
+def _check_same_data(pairs: list[tuple[str, Any]]) -> None:
+    """Refuse fits whose OFVs do not compare: a different number of observations or
+    subjects, or different data (the digests of the populations, where the fits have them)."""
+    name0, f0 = pairs[0]
+    d0 = _digest(f0)
+    for name, f in pairs[1:]:
+        if (f.n_obs, f.n_subjects) != (f0.n_obs, f0.n_subjects):
+            raise OptionError(
+                f"compare: {name!r} was fitted to {f.n_subjects} subjects and {f.n_obs} "
+                f"observations, {name0!r} to {f0.n_subjects} and {f0.n_obs}: objective values "
+                "of different data do not compare. Fit the models to the same data."
+            )
+        d = _digest(f)
+        if d is not None and d0 is not None and d != d0:
+            raise OptionError(
+                f"compare: {name!r} and {name0!r} were fitted to different data (the digests "
+                f"of their data differ: {d[:12]}... and {d0[:12]}...) with the same numbers of "
+                "subjects and observations: objective values of different data do not compare. "
+                "Fit the models to the same data."
+            )
+
+
+def _condition_number(fit) -> float:
+    """The Fit's `condition_number` where it has one, else that of the correlation matrix of
+    its covariance (largest over smallest eigenvalue); NaN without a covariance step."""
+    cond = getattr(fit, "condition_number", None)
+    if cond is not None:
+        return float(cond)
+    cov = fit.covariance
+    if cov is None:
+        return math.nan
+    c = cov.to_numpy(dtype=float)
+    d = np.diag(c)
+    keep = np.isfinite(d) & (d > 0)
+    if not keep.any():
+        return math.nan
+    sd = np.sqrt(d[keep])
+    corr = c[np.ix_(keep, keep)] / np.outer(sd, sd)
+    if not np.all(np.isfinite(corr)):
+        return math.nan
+    eig = np.linalg.eigvalsh(corr)
+    return float(eig[-1] / eig[0]) if eig[0] > 0 else math.inf
+
+
+def compare(fits: Sequence[Any] | Mapping[str, Any], *, reference: str = "best") -> pd.DataFrame:
+    """A run table of fits of the same data, one row per fit (PsN's `sumo`, run records).
+
+    **Arguments**
+
+    - `fits`: a list of fits (named `run1`, `run2`, ...) or a dict name -> fit.
+    - `reference`: "best" (default: dOFV to the lowest OFV, so the best has 0 and the others
+      are positive) or "first" (dOFV to the first fit, negative where a fit does better).
+
+    Columns: name, method, OFV, `dOFV_to_best` (or `dOFV_to_first`), n_params (estimated
+    parameters), AIC, BIC (each fit's own), condition_number (of the correlation matrix of
+    the estimates; NaN without a covariance step), converged, covariance (the covariance
+    step's status), n_subjects, n_obs. `table.attrs["reference"]` names the reference fit.
+
+    Fits of different data are refused (numbers of subjects and observations, and the digest
+    of the data where the fits carry it). The OFV of JointMAP is -2 log p(y, eta | theta):
+    it compares with other JointMAP fits only.
+
+    Example:
+        >>> dn.compare({"1cpt": fit1, "2cpt": fit2})
+    """
+    if reference not in ("best", "first"):
+        raise OptionError(f"compare: `reference` must be 'best' or 'first'; got {reference!r}")
+    pairs = _named(fits)
+    names = [n for n, _ in pairs]
+    if len(set(names)) != len(names):
+        raise OptionError(f"compare: the fits' names must be distinct; got {names}")
+    _check_same_data(pairs)
+    ofv = np.array([float(f.ofv) for _, f in pairs])
+    finite = np.isfinite(ofv)
+    if reference == "first":
+        ref = 0
+    else:
+        ref = int(np.nanargmin(np.where(finite, ofv, np.nan))) if finite.any() else 0
+    rows = [
+        {
+            "name": name,
+            "method": getattr(f.method, "name", type(f.method).__name__),
+            "OFV": float(f.ofv),
+            "dOFV": float(f.ofv) - float(ofv[ref]),
+            "n_params": int(f.n_params),
+            "AIC": float(f.aic),
+            "BIC": float(f.bic),
+            "condition_number": _condition_number(f),
+            "converged": bool(f.converged),
+            "covariance": str(f.covariance_status),
+            "n_subjects": int(f.n_subjects),
+            "n_obs": int(f.n_obs),
+        }
+        for name, f in pairs
+    ]
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table = table.rename(columns={"dOFV": f"dOFV_to_{reference}"})
+    table.attrs["reference"] = names[ref]
+    return table

@@ -1,0 +1,91 @@
+"""`compare`: the run table's numbers are each fit's own (OFV, AIC, BIC, parameters), dOFV is
+taken to the reference it names, and fits of different data are refused."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import deepnlme as dn
+from deepnlme.errors import OptionError
+
+MODEL = """
+param:
+    tka   = Real(init=0.45)
+    tcl   = Real(init=1.0)
+    tv    = Real(init=3.45)
+    omega = PDiag(init=[0.4, 0.07, 0.02])
+    sigma = Positive(init=0.7)
+random:
+    eta ~ MvNormal(omega)
+pre:
+    ka = exp(tka + eta[0])
+    cl = exp(tcl + eta[1])
+    v  = exp(tv + eta[2])
+dynamics: OneCompartmentOral
+derived:
+    conc = Central / v
+    DV ~ Additive(conc, sigma)
+"""
+
+
+@pytest.fixture(scope="module")
+def two_fits():
+    """Two fits of theophylline by FO: at the initial values, and a few iterations on."""
+    pop = dn.read_data(dn.datasets.path("theophylline"))
+    model = dn.load_model(MODEL)
+    start = dn.fit(model, pop, dn.FO(), max_iter=0, progress=False)
+    moved = dn.fit(model, pop, dn.FO(), max_iter=15, progress=False)
+    return start, moved
+
+
+@pytest.mark.slow  # two fits
+def test_numbers_are_each_fits_own(two_fits):
+    start, moved = two_fits
+    table = dn.compare({"start": start, "moved": moved})
+    assert list(table.columns) == [
+        "name", "method", "OFV", "dOFV_to_best", "n_params", "AIC", "BIC", "condition_number",
+        "converged", "covariance", "n_subjects", "n_obs",
+    ]  # fmt: skip
+    assert moved.ofv < start.ofv
+    assert table.attrs["reference"] == "moved"
+    for row, f in zip(table.itertuples(index=False), (start, moved)):
+        assert row.OFV == f.ofv and row.AIC == f.aic and row.BIC == f.bic
+        assert row.n_params == f.n_params and row.n_obs == f.n_obs == 132
+        assert row.n_subjects == 12 and row.method == "FO"
+        assert row.covariance == f.covariance_status and row.converged == f.converged
+        cond = getattr(f, "condition_number", None)
+        if cond is not None:
+            assert row.condition_number == cond or (
+                np.isnan(cond) and np.isnan(row.condition_number)
+            )
+    assert table["dOFV_to_best"].tolist() == [start.ofv - moved.ofv, 0.0]
+    first = dn.compare([start, moved], reference="first")
+    assert first["name"].tolist() == ["run1", "run2"]
+    assert first["dOFV_to_first"].tolist() == [0.0, moved.ofv - start.ofv]
+    assert first.attrs["reference"] == "run1"
+
+
+@pytest.mark.slow  # two fits
+def test_fits_of_different_data_are_refused(two_fits):
+    start, moved = two_fits
+    fewer = dataclasses.replace(moved, n_obs=moved.n_obs - 1)
+    with pytest.raises(OptionError, match="12 subjects and 131 observations.*do not compare"):
+        dn.compare([start, fewer])
+    pop = start.population
+    other = pop.with_dv(pop.arrays().obs_dv * 1.01)  # same design, other values
+    with pytest.raises(OptionError, match="different data"):
+        dn.compare({"a": start, "b": dataclasses.replace(moved, population=other)})
+
+
+def test_bad_arguments():
+    with pytest.raises(OptionError, match="list of fits or a dict"):
+        dn.compare("fit")
+    with pytest.raises(OptionError, match="empty"):
+        dn.compare([])
+    with pytest.raises(OptionError, match="'run1' is not a Fit"):
+        dn.compare([object()])
+    with pytest.raises(OptionError, match="'best' or 'first'"):
+        dn.compare([], reference="last")
