@@ -1,12 +1,26 @@
 """One self-contained HTML report per fit: inline CSS, images as base64 PNG data URIs, no
-scripts and no external resources."""
+scripts and no external resources.
+
+The sections, in order: run record (date, versions, data file and its SHA-256, model text,
+method and options, wall times), summary, covariance step (correlation, eigenvalues,
+condition number, warnings), estimates, shrinkage, data, goodness of fit, NPDE, random
+effects, VPC, individual fits (IPRED and PRED simulated on a fine time grid), network curves
+and the optimiser trace. Each section is a ``<section id="...">`` (the ids are `SECTIONS`).
+"""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
+import datetime
+import hashlib
 import html
+import math
 import os
+import platform
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,6 +32,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 max-width:1100px;color:#222;line-height:1.4;padding:0 1em}
 h1{font-size:1.6em;border-bottom:2px solid #246;padding-bottom:.2em}
 h2{font-size:1.25em;margin-top:1.8em;color:#246}
+h3{font-size:1.05em;margin-top:1.2em;color:#246}
 table{border-collapse:collapse;font-size:.88em;margin:.5em 0}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th{background:#eef2f7}td.l,th.l{text-align:left}
@@ -25,7 +40,23 @@ pre{background:#f6f8fa;border:1px solid #ddd;padding:.8em;overflow:auto;font-siz
 img{max-width:100%;display:block;margin:.6em 0;border:1px solid #eee}
 .ok{color:#176d2c;font-weight:bold}.bad{color:#a31515;font-weight:bold}
 .note{color:#555;font-size:.9em}
+.warn{background:#fff4e5;border:2px solid #d9822b;padding:.6em 1em;margin:.8em 0}
+.warn h3{margin:.2em 0;color:#a35200}.good{background:#eef8f0;border:1px solid #8bc79a;
+padding:.5em 1em;margin:.8em 0}
+code.sha{font-size:.85em;word-break:break-all}
 """
+
+# the ids of the report's sections, in order (those of a fit without networks or history
+# are left out)
+SECTIONS = (
+    "run-record", "summary", "covariance", "estimates", "shrinkage", "data", "gof", "npde",
+    "random-effects", "vpc", "individual-fits", "networks", "optimiser",
+)  # fmt: skip
+
+# a condition number of the correlation matrix above this is flagged (NONMEM and PsN's
+# customary threshold)
+_CONDITION_LIMIT = 1000.0
+_CORRELATION_LIMIT = 0.95
 
 
 def _fmt(v) -> str:
@@ -36,28 +67,426 @@ def _fmt(v) -> str:
     return html.escape(str(v))
 
 
-def _table(df: pd.DataFrame) -> str:
+def _table(df: pd.DataFrame, *, index: bool = False, table_id: str | None = None) -> str:
+    if index:
+        df = df.reset_index()
+    numeric = {c: pd.api.types.is_numeric_dtype(df[c]) for c in df.columns}
     head = "".join(
-        f'<th class="{"l" if not pd.api.types.is_numeric_dtype(df[c]) else ""}">'
-        f"{html.escape(str(c))}</th>"
-        for c in df.columns
+        f'<th class="{"" if numeric[c] else "l"}">{html.escape(str(c))}</th>' for c in df.columns
     )
     rows = []
-    for _, r in df.iterrows():
+    for r in df.itertuples(index=False):
         cells = "".join(
-            f'<td class="{"l" if not pd.api.types.is_numeric_dtype(df[c]) else ""}">'
-            f"{_fmt(r[c])}</td>"
-            for c in df.columns
+            f'<td class="{"" if numeric[c] else "l"}">{_fmt(v)}</td>' for c, v in zip(df.columns, r)
         )
         rows.append(f"<tr>{cells}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    ident = f' id="{table_id}"' if table_id else ""
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _img(fig, alt: str) -> str:
+def _items(rows: list[tuple[str, str]], table_id: str) -> str:
+    """A two-column table of (item, HTML value) rows; the values are HTML already."""
+    body = "".join(
+        f'<tr><th class="l">{html.escape(k)}</th><td class="l">{v}</td></tr>' for k, v in rows
+    )
+    return f'<table id="{table_id}"><tbody>{body}</tbody></table>'
+
+
+def _img(fig, alt: str, img_id: str | None = None) -> str:
     from .plots import to_png
 
     data = base64.b64encode(to_png(fig)).decode("ascii")
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+    ident = f' id="{img_id}"' if img_id else ""
+    return f'<img{ident} alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _section(sid: str, heading: str, body: list[str]) -> str:
+    return (
+        f'<section id="{sid}">\n<h2>{html.escape(heading)}</h2>\n'
+        + "\n".join(body)
+        + ("\n</section>")
+    )
+
+
+# --------------------------------------------------------------------------- run record
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes (hex)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    import jax
+    import jaxlib
+
+    from .._version import __version__
+
+    return {
+        "deepnlme": __version__,
+        "JAX": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "NumPy": np.__version__,
+        "Python": platform.python_version(),
+    }
+
+
+def _data_source(pop, data_file) -> dict[str, str | None]:
+    """The data's file name (as the population records it), the SHA-256 of the file when it
+    is known (the `data_file` given, or one the population records) and the digest of the
+    data as read (`estimation._persist.data_fingerprint`)."""
+    from ..estimation._persist import data_fingerprint
+
+    name = getattr(pop, "source_name", None) or getattr(pop, "_source_name", None)
+    in_memory = name in (None, "the DataFrame", "make_population")
+    sha = getattr(pop, "source_sha256", None)
+    note = None
+    if data_file is not None:
+        sha = file_sha256(data_file)
+        given = os.path.basename(os.fspath(data_file))
+        if not in_memory and given != name:
+            note = f"the population was read from {name!r}, not from the file given ({given!r})"
+        name = name if not in_memory else given
+        in_memory = False
+    elif sha is None and not in_memory:
+        note = (
+            "read_data records the file's name only: pass write_report(..., data_file=PATH) "
+            "for its SHA-256"
+        )
+    return {
+        "name": (
+            (
+                "in memory (a DataFrame, or a fit loaded by load_fit, which keeps the data but "
+                "not the file's name)"
+                if name in (None, "the DataFrame")
+                else f"in memory ({name})"
+            )
+            if in_memory
+            else name
+        ),
+        "sha256": sha,
+        "digest": data_fingerprint(pop),
+        "note": note,
+    }
+
+
+def _method_text(method) -> str:
+    name = getattr(method, "name", type(method).__name__)
+    if dataclasses.is_dataclass(method):
+        fields = [f"{f.name}={getattr(method, f.name)!r}" for f in dataclasses.fields(method)]
+        return f"{name}({', '.join(fields)})"
+    return repr(method)
+
+
+def _seconds(v) -> str:
+    return "" if v is None or not np.isfinite(v) else f"{float(v):.2f} s"
+
+
+def _run_record(fit, data_file, report_seconds: str) -> list[str]:
+    pop = fit.population
+    src = _data_source(pop, data_file)
+    v = _versions()
+    t = fit.timings or {}
+    known = ("compile", "run", "covariance", "total")
+    split = [
+        f"compile {_seconds(t.get('compile'))}",
+        f"fit {_seconds(t.get('run'))}",
+        f"covariance {_seconds(t.get('covariance'))}",
+        f"total {_seconds(t.get('total'))}",
+    ] + [f"{k} {_seconds(x)}" for k, x in t.items() if k not in known]
+    sha = (
+        f'<code class="sha" id="data-sha256">{src["sha256"]}</code>'
+        if src["sha256"]
+        else '<span id="data-sha256">not recorded</span>'
+    )
+    if src["note"]:
+        sha += f' <span class="note">({html.escape(src["note"])})</span>'
+    options = getattr(fit, "options", None)
+    rows = [
+        ("date", html.escape(datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"))),
+        ("deepnlme version", f'<span id="version-deepnlme">{html.escape(v["deepnlme"])}</span>'),
+        ("JAX version", f'<span id="version-jax">{html.escape(v["JAX"])}</span>'),
+        (
+            "other versions",
+            html.escape(
+                ", ".join(f"{k} {x}" for k, x in v.items() if k not in ("deepnlme", "JAX"))
+            ),
+        ),  # fmt: skip
+        ("machine", html.escape(f"{platform.system()} {platform.machine()}")),
+        ("data file", f'<span id="data-file">{html.escape(src["name"])}</span>'),
+        ("data file SHA-256", sha),
+        ("data digest (as read)", f'<code class="sha" id="data-digest">{src["digest"]}</code>'),
+        ("method", f'<code id="method">{html.escape(_method_text(fit.method))}</code>'),
+        (
+            "fit options",
+            html.escape(repr(options))
+            if options is not None
+            else '<span class="note">not recorded by the Fit</span>',
+        ),
+        ("wall time", html.escape("; ".join(split)) + f"; report {html.escape(report_seconds)}"),
+    ]
+    return [
+        _items(rows, "run-record-table"),
+        "<h3>Model</h3>",
+        f'<pre id="model-text">{html.escape(fit.model.source)}</pre>',
+    ]
+
+
+# --------------------------------------------------------------------------- covariance step
+
+
+@dataclasses.dataclass(frozen=True)
+class _CovarianceDiagnostics:
+    correlation: pd.DataFrame | None
+    eigenvalues: np.ndarray | None
+    condition_number: float | None
+    warnings: tuple[str, ...]
+    source: str
+
+
+def _covariance_diagnostics(fit) -> _CovarianceDiagnostics:
+    """The Fit's own covariance diagnostics where it has them (`correlation`, `eigenvalues`,
+    `condition_number`, `covariance_warnings`), else computed here from `fit.covariance`: the
+    correlation of the estimated elements (fixed ones, of zero variance, left out), the
+    eigenvalues of that correlation matrix and their ratio, largest over smallest."""
+    corr = getattr(fit, "correlation", None)
+    eig = getattr(fit, "eigenvalues", None)
+    cond = getattr(fit, "condition_number", None)
+    warns = getattr(fit, "covariance_warnings", None)
+    source = "the Fit"
+    if corr is None and fit.covariance is not None:
+        source = "computed by the report from fit.covariance"
+        cov = fit.covariance
+        d = np.diag(cov.to_numpy(dtype=float))
+        keep = np.isfinite(d) & (d > 0)
+        c = cov.to_numpy(dtype=float)[np.ix_(keep, keep)]
+        sd = np.sqrt(d[keep])
+        names = [str(x) for x, k in zip(cov.index, keep) if k]
+        corr = pd.DataFrame(c / np.outer(sd, sd), index=names, columns=names)
+    if eig is None and corr is not None:
+        m = corr.to_numpy(dtype=float)
+        eig = np.linalg.eigvalsh(m) if np.all(np.isfinite(m)) else None
+    if cond is None and eig is not None and len(eig):
+        lo, hi = float(np.min(eig)), float(np.max(eig))
+        cond = hi / lo if lo > 0 else math.inf
+    if warns is None:
+        warns = _own_warnings(fit, corr, cond)
+    eig = None if eig is None else np.sort(np.asarray(eig, dtype=float))
+    return _CovarianceDiagnostics(corr, eig, cond, tuple(warns), source)
+
+
+def _own_warnings(fit, corr, cond) -> list[str]:
+    out = []
+    if fit.covariance is None:
+        out.append(f"the covariance step failed: {fit.covariance_status}")
+    if cond is not None and cond > _CONDITION_LIMIT:
+        out.append(
+            f"condition number {cond:.4g} > {_CONDITION_LIMIT:g}: the estimates are nearly "
+            "collinear (an over-parameterised model)"
+        )
+    if corr is not None:
+        m = corr.to_numpy(dtype=float)
+        names = list(corr.columns)
+        for i in range(len(names)):
+            for j in range(i):
+                if abs(m[i, j]) > _CORRELATION_LIMIT:
+                    out.append(
+                        f"correlation {m[i, j]:+.3f} between {names[i]} and {names[j]} "
+                        f"(|r| > {_CORRELATION_LIMIT:g})"
+                    )
+    return out
+
+
+def _covariance_section(fit, plots) -> list[str]:
+    cd = _covariance_diagnostics(fit)
+    body = [f"<p>Status: {html.escape(fit.covariance_status)}.</p>"]
+    if cd.warnings:
+        items = "".join(f"<li>{html.escape(w)}</li>" for w in cd.warnings)
+        body.append(
+            f'<div class="warn" id="covariance-warnings"><h3>Warnings ({len(cd.warnings)})'
+            f"</h3><ul>{items}</ul></div>"
+        )
+    else:
+        body.append('<div class="good" id="covariance-warnings">No covariance warnings.</div>')
+    if cd.condition_number is not None:
+        body.append(
+            "<p>Condition number of the correlation matrix (largest over smallest eigenvalue): "
+            f'<b id="condition-number">{cd.condition_number:.10g}</b> '
+            f'<span class="note">(from {html.escape(cd.source)}; flagged above '
+            f"{_CONDITION_LIMIT:g})</span></p>"
+        )
+    if cd.eigenvalues is not None:
+        eig = pd.DataFrame(
+            {"k": np.arange(1, cd.eigenvalues.size + 1), "eigenvalue": cd.eigenvalues}
+        )
+        body += ["<h3>Eigenvalues of the correlation matrix</h3>", _table(eig, table_id="eig")]
+    if cd.correlation is not None:
+        n = len(cd.correlation)
+        body.append("<h3>Correlation matrix of the estimates</h3>")
+        if n <= 30:
+            body.append(_table(cd.correlation.round(4), index=True, table_id="correlation"))
+        else:
+            body.append(f'<p class="note">{n} estimated elements: the table is left out.</p>')
+        if n <= 60:
+            body.append(
+                _img(
+                    plots.correlation_heatmap(cd.correlation),
+                    "correlation heat map",
+                    "correlation-heatmap",
+                )  # fmt: skip
+            )
+    return body
+
+
+# --------------------------------------------------------------------------- dense curves
+
+
+def _fill_covariates(frame: pd.DataFrame, covariates: list[str], rule: str) -> pd.DataFrame:
+    """Covariate values of the added grid rows, within each subject: under NONMEM's rule a
+    record's value holds since the record before it (so the next record's value), under
+    LOCF the last record's."""
+    if not covariates:
+        return frame
+    g = frame.groupby("ID", sort=False)[covariates]
+    first, second = (g.bfill, g.ffill) if rule == "nonmem" else (g.ffill, g.bfill)
+    frame[covariates] = first()
+    frame[covariates] = second() if frame[covariates].isna().any().any() else frame[covariates]
+    return frame
+
+
+def _grid_population(pop, ids: list, n_points: int):
+    """The subjects `ids` of `pop` with observation records added on a fine time grid (DV
+    missing): `n_points` times from the first record to the last observation, and each dose
+    time with a point just before it, so that a bolus shows as a jump."""
+    from ..data._read import read_table
+
+    df = pop.to_dataframe()
+    df = df[df["ID"].isin(ids)].reset_index(drop=True)
+    df["_ORDER"] = 0
+    obs = df[(df["EVID"] == 0) & (df["MDV"] == 0)]
+    covs = list(pop.covariate_names)
+    parts = [df]
+    key = ["ID", "DVID"] if "DVID" in df.columns else ["ID"]
+    for _, g in obs.groupby(key, sort=False):
+        sid = g["ID"].iloc[0]
+        rec = df[df["ID"] == sid]
+        t0, t1 = float(rec["TIME"].min()), float(g["TIME"].max())
+        span = max(t1 - t0, 1e-9)
+        doses = rec.loc[rec["EVID"].isin((1, 4)) & (rec["TIME"] <= t1), "TIME"].to_numpy(float)
+        grid = np.unique(np.concatenate([np.linspace(t0, t1, n_points), doses,
+                                         np.maximum(doses - 1e-6 * span, t0)]))  # fmt: skip
+        new = pd.DataFrame([g.iloc[0]] * grid.size).reset_index(drop=True)
+        new["TIME"] = grid
+        new["DV"] = np.nan
+        new["_ORDER"] = 1
+        if "CENS" in new.columns:
+            new["CENS"] = 0
+        new[covs] = np.nan
+        parts.append(new)
+    full = pd.concat(parts, ignore_index=True)
+    full = full.sort_values(["ID", "TIME", "_ORDER"], kind="stable").reset_index(drop=True)
+    full["ID"] = pd.Categorical(full["ID"], categories=list(dict.fromkeys(ids)), ordered=True)
+    full = full.sort_values(["ID"], kind="stable").reset_index(drop=True)
+    full["ID"] = full["ID"].astype(object)
+    full = _fill_covariates(full, covs, pop.covariate_rule)
+    ep = "DVID" if "DVID" in full.columns else False
+    return read_table(
+        full.drop(columns=["_ORDER"]),
+        columns={},
+        endpoint=ep,
+        endpoints=list(pop.endpoints) if ep else None,
+        covariates=covs,
+        covariate_rule=pop.covariate_rule,
+        allow_missing_dv=True,
+        source_name="the report's time grid",
+    )
+
+
+def dense_predictions(fit, ids: list | None = None, *, n_points: int = 150) -> pd.DataFrame:
+    """IPRED (at the EBEs) and PRED (eta = 0) of the subjects `ids` (default all) on a fine
+    time grid, with their own doses and covariates: one row per grid point and endpoint
+    (columns ID, ENDPOINT, TIME, IPRED, PRED). The program is compiled without LLVM
+    optimisation: it runs once."""
+    import jax
+    import jax.numpy as jnp
+
+    from .._config import compile_lowered
+    from ..likelihood._from_model import batched, binding_of, model_problem
+    from ..results._diagnostics import fit_ode_options
+
+    pop = fit.population
+    ids = list(pop.ids) if ids is None else list(ids)
+    grid = _grid_population(pop, ids, n_points)
+    ode = fit_ode_options(fit)
+    _, predictor = model_problem(fit.model, grid, ode_options=ode)
+    binding = binding_of(fit.model, grid, ode)
+    theta = fit.model.compiled.unpack(jnp.asarray(fit.u))
+    eta = jnp.asarray(fit.ebes.loc[ids].to_numpy(dtype=np.float64))
+
+    def both(theta, eta, data):
+        ip = batched(predictor.predict)(theta, eta, data)
+        pp = batched(predictor.predict)(theta, jnp.zeros_like(eta), data)
+        return ip.dist.pred, pp.dist.pred, ip.ok & pp.ok
+
+    run = compile_lowered(jax.jit(both).lower(theta, eta, binding.data), optimise=False)
+    ipred, ppred, _ = run(theta, eta, binding.data)
+    mask = np.asarray(binding.data.obs_mask)
+    n, t = mask.shape
+    a = grid.arrays()
+    return pd.DataFrame(
+        {
+            "ID": np.repeat(np.asarray(binding.ids, dtype=object), t).reshape(n, t)[mask],
+            "ENDPOINT": np.asarray(grid.endpoints, dtype=object)[a.obs_endpoint][mask],
+            "TIME": np.asarray(binding.data.obs_time)[mask],
+            "IPRED": np.asarray(ipred)[mask],
+            "PRED": np.asarray(ppred)[mask],
+        }
+    )
+
+
+# --------------------------------------------------------------------------- labels
+
+
+def _endpoint_label(model, endpoints) -> str:
+    """The observed variable's name for the axes: `DV (conc)` for `DV ~ Normal(conc, ...)`."""
+    from ..model._ir import Name, Observation
+
+    eps = list(endpoints)
+    if len(eps) != 1:
+        return "observed value"
+    obs = [s for s in model.ir.derived if isinstance(s, Observation)]
+    if len(obs) == 1 and obs[0].args and isinstance(obs[0].args[0], Name):
+        return f"{eps[0]} ({obs[0].args[0].id})"
+    return str(eps[0])
+
+
+def eta_names(model) -> list[str]:
+    """Each random effect's label with the individual parameter it enters, e.g.
+    `eta[1] (cl)` (the first `pre:` variable whose expression uses it)."""
+    from ..model._ir import Index, Name, walk
+
+    labels = list(model.compiled.eta_labels)
+    out = []
+    for label in labels:
+        where = None
+        for stmt in model.ir.pre:
+            for node in walk(stmt.expr):
+                if isinstance(node, Index) and isinstance(node.value, Name):
+                    if f"{node.value.id}[{node.index}]" == label:
+                        where = stmt.name
+                elif isinstance(node, Name) and node.kind == "random" and node.id == label:
+                    where = stmt.name
+            if where:
+                break
+        out.append(f"{label} ({where})" if where else label)
+    return out
+
+
+# --------------------------------------------------------------------------- the report
 
 
 def report_html(
@@ -65,25 +494,32 @@ def report_html(
     *,
     title: str | None = None,
     vpc_sims: int = 200,
+    npde_sims: int = 500,
     seed: int = 0,
-    max_individual_pages: int = 4,
+    max_individual_pages: int = 2,
+    log_scale: bool = False,
+    data_file: str | os.PathLike | None = None,
+    grid_points: int = 150,
 ) -> str:
     """The HTML text of the report of `fit` (see `write_report`)."""
     from ..results import ebe_table, predict, shrinkage, vpc
     from . import plots
 
+    started = time.perf_counter()
     if getattr(fit, "model", None) is None or getattr(fit, "population", None) is None:
         raise OptionError("report: the Fit has no model or population attached")
+    if not isinstance(max_individual_pages, int) or max_individual_pages < 0:
+        raise OptionError(
+            f"report: `max_individual_pages` must be an integer >= 0; got {max_individual_pages!r}"
+        )
+    if data_file is not None and not os.path.isfile(data_file):
+        raise OptionError(f"report: `data_file` {os.fspath(data_file)!r} is not a file")
     name = getattr(fit.method, "name", type(fit.method).__name__)
     title = title or f"deepnlme fit report - {name}"
     table = predict(fit)
     pop = fit.population
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
-    ]
+    ep_label = _endpoint_label(fit.model, pop.endpoints)
+    sections: list[str] = []
     status = (
         '<span class="ok">converged</span>'
         if fit.converged
@@ -102,8 +538,7 @@ def report_html(
                 "estimated parameters",
                 "iterations",
                 "function evaluations",
-                "time (s)",
-            ],
+            ],  # fmt: skip
             "value": [
                 name,
                 f"{fit.ofv:.4f}",
@@ -115,73 +550,216 @@ def report_html(
                 str(fit.n_params),
                 str(fit.n_iter),
                 str(fit.n_eval),
-                f"{fit.timings.get('total', float('nan')):.2f}",
-            ],
+            ],  # fmt: skip
         }
     )
-    parts += [
-        "<h2>Summary</h2>",
-        f"<p>Optimisation: {status} ({html.escape(fit.message)}). "
-        f"Covariance step: {html.escape(fit.covariance_status)}.</p>",
-        _table(summary),
-        "<h2>Estimates</h2>",
-        _table(fit.table().drop(columns=["note"], errors="ignore")),
-        "<h2>Shrinkage</h2>",
-        _table(shrinkage(fit, table)),
-        "<h2>Model</h2>",
-        f"<pre>{html.escape(fit.model.source)}</pre>",
-        "<h2>Data</h2>",
-        f"<pre>{html.escape(pop.summary())}</pre>",
-        "<h2>Goodness of fit</h2>",
-        _img(plots.gof(table), "goodness-of-fit panel"),
-        "<h2>Visual predictive check</h2>",
-    ]
-    v = vpc(fit, n_sim=vpc_sims, seed=seed)
-    parts.append(_img(plots.vpc_plot(v), "visual predictive check"))
-    parts.append(
-        f'<p class="note">{vpc_sims} simulated replicates (seed {seed}); lines: observed '
-        f"5th, 50th, 95th percentiles; bands: {100 * v.ci:g}% intervals of the simulated "
-        "percentiles.</p>"
+    sections.append(
+        _section(
+            "summary",
+            "Summary",
+            [
+                f"<p>Optimisation: {status} ({html.escape(fit.message)}). "
+                f"Covariance step: {html.escape(fit.covariance_status)}.</p>",
+                _table(summary),
+            ],
+        )
     )
+    sections.append(_section("covariance", "Covariance step", _covariance_section(fit, plots)))
+    sections.append(
+        _section(
+            "estimates",
+            "Estimates",
+            [
+                _table(
+                    fit.table().drop(columns=["note"], errors="ignore"), table_id="estimates-table"
+                )
+            ],
+        )
+    )
+    sections.append(_section("shrinkage", "Shrinkage", [_table(shrinkage(fit, table))]))
+    sections.append(_section("data", "Data", [f"<pre>{html.escape(pop.summary())}</pre>"]))
+    sections.append(
+        _section(
+            "gof",
+            "Goodness of fit",
+            [
+                _img(
+                    plots.gof(table, log_scale=log_scale, endpoint_label=ep_label),
+                    "goodness-of-fit panel",
+                    "gof-plot",
+                ),  # fmt: skip
+                '<p class="note">Red: LOWESS smoother (f = 2/3, 3 robustness iterations)'
+                + ("; DV, PRED and IPRED on log scales." if log_scale else ".")
+                + "</p>",
+            ],
+        )
+    )
+    sections.append(_section("npde", "NPDE", _npde_body(fit, table, npde_sims, seed, ep_label)))
     ebes = ebe_table(fit)
     labels = list(fit.model.compiled.eta_labels)
     if labels:
-        parts += [
-            "<h2>Random effects against covariates</h2>",
-            _img(plots.eta_covariates(ebes, labels, pop.covariate_names), "EBEs vs covariates"),
-        ]
-    if len(fit.history):
-        parts += [
-            "<h2>Optimiser trace</h2>",
-            _img(plots.optimizer_trace(fit.history), "optimiser trace"),
-        ]
+        sections.append(_section("random-effects", "Random effects", _eta_body(fit, ebes)))
+    v = vpc(fit, n_sim=vpc_sims, seed=seed)
+    sections.append(
+        _section(
+            "vpc",
+            "Visual predictive check",
+            [
+                _img(
+                    plots.vpc_plot(v, endpoint_label=ep_label),
+                    "visual predictive check",
+                    "vpc-plot",
+                ),  # fmt: skip
+                f'<p class="note">{vpc_sims} data sets simulated from the fitted model (seed '
+                f"{seed}). Solid lines: observed 5th, 50th and 95th percentiles; dashed lines: "
+                f"the medians of the simulated percentiles; shaded bands: {100 * v.ci:g}% "
+                "confidence intervals of the simulated percentiles.</p>",
+            ],
+        )
+    )
+    sections.append(
+        _section(
+            "individual-fits",
+            "Individual fits",
+            _individual_body(fit, table, max_individual_pages, grid_points, log_scale, ep_label),
+        )
+    )
     nets = [p.name for p in fit.model.compiled.params if p.kind == "network"]
     if nets:
-        parts.append("<h2>Network response curves</h2>")
-        try:
-            parts.append(_img(plots.network_curves(fit), "network response curves"))
-        except OptionError as err:
-            parts.append(f'<p class="note">{html.escape(str(err))}</p>')
-    parts.append("<h2>Individual fits</h2>")
-    pages = plots.individual_fits(table)
-    for k, fig in enumerate(pages[:max_individual_pages]):
-        parts.append(_img(fig, f"individual fits, page {k + 1}"))
-    if len(pages) > max_individual_pages:
-        parts.append(
-            f'<p class="note">{len(pages) - max_individual_pages} more pages of individual '
-            "fits are not shown.</p>"
+        body = []
+        for net in nets:
+            try:
+                body.append(_img(plots.network_curves(fit, net), f"network {net} response curves"))
+            except OptionError as err:
+                body.append(f'<p class="note">{html.escape(str(err))}</p>')
+        sections.append(_section("networks", "Network response curves", body))
+    if len(fit.history):
+        sections.append(
+            _section(
+                "optimiser",
+                "Optimiser trace",
+                [_img(plots.optimizer_trace(fit.history), "optimiser trace")],
+            )
         )
-    parts.append("</body></html>")
+    record = _section(
+        "run-record",
+        "Run record",
+        _run_record(fit, data_file, f"{time.perf_counter() - started:.2f} s"),
+    )
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        record,
+        *sections,
+        "</body></html>",
+    ]
     return "\n".join(parts)
 
 
-def write_report(fit, path: str | os.PathLike, **options) -> Path:
+def _npde_body(fit, table, n_sim: int, seed: int, ep_label: str) -> list[str]:
+    from ..results import npde
+    from . import plots
+
+    nd = npde(fit, n_sim=n_sim, seed=seed)
+    # the same records in the same order as predict's table
+    pred = table["PRED"].to_numpy(dtype=float) if len(table) == len(nd) else None
+    v = nd["NPDE"].to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    stats = pd.DataFrame(
+        {
+            "statistic": ["records", "mean (0 expected)", "variance (1 expected)"],
+            "value": [float(v.size), float(np.mean(v)), float(np.var(v, ddof=1))],
+        }
+    )
+    return [
+        _img(plots.npde_panel(nd, pred, endpoint_label=ep_label), "NPDE panel", "npde-plot"),
+        _table(stats, table_id="npde-stats"),
+        f'<p class="note">{n_sim} replicates simulated (seed {seed}); decorrelated NPDE '
+        "(Brendel 2006, Comets 2008).</p>",
+    ]
+
+
+def _eta_body(fit, ebes) -> list[str]:
+    import jax.numpy as jnp
+
+    from . import plots
+
+    labels = list(fit.model.compiled.eta_labels)
+    named = eta_names(fit.model)
+    frame = ebes.rename(columns=dict(zip(labels, named)))
+    omega = np.asarray(fit.model.compiled.omega(fit.model.compiled.unpack(jnp.asarray(fit.u))))
+    body = [
+        "<h3>Distributions</h3>",
+        _img(plots.eta_distributions(frame, named, omega), "EBE histograms", "eta-hist"),
+    ]
+    if len(labels) >= 2:
+        body += ["<h3>Pairs</h3>", _img(plots.eta_pairs(frame, named), "EBE pairs", "eta-pairs")]
+    covs = list(fit.population.covariate_names)
+    if covs:
+        body += [
+            "<h3>Against covariates</h3>",
+            _img(plots.eta_covariates(frame, named, covs), "EBEs vs covariates"),
+        ]
+    return body
+
+
+def _individual_body(fit, table, pages: int, grid_points: int, log_y: bool, ep_label: str):
+    from . import plots
+
+    per_page = 12
+    keys = list(dict.fromkeys(table["ID"]))
+    shown = keys[: pages * per_page]
+    body = []
+    curves = None
+    if shown:
+        try:
+            curves = dense_predictions(fit, shown, n_points=grid_points)
+        except Exception as err:  # noqa: BLE001 (a report shows what it can)
+            body.append(
+                f'<p class="note">IPRED and PRED could not be simulated on a time grid '
+                f"({html.escape(type(err).__name__)}: {html.escape(str(err)[:300])}); the "
+                "predictions at the observation times are joined instead.</p>"
+            )
+    figs = plots.individual_fits(
+        table[table["ID"].isin(shown)], curves=curves, per_page=per_page, log_y=log_y,
+        max_pages=pages, endpoint_label=ep_label,
+    )  # fmt: skip
+    for k, fig in enumerate(figs):
+        body.append(_img(fig, f"individual fits, page {k + 1}", f"individual-{k + 1}"))
+    rest = len(keys) - len(shown)
+    if rest > 0:
+        body.append(
+            f'<p class="note">{rest} more subjects are not shown (option '
+            "`max_individual_pages`).</p>"
+        )
+    return body
+
+
+def write_report(fit, path: str | os.PathLike, **options: Any) -> Path:
     """Write the self-contained HTML report of `fit` to `path` and return the path.
 
-    Contents: summary (method, OFV, -2LL, AIC, BIC, convergence, covariance step), estimates
-    table, shrinkage, model text, data summary, goodness-of-fit panel, VPC, random effects
-    against covariates, optimiser trace, network curves (DeepNLME models) and individual fits.
-    `options`: `title`, `vpc_sims` (200), `seed` (0), `max_individual_pages` (4).
+    Contents: run record (date, deepnlme and JAX versions, data file and its SHA-256, model
+    text, method, wall times), summary (OFV, -2LL, AIC, BIC, convergence), covariance step
+    (correlation matrix and heat map, eigenvalues, condition number, warnings), estimates,
+    shrinkage, data summary, goodness of fit (LOWESS smoothers), NPDE, random effects
+    (histograms against N(0, omega), pairs, against covariates), VPC, individual fits (IPRED
+    and PRED simulated on a fine time grid), network curves (DeepNLME models) and the
+    optimiser trace.
+
+    **Options**
+
+    - `title`; `seed` (0) of the simulations; `vpc_sims` (200) and `npde_sims` (500)
+      replicates.
+    - `log_scale` (False): DV, PRED and IPRED on logarithmic axes in the goodness-of-fit and
+      individual plots.
+    - `data_file`: the CSV the population was read from, for its SHA-256 in the run record
+      (`read_data` keeps the file's name only).
+    - `max_individual_pages` (2, 12 subjects a page), `grid_points` (150) of the curves.
+
+    Example:
+        >>> dn.write_report(fit, "out/report.html", data_file="pheno.csv", log_scale=True)
     """
     p = Path(path)
     text = report_html(fit, **options)

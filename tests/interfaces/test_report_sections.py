@@ -1,0 +1,224 @@
+"""The report's sections hold the fit's own numbers: the run record (versions, the data
+file's SHA-256, the model text), the covariance step (condition number, eigenvalues), and the
+plots' labels; the LOWESS smoother against R's `lowess`; the dense individual curves pass
+through the predictions at the observation times."""
+
+from __future__ import annotations
+
+import hashlib
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+import deepnlme as dn
+from deepnlme.interfaces import plots
+from deepnlme.interfaces.report import (
+    SECTIONS,
+    _covariance_diagnostics,
+    _data_source,
+    _endpoint_label,
+    dense_predictions,
+    eta_names,
+)
+
+
+class _ById(HTMLParser):
+    """The text inside each element that has an id, and the ids in document order."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.text: dict[str, str] = {}
+        self.chunks: dict[str, list[str]] = {}
+        self.order: list[str] = []
+        self._open: list[tuple[str, str | None]] = []
+
+    def handle_starttag(self, tag, attrs):
+        ident = dict(attrs).get("id")
+        if tag in ("img", "meta", "br"):
+            if ident:
+                self.order.append(ident)
+                self.text[ident] = ""
+            return
+        self._open.append((tag, ident))
+        if ident:
+            self.order.append(ident)
+            self.text[ident] = ""
+
+    def handle_endtag(self, tag):
+        while self._open:
+            t, _ = self._open.pop()
+            if t == tag:
+                break
+
+    def handle_data(self, data):
+        for _, ident in self._open:
+            if ident:
+                self.text[ident] += data
+                self.chunks.setdefault(ident, []).append(data)
+
+
+@pytest.fixture(scope="session")
+def shared_fit(fitted):
+    """The command line's theophylline fit (the session's one fit), loaded."""
+    return dn.load_fit(fitted / "fit")
+
+
+@pytest.fixture(scope="session")
+def report(shared_fit, tmp_path_factory):
+    data = dn.datasets.path("theophylline")
+    path = tmp_path_factory.mktemp("report") / "report.html"
+    dn.write_report(shared_fit, path, data_file=data, log_scale=True, vpc_sims=50, npde_sims=100)
+    parser = _ById()
+    text = path.read_text()
+    parser.feed(text)
+    return text, parser
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
+def test_sections_present_in_order(report):
+    _, p = report
+    sections = [s for s in p.order if s in SECTIONS]
+    assert sections == [s for s in SECTIONS if s in sections]
+    for s in ("run-record", "summary", "covariance", "estimates", "gof", "npde",
+              "random-effects", "vpc", "individual-fits"):  # fmt: skip
+        assert s in sections, s
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
+def test_run_record_versions_sha_and_model(report, shared_fit):
+    import jax
+
+    _, p = report
+    assert p.text["version-deepnlme"] == dn.__version__
+    assert p.text["version-jax"] == jax.__version__
+    data = dn.datasets.path("theophylline")
+    with open(data, "rb") as f:
+        assert p.text["data-sha256"] == hashlib.sha256(f.read()).hexdigest()
+    assert p.text["data-file"] == "theoph_nm.csv"
+    assert p.text["model-text"] == shared_fit.model.source
+    assert p.text["method"].startswith(shared_fit.method.name + "(")
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
+def test_covariance_numbers_are_the_fits(report, shared_fit):
+    _, p = report
+    cond = getattr(shared_fit, "condition_number", None)
+    if cond is None:  # (before the Fit computes it, the report does from fit.covariance)
+        pytest.skip("this Fit has no condition_number")
+    assert float(p.text["condition-number"]) == pytest.approx(cond, rel=1e-9)
+    eig = getattr(shared_fit, "eigenvalues", None)
+    cells = [float(x) for x in p.chunks["eig"][2:]]  # k, eigenvalue, 1, v1, 2, v2, ...
+    np.testing.assert_allclose(cells[1::2], np.sort(eig), rtol=1e-4)
+    assert "covariance-warnings" in p.text
+    assert "correlation-heatmap" in p.order
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
+def test_in_memory_data_and_a_mismatched_file(shared_fit):
+    pop = dn.read_data(shared_fit.population.to_dataframe())
+    src = _data_source(pop, None)
+    assert src["name"].startswith("in memory") and src["sha256"] is None
+    # (a loaded fit's population is rebuilt from the saved table: it keeps no file name)
+    read = dn.read_data(dn.datasets.path("theophylline"))
+    own = _data_source(read, None)
+    assert own["name"] == "theoph_nm.csv" and own["sha256"] is None and "data_file" in own["note"]
+    other = _data_source(read, dn.datasets.path("indomethacin"))
+    assert "not from the file given" in other["note"]
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
+def test_dense_curves_pass_through_the_predictions(shared_fit):
+    table = dn.predict(shared_fit)
+    ids = list(dict.fromkeys(table["ID"]))[:2]
+    curves = dense_predictions(shared_fit, ids, n_points=60)
+    for sid in ids:
+        c = curves[curves["ID"] == sid]
+        t = table[table["ID"] == sid]
+        assert len(c) > 60 > len(t)
+        for _, row in t.iterrows():
+            at = c[c["TIME"] == row["TIME"]]
+            assert len(at) >= 1
+            np.testing.assert_allclose(at["IPRED"], row["IPRED"], rtol=1e-9, atol=1e-12)
+            np.testing.assert_allclose(at["PRED"], row["PRED"], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
+def test_vpc_legend_tells_observed_from_simulated(shared_fit):
+    fig = plots.vpc_plot(dn.vpc(shared_fit, n_sim=20, seed=1), endpoint_label="DV (conc)")
+    texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "observed data" in texts
+    assert "simulated 5th percentile, 95% CI" in texts
+    assert "observed 95th percentile" in texts
+    assert fig.axes[0].get_ylabel() == "DV (conc)"
+
+
+def _model(name: str) -> str:
+    from importlib import resources
+
+    path = resources.files("deepnlme.datasets").joinpath("models", f"{name}.model")
+    return path.read_text()
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
+def test_labels_from_the_model_text(shared_fit):
+    assert eta_names(shared_fit.model) == ["eta[0] (ka)", "eta[1] (cl)", "eta[2] (v)"]
+    model = dn.load_model(_model("deepnlme_theophylline"))
+    assert plots.network_inputs(model, "NN") == ["WT"]
+    assert _endpoint_label(shared_fit.model, ("DV",)) == "DV (conc)"
+
+
+def test_covariance_fallback_from_the_covariance_matrix():
+    """Without the Fit's own diagnostics, the report computes them from `fit.covariance`:
+    fixed elements (zero variance) left out, eigenvalues of the correlation, their ratio."""
+    import types
+
+    import pandas as pd
+
+    names = ["a", "b", "fixed", "c"]
+    sd = np.array([2.0, 0.5, 0.0, 3.0])
+    corr = np.array([[1, 0.9, 0, 0.2], [0.9, 1, 0, -0.1], [0, 0, 1, 0], [0.2, -0.1, 0, 1]])
+    cov = pd.DataFrame(corr * np.outer(sd, sd), index=names, columns=names)
+    fit = types.SimpleNamespace(covariance=cov, covariance_status="ok")
+    cd = _covariance_diagnostics(fit)
+    assert list(cd.correlation.columns) == ["a", "b", "c"]
+    eig = np.linalg.eigvalsh(corr[np.ix_([0, 1, 3], [0, 1, 3])])
+    np.testing.assert_allclose(cd.eigenvalues, eig, rtol=1e-12)
+    assert cd.condition_number == pytest.approx(eig[-1] / eig[0], rel=1e-12)
+    assert cd.warnings == ()  # |r| 0.9 < 0.95 and condition number ~ 20
+
+
+# R 4.x: lowess(cars)$y (f = 2/3, iter = 3, delta = 0.01 * diff(range(speed)))
+_CARS_SPEED = [4, 4, 7, 7, 8, 9, 10, 10, 10, 11, 11, 12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14,
+               14, 15, 15, 15, 16, 16, 17, 17, 17, 18, 18, 18, 18, 19, 19, 19, 20, 20, 20, 20, 20,
+               22, 23, 24, 24, 24, 24, 25]  # fmt: skip
+_CARS_DIST = [2, 10, 4, 22, 16, 10, 18, 26, 34, 17, 28, 14, 20, 24, 28, 26, 34, 34, 46, 26, 36,
+              60, 80, 20, 26, 54, 32, 40, 32, 40, 50, 42, 56, 76, 84, 36, 46, 68, 32, 48, 52, 56,
+              64, 66, 54, 70, 92, 93, 120, 85]  # fmt: skip
+_R_LOWESS_CARS = [4.965459, 4.965459, 13.124495, 13.124495, 15.858633, 18.579691, 21.280313,
+                  21.280313, 21.280313, 24.129277, 24.129277, 27.119549, 27.119549, 27.119549,
+                  27.119549, 30.027276, 30.027276, 30.027276, 30.027276, 32.962506, 32.962506,
+                  32.962506, 32.962506, 36.757728, 36.757728, 36.757728, 40.435075, 40.435075,
+                  43.463492, 43.463492, 43.463492, 46.885479, 46.885479, 46.885479, 46.885479,
+                  50.793152, 50.793152, 50.793152, 56.491224, 56.491224, 56.491224, 56.491224,
+                  56.491224, 67.585824, 73.079695, 78.643164, 78.643164, 78.643164, 78.643164,
+                  84.328698]  # fmt: skip
+
+
+def test_lowess_matches_r_on_cars():
+    x, y = plots.lowess(_CARS_SPEED, _CARS_DIST)
+    np.testing.assert_array_equal(x, _CARS_SPEED)
+    np.testing.assert_allclose(y, _R_LOWESS_CARS, atol=5e-7)
+
+
+def test_lowess_reproduces_a_line_and_resists_an_outlier():
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.0, 10.0, 80)
+    line = 2.0 - 0.5 * x
+    np.testing.assert_allclose(plots.lowess(x, line)[1], np.sort(line)[::-1], atol=1e-12)
+    y = line.copy()
+    y[np.argmin(np.abs(x - 5.0))] += 50.0  # one gross outlier
+    xs, ys = plots.lowess(x, y)
+    np.testing.assert_allclose(ys, 2.0 - 0.5 * xs, atol=1e-6)  # the robust passes drop it
+    xs, ys = plots.lowess(x[::-1], y[::-1])  # order of the input does not matter
+    np.testing.assert_allclose(ys, 2.0 - 0.5 * xs, atol=1e-6)
