@@ -1,0 +1,82 @@
+"""The HTML report's cost against the fit's: pheno (phenobarbital, FOCEI), fitted and reported
+in one fresh process, as the command line does (`deepnlme fit ... --out`).
+
+    .venv/bin/python benchmarks/bench_report.py [--repeat N]
+
+Prints the fit's wall time (and its compile / optimisation / covariance split), the report's,
+and the report's parts: the predictions, the simulations (VPC, NPDE), the dense individual
+curves, and the rendering of each figure. A first run after deepnlme's source changed compiles
+the fit's programs again (the program store keys on the source): run it twice and read the
+second. One-off measurements on a shared machine vary by a factor of two or more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _timed(module, name: str, log: dict, key: str | None = None):
+    """Wrap `module.name` to add its wall time to `log[key]`."""
+    original = getattr(module, name)
+
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            k = key or name
+            log[k] = log.get(k, 0.0) + time.perf_counter() - t0
+
+    setattr(module, name, wrapper)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=1, help="reports written after the fit")
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    import deepnlme as dn
+    from deepnlme import results
+    from deepnlme.interfaces import plots, report
+
+    t_import = time.perf_counter() - t0
+    parts: dict[str, float] = {}
+    for name in ("predict", "npde", "vpc", "ebe_table", "shrinkage"):
+        _timed(results, name, parts)
+    _timed(report, "dense_predictions", parts, "dense curves")
+    _timed(plots, "to_png", parts, "rendering (PNG)")
+
+    data = dn.datasets.path("phenobarbital")
+    t0 = time.perf_counter()
+    pop = dn.read_data(data)
+    model = dn.load_model((ROOT / "examples" / "phenobarbital.model").read_text())
+    fit = dn.fit(model, pop, dn.FOCEI(), progress=False)
+    t_fit = time.perf_counter() - t0
+    split = ", ".join(f"{k} {v:.2f} s" for k, v in fit.timings.items())
+    print(f"import deepnlme: {t_import:.2f} s")
+    print(f"fit (read, load, FOCEI): {t_fit:.2f} s ({split})")
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in range(args.repeat):
+            parts.clear()
+            t0 = time.perf_counter()
+            path = dn.write_report(fit, os.path.join(tmp, "report.html"), data_file=data)
+            t_rep = time.perf_counter() - t0
+            size = path.stat().st_size / 1e6
+            print(f"report {k + 1}: {t_rep:.2f} s ({100 * t_rep / t_fit:.0f}% of the fit), "
+                  f"{size:.1f} MB")  # fmt: skip
+            for name, v in sorted(parts.items(), key=lambda kv: -kv[1]):
+                print(f"    {name:<18} {v:6.2f} s")
+    load = os.getloadavg()
+    print(f"load average (1, 5, 15 min): {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
+          f"on {os.cpu_count()} cores")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
