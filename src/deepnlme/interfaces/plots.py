@@ -177,7 +177,8 @@ def gof(
     IPRED, CWRES vs TIME, CWRES vs PRED, and a normal QQ plot of CWRES, each with a LOWESS
     smoother (red). `log_scale` puts DV, PRED and IPRED on logarithmic axes;
     `endpoint_label` names the observed variable on the axes. Returns a Figure."""
-    fig, ax = _figure(2, 3, (12, 7.5))
+    fig, ax = _figure(2, 3, (12, 7.5), constrained=False)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.08, top=0.9, hspace=0.35, wspace=0.25)
     t = table
     lab = {"DV": f"observed {endpoint_label}", "PRED": "PRED", "IPRED": "IPRED"}
     panels = [
@@ -329,7 +330,8 @@ def npde_panel(npde_table: pd.DataFrame, pred: Any = None, *, endpoint_label: st
     and NPDE vs PRED (`pred`: the PRED of the same records, e.g. `predict(fit)["PRED"]`), with
     LOWESS smoothers and the 5th/95th percentiles of N(0, 1) dashed."""
     v = npde_table["NPDE"].to_numpy(dtype=float)
-    fig, ax = _figure(1, 3, (12, 3.6))
+    fig, ax = _figure(1, 3, (12, 3.6), constrained=False)
+    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.15, top=0.82, wspace=0.25)
     a = ax[0, 0]
     ok = np.isfinite(v)
     a.hist(v[ok], bins=max(5, min(30, int(ok.sum()) // 5)), density=True, color="tab:blue",
