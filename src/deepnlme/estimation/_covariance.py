@@ -9,10 +9,12 @@ and its default sandwich R^-1 S R^-1.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
+import pandas as pd
 
 from ..errors import OptionError
 
@@ -154,3 +156,75 @@ def resolve_covariance(covariance: Covariance | str | None) -> Covariance | None
         f"fit: option `covariance` must be one of {(*COVARIANCES, None)} or a covariance "
         f"object (Sandwich(), RMatrix(), SMatrix()); got {covariance!r}"
     )
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+CONDITION_LIMIT = 1000.0
+"""A condition number of the correlation matrix above this is reported (PsN's rule)."""
+
+CORRELATION_LIMIT = 0.95
+"""A pair of estimates correlated beyond this (in absolute value) is reported."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CovarianceDiagnostics:
+    """What NONMEM prints after its covariance step, and PsN's condition number.
+
+    - `correlation`: the correlation matrix of the estimates (labelled DataFrame).
+    - `eigenvalues`: the eigenvalues of `correlation`, ascending.
+    - `condition_number`: largest / smallest eigenvalue (inf when the smallest is <= 0).
+    - `warnings`: a condition number above `CONDITION_LIMIT` (1000), and each pair of
+      estimates with |correlation| above `CORRELATION_LIMIT` (0.95), naming the pair.
+    """
+
+    correlation: Any
+    eigenvalues: np.ndarray
+    condition_number: float
+    warnings: tuple[str, ...]
+
+
+def covariance_diagnostics(cov: np.ndarray, labels: list[str]) -> CovarianceDiagnostics:
+    """The correlation matrix of the covariance `cov` (rows and columns `labels`), its
+    eigenvalues, condition number and warnings (`CovarianceDiagnostics`).
+
+    A parameter with zero or non-finite variance gets NaN correlations and is left out of the
+    eigenvalues (it has none to speak of)."""
+    cov = np.asarray(cov, dtype=np.float64)
+    sd = np.sqrt(np.clip(np.diag(cov), 0.0, None))
+    keep = np.isfinite(sd) & (sd > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        corr = cov / np.outer(sd, sd)
+    corr[~keep, :] = np.nan
+    corr[:, ~keep] = np.nan
+    corr = 0.5 * (corr + corr.T)
+    np.fill_diagonal(corr, np.where(keep, 1.0, np.nan))
+    sub = corr[np.ix_(keep, keep)]
+    if sub.size and np.all(np.isfinite(sub)):
+        eig = np.linalg.eigvalsh(sub)
+    else:
+        eig = np.zeros(0)
+    if eig.size == 0:
+        cond = math.nan
+    elif eig[0] <= 0:
+        cond = math.inf
+    else:
+        cond = float(eig[-1] / eig[0])
+    warnings = []
+    if not cond <= CONDITION_LIMIT and not math.isnan(cond):
+        warnings.append(
+            f"condition number {cond:.5g} > {CONDITION_LIMIT:g} (largest / smallest eigenvalue "
+            "of the correlation matrix of the estimates): the estimates are close to "
+            "collinear; some parameter may be poorly identified by these data"
+        )
+    n = len(labels)
+    for i in range(n):
+        for j in range(i):
+            r = corr[i, j]
+            if np.isfinite(r) and abs(r) > CORRELATION_LIMIT:
+                warnings.append(
+                    f"the estimates of {labels[j]} and {labels[i]} are correlated "
+                    f"(r = {r:.3f}, |r| > {CORRELATION_LIMIT:g})"
+                )
+    frame = pd.DataFrame(corr, index=list(labels), columns=list(labels))
+    return CovarianceDiagnostics(frame, eig, cond, tuple(warnings))
