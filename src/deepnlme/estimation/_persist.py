@@ -192,6 +192,7 @@ def save_fit(fit, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
         "fixed": list(fit.fixed),
         "timings": _clean(fit.timings),
         "shrinkage": _clean(fit.shrinkage),
+        "shrinkage_unit": "percent",
         "estimates": {
             "kinds": estimate_kinds,
             "values": _clean({k: np.asarray(v).tolist() for k, v in fit.estimates.items()}),
@@ -204,7 +205,7 @@ def save_fit(fit, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
             "index": [str(i) for i in fit.covariance.index],
             "columns": [str(c) for c in fit.covariance.columns],
         },
-        "table": _frame_to_json(fit.table()),
+        "table": _frame_to_json(fit.raw_table()),
     }
     payload["checksum"] = {"algorithm": "sha256", "value": _checksum(payload, arrays)}
     buf = io.BytesIO()
@@ -597,6 +598,16 @@ def load_fit(path: str | os.PathLike):
         ) from err
 
 
+def _saved_shrinkage(payload: dict) -> dict[str, float]:
+    """The eta-shrinkage of a saved fit in percent. Fits saved before `Fit.shrinkage` was in
+    percent (no "shrinkage_unit" in the file) hold fractions: they are read as percent."""
+    factor = 1.0 if payload.get("shrinkage_unit") == "percent" else 100.0
+    return {
+        str(k): (math.nan if v is None else factor * float(v))
+        for k, v in payload["shrinkage"].items()
+    }
+
+
 def _loaded_fit(payload: dict, arrays: dict[str, np.ndarray], jpath: Path):
     """The `Fit` of a checked payload and arrays (`load_fit`)."""
     model = _saved_model(payload, jpath)
@@ -640,7 +651,7 @@ def _loaded_fit(payload: dict, arrays: dict[str, np.ndarray], jpath: Path):
         u=u,
         ebes=ebes,
         eta_cov=arrays["eta_cov"],
-        shrinkage={k: (math.nan if v is None else v) for k, v in payload["shrinkage"].items()},
+        shrinkage=_saved_shrinkage(payload),
         converged=bool(stats["converged"]),
         message=str(stats["message"]),
         n_iter=int(stats["n_iter"]),

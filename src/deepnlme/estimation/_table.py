@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 
@@ -11,6 +12,19 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from ..model._distributions import DISTRIBUTIONS
+from ..model._ir import (
+    Assign,
+    BinOp,
+    Call,
+    Derivative,
+    Index,
+    Name,
+    Observation,
+    Unary,
+    to_source,
+    walk,
+)
 from ._compiled import post_functions
 
 
@@ -99,12 +113,14 @@ def omega_jac_args(problem, estimates) -> tuple[dict, dict] | None:
 
 
 def shrinkage(problem, eta, omega, method) -> dict[str, float]:
+    """eta-shrinkage in percent (NONMEM's SD-based 100 (1 - SD(EBE_j) / sqrt(Omega_jj))), by
+    random-effect label; NaN without random effects, for one subject or a zero variance."""
     out = {}
     for j, label in enumerate(problem.eta_labels):
         if not method.random_effects or eta.shape[0] < 2 or not omega[j, j] > 0:
             out[label] = float("nan")
         else:
-            out[label] = float(1.0 - np.std(eta[:, j], ddof=1) / math.sqrt(omega[j, j]))
+            out[label] = 100.0 * float(1.0 - np.std(eta[:, j], ddof=1) / math.sqrt(omega[j, j]))
     return out
 
 
@@ -124,17 +140,714 @@ def add_shrinkage(table, problem, shrink, estimates) -> pd.DataFrame:
                     diag_rows[label] = j
     table = table.copy()
     for label, j in diag_rows.items():
-        table.loc[table["parameter"] == label, "shrinkage%"] = 100.0 * shrink[problem.eta_labels[j]]
+        table.loc[table["parameter"] == label, "shrinkage%"] = shrink[problem.eta_labels[j]]
     extra = pd.DataFrame(
         [
             {
                 "parameter": f"eta-shrinkage({lab})",
                 "kind": "shrinkage",
-                "estimate": 100.0 * s,
-                "shrinkage%": 100.0 * s,
+                "estimate": s,
+                "shrinkage%": s,
                 "note": "SD-based, %",
             }
             for lab, s in shrink.items()
         ]
     )
     return pd.concat([table, extra], ignore_index=True)
+
+
+# =========================================================================== presentation
+#
+# `Fit.table()`: the estimates as a pharmacometrician reads them (nlmixr2's $parFixed,
+# Pumas's coeftable), in blocks, computed from the developer table (`Fit.raw_table()`), the
+# declared-scale covariance and the model's expression tree.
+
+Z = 1.959963984540054  # the 97.5% quantile of N(0, 1)
+
+BLOCK_FIXED = "fixed effects"
+BLOCK_BSV = "between-subject variability"
+BLOCK_RESIDUAL = "residual error"
+BLOCK_NETWORKS = "networks"
+
+COLUMNS = (
+    "block",
+    "parameter",
+    "label",
+    "estimate",
+    "se",
+    "rse%",
+    "ci_2.5%",
+    "ci_97.5%",
+    "back-transformed",
+    "back_ci_2.5%",
+    "back_ci_97.5%",
+    "sd",
+    "cv%",
+    "shrinkage%",
+    "note",
+)
+
+_MAX_ALIASES = 200  # pre names followed through when reading one expression
+
+
+@dataclasses.dataclass
+class _Reading:
+    """What the model's expression tree says about each parameter and random effect."""
+
+    theta_targets: dict[str, list[str]]  # fixed-effect element label -> where it enters
+    log_scale: dict[str, list[str]]  # label -> pre names written exp(label + ...)
+    eta_targets: dict[int, list[str]]  # flat eta index -> where it enters
+    eta_exp: set[int]  # random effects that enter only through exp(...)
+    residual_roles: dict[str, tuple[str, bool]]  # label -> (role, positive scale)
+
+
+def _eta_offsets(ir) -> dict[str, tuple[int, int]]:
+    out, off = {}, 0
+    for r in ir.random:
+        out[r.name] = (off, r.size)
+        off += r.size
+    return out
+
+
+def _param_shapes(model) -> dict[str, tuple[int, ...]]:
+    return {p.name: tuple(p.shape) for p in model.params}
+
+
+def _theta_ref(e, shapes) -> str | None:
+    """The element label of a scalar parameter reference (`tcl`, `th[0]` -> `th[1]`)."""
+    if isinstance(e, Name) and e.kind == "param" and shapes.get(e.id) == ():
+        return e.id
+    if isinstance(e, Index) and isinstance(e.value, Name) and e.value.kind == "param":
+        return f"{e.value.id}[{e.index + 1}]"
+    return None
+
+
+def _eta_ref(e, offsets) -> int | None:
+    """The flat index of a scalar random-effect reference (`eta[1]`, `eta_cl`)."""
+    if isinstance(e, Index) and isinstance(e.value, Name) and e.value.kind == "random":
+        return offsets[e.value.id][0] + e.index
+    if isinstance(e, Name) and e.kind == "random" and offsets[e.id][1] == 1:
+        return offsets[e.id][0]
+    return None
+
+
+def _mentions(e, offsets, shapes) -> tuple[set[int], set[str], dict[int, set[str]]]:
+    """The random effects and parameter elements an expression names (whole vectors count as
+    all their elements), and for random effects the networks whose inputs they are."""
+    etas, thetas, through = set(), set(), {}
+    seen_child = set()
+    for node in walk(e):
+        if isinstance(node, Call) and node.kind == "param":
+            for a in node.args:
+                for j in _mentions(a, offsets, shapes)[0]:
+                    through.setdefault(j, set()).add(node.func)
+        if isinstance(node, Index) and isinstance(node.value, Name):
+            seen_child.add(id(node.value))
+            if node.value.kind == "random":
+                etas.add(offsets[node.value.id][0] + node.index)
+            elif node.value.kind == "param":
+                thetas.add(f"{node.value.id}[{node.index + 1}]")
+        elif isinstance(node, Name) and id(node) not in seen_child:
+            if node.kind == "random":
+                off, size = offsets[node.id]
+                etas.update(range(off, off + size))
+            elif node.kind == "param":
+                shape = shapes.get(node.id, ())
+                if shape == ():
+                    thetas.add(node.id)
+                elif len(shape) == 1:
+                    thetas.update(f"{node.id}[{i + 1}]" for i in range(shape[0]))
+    return etas, thetas, through
+
+
+def _factors(e, pre: dict, budget: list[int]) -> list:
+    """The multiplicative factors of `e` (numerators; pre names followed through)."""
+    out, stack = [], [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, BinOp) and x.op == "*":
+            stack += [x.right, x.left]
+        elif isinstance(x, BinOp) and x.op == "/":
+            stack.append(x.left)
+        elif isinstance(x, Name) and x.kind == "pre" and x.id in pre and budget[0] > 0:
+            budget[0] -= 1
+            stack.append(pre[x.id])
+        else:
+            out.append(x)
+    return out
+
+
+def _terms(e, pre: dict, budget: list[int], aliases: set[str]) -> list[tuple[int, object]]:
+    """The signed terms of the sum `e` (pre names followed through, recorded in `aliases`)."""
+    out, stack = [], [(1, e)]
+    while stack:
+        sign, x = stack.pop()
+        if isinstance(x, BinOp) and x.op in ("+", "-"):
+            stack += [(sign if x.op == "+" else -sign, x.right), (sign, x.left)]
+        elif isinstance(x, Unary) and x.op in ("-", "+"):
+            stack.append((-sign if x.op == "-" else sign, x.operand))
+        elif isinstance(x, Name) and x.kind == "pre" and x.id in pre and budget[0] > 0:
+            budget[0] -= 1
+            aliases.add(x.id)
+            stack.append((sign, pre[x.id]))
+        else:
+            out.append((sign, x))
+    return out
+
+
+def _individual_statements(ir) -> list[tuple[str, object]]:
+    """(name, expression) of the individual parameters: `pre:` and `dosing:` statements."""
+    return [(a.name, a.expr) for a in ir.pre] + [
+        (f"{s.kind}[{s.state}]", s.expr) for s in ir.dosing
+    ]
+
+
+def _other_blocks(ir):
+    """(where, expression) of the other statements that may name a parameter."""
+    for s in ir.init:
+        yield f"init {s.name}", s.expr
+    for s in ir.dynamics:
+        if isinstance(s, Assign | Derivative):
+            yield "dynamics", s.expr
+    for s in ir.derived:
+        if isinstance(s, Assign):
+            yield "derived", s.expr
+
+
+_ROLES = {
+    ("Normal", "sd"): "additive SD",
+    ("Additive", "sd"): "additive SD",
+    ("Proportional", "sd_prop"): "proportional SD (fraction of the prediction)",
+    ("Combined", "sd_add"): "additive SD",
+    ("Combined", "sd_prop"): "proportional SD (fraction of the prediction)",
+    ("LogNormal", "sd"): "SD of log(y) (exponential error)",
+    ("BoxCox", "sd"): "SD on the Box-Cox scale",
+    ("BoxCox", "lam"): "Box-Cox lambda",
+    ("YeoJohnson", "sd"): "SD on the Yeo-Johnson scale",
+    ("YeoJohnson", "lam"): "Yeo-Johnson lambda",
+    ("LogitNormal", "sd"): "SD on the logit scale",
+}
+
+
+def read_model(model) -> _Reading:
+    """How each fixed effect, random effect and residual parameter enters the model, read from
+    its expression tree (never from names).
+
+    - A fixed effect is on the log scale for an individual parameter `p` (of `pre:`, or a
+      `dosing:` statement) where `p` is a product with a factor `exp(theta + ...)` (theta a
+      plain term of the sum, with a plus sign); `exp(theta)` alone counts. Intermediate
+      `pre:` names are followed.
+    - A random effect enters through exp when every individual parameter that names it has it
+      as a plain term of such an `exp(...)` factor (`exp(theta + eta)`, `theta * exp(eta)`,
+      either sign) or only adds it to a sum that is itself used inside one (`lcl = tcl + eta`,
+      `cl = exp(lcl)`); a random effect in a network's inputs or named outside `pre:` does not.
+    """
+    ir = model.ir
+    offsets = _eta_offsets(ir)
+    shapes = _param_shapes(model)
+    pre = {a.name: a.expr for a in ir.pre}
+    theta_targets: dict[str, list[str]] = {}
+    eta_targets: dict[int, list[str]] = {}
+    log_scale: dict[str, list[str]] = {}
+    exp_etas: set[int] = set()
+    aliases: set[str] = set()
+    direct_exp: dict[str, set[int]] = {}
+    statements = _individual_statements(ir)
+    for name, expr in statements:
+        budget = [_MAX_ALIASES]
+        direct_exp[name] = set()
+        for f in _factors(expr, pre, budget):
+            if not (isinstance(f, Call) and f.kind == "function" and f.func == "exp"):
+                continue
+            direct = f in _factors(expr, {}, [0])
+            for sign, t in _terms(f.args[0], pre, budget, aliases):
+                th = _theta_ref(t, shapes)
+                if th is not None and sign > 0:
+                    log_scale.setdefault(th, []).append(name)
+                j = _eta_ref(t, offsets)
+                if j is not None:
+                    exp_etas.add(j)
+                    if direct:
+                        direct_exp[name].add(j)
+    other: set[int] = set()
+    for name, expr in statements:
+        etas, thetas, through = _mentions(expr, offsets, shapes)
+        for th in sorted(thetas):
+            theta_targets.setdefault(th, []).append(name)
+        for j in sorted(etas):
+            nets = through.get(j)
+            eta_targets.setdefault(j, []).append(
+                f"{name} (through {', '.join(sorted(nets))})" if nets else name
+            )
+        neutral = set(direct_exp[name])
+        if name in aliases:  # a sum used inside exp(...): its plain terms are neutral
+            for _, t in _terms(expr, {}, [0], set()):
+                j = _eta_ref(t, offsets)
+                if j is not None:
+                    neutral.add(j)
+        other |= (etas - neutral) | set(through)
+    for where, expr in _other_blocks(ir):
+        etas, thetas, through = _mentions(expr, offsets, shapes)
+        for th in sorted(thetas):
+            if where not in theta_targets.setdefault(th, []):
+                theta_targets[th].append(where)
+        for j in sorted(etas):
+            nets = through.get(j)
+            text = f"{', '.join(sorted(nets))} in {where}" if nets else where
+            if text not in eta_targets.setdefault(j, []):
+                eta_targets[j].append(text)
+        other |= etas
+    roles: dict[str, tuple[str, bool]] = {}
+    derived_vars = {s.name: s.expr for s in ir.derived if isinstance(s, Assign)}
+    for s in ir.derived:
+        if not isinstance(s, Observation) or s.dist not in DISTRIBUTIONS:
+            continue
+        spec = DISTRIBUTIONS[s.dist]
+        for argname, arg in zip(spec.argnames, s.args):
+            if argname not in spec.scale_args:
+                continue
+            role = _ROLES.get((s.dist, argname), argname)
+            positive = argname != "lam"
+            th = _theta_ref(arg, shapes)
+            if th is not None:
+                roles.setdefault(th, (f"{role} of {s.name}", positive))
+                continue
+            for th in sorted(_scale_mentions(arg, derived_vars, offsets, shapes)):
+                roles.setdefault(th, (f"in the {argname} of {s.name}: {to_source(arg)}", False))
+    return _Reading(theta_targets, log_scale, eta_targets, exp_etas - other, roles)
+
+
+def _scale_mentions(arg, derived_vars, offsets, shapes) -> set[str]:
+    """The parameter elements an observation argument names, through `derived:` variables."""
+    out, stack, seen = set(), [arg], 0
+    while stack and seen < _MAX_ALIASES:
+        e = stack.pop()
+        seen += 1
+        out |= _mentions(e, offsets, shapes)[1]
+        for n in walk(e):
+            if isinstance(n, Name) and n.kind == "var" and n.id in derived_vars:
+                stack.append(derived_vars[n.id])
+    return out
+
+
+def _row(block: str, parameter: str, label: str, **values) -> dict:
+    row = {c: math.nan for c in COLUMNS}
+    row.update(block=block, parameter=parameter, label=label, note="")
+    row.update(values)
+    return row
+
+
+def _log_ci(est: float, se: float) -> tuple[float, float]:
+    """The 95% CI of a positive quantity from a CI of its log (delta method: SE/est)."""
+    if not (est > 0 and np.isfinite(se)):
+        return math.nan, math.nan
+    half = Z * se / est
+    return est * math.exp(-half), est * math.exp(half)
+
+
+def _rse(est: float, se: float) -> float:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(100.0 * se / abs(est)) if est != 0 else math.nan
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+def presentation_table(fit) -> pd.DataFrame:
+    """`Fit.table()` (its docstring describes the columns)."""
+    raw = fit._table
+    raw = raw[raw["kind"] != "shrinkage"].reset_index(drop=True)
+    reading = read_model(fit.model) if fit.model is not None else None
+    rows: list[dict] = []
+    rows += _fixed_rows(raw, reading)
+    if fit.problem is not None:
+        rows += _bsv_rows(fit, raw, reading)
+    rows += _residual_rows(raw, reading)
+    rows += _network_rows(fit, raw)
+    known = {"fixed effect", "variance", "residual", "network"}
+    for r in raw[~raw["kind"].isin(known)].to_dict("records"):
+        rows.append(_raw_row(BLOCK_FIXED, r, r["parameter"]))
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    for c in COLUMNS:
+        if c not in ("block", "parameter", "label", "note"):
+            table[c] = table[c].astype(np.float64)
+    return table
+
+
+def _raw_row(block: str, r: dict, label: str) -> dict:
+    """A row of the table from a row `r` of the developer table."""
+    return _row(
+        block,
+        r["parameter"],
+        label,
+        estimate=float(r["estimate"]),
+        se=float(r["se"]),
+        **{k: float(r[k]) for k in ("rse%", "ci_2.5%", "ci_97.5%")},
+        note=str(r["note"] or ""),
+    )
+
+
+def _fixed_rows(raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
+    out = []
+    for r in raw[raw["kind"] == "fixed effect"].to_dict("records"):
+        name = r["parameter"]
+        targets = reading.theta_targets.get(name, []) if reading else []
+        label = f"{name} -> {', '.join(targets)}" if targets else name
+        row = _raw_row(BLOCK_FIXED, r, label)
+        where = reading.log_scale.get(name) if reading else None
+        if where:
+            est, lo, hi = row["estimate"], row["ci_2.5%"], row["ci_97.5%"]
+            row["back-transformed"] = math.exp(est)
+            row["back_ci_2.5%"] = math.exp(lo) if np.isfinite(lo) else math.nan
+            row["back_ci_97.5%"] = math.exp(hi) if np.isfinite(hi) else math.nan
+            typical = ", ".join(dict.fromkeys(where))
+            row["note"] = _join(row["note"], f"exp({name}): typical {typical}")
+        out.append(row)
+    return out
+
+
+def _variance_elements(problem) -> list[tuple[str, str, tuple]]:
+    return [
+        (label, pi.name, idx)
+        for pi in problem.param_info
+        if pi.kind == "variance"
+        for label, idx in flat_names(pi.name, pi.kind, pi.shape)
+    ]
+
+
+def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
+    problem = fit.problem
+    q = problem.n_eta
+    if q == 0:
+        return []
+    labels = list(problem.eta_labels)
+    u = jax.device_put(np.asarray(fit.u, dtype=np.float64))
+    omega = np.asarray(post_functions(problem)[0](u)[1])
+    elems = _variance_elements(problem)
+    by_label = raw.set_index("parameter")
+    grads = np.zeros((q, q, len(elems)))
+    jac_args = omega_jac_args(problem, fit.estimates)
+    if jac_args is not None and elems:
+        d_all = {k: np.asarray(v) for k, v in post_functions(problem)[2](*jac_args).items()}
+        for e, (_, name, idx) in enumerate(elems):
+            grads[:, :, e] = d_all[name][(slice(None), slice(None), *idx)]
+    # what Omega depends on at all (a structural zero depends on nothing)
+    d_u = np.asarray(jax.jacfwd(lambda z: problem.omega(problem.unpack(z)))(u))
+    elem_labels = [lab for lab, _, _ in elems]
+    cov = None
+    if fit.covariance is not None and elems:
+        cov = fit.covariance.loc[elem_labels, elem_labels].to_numpy(dtype=np.float64)
+    fixed_elem = np.array(
+        [lab not in by_label.index or by_label.loc[lab, "note"] == "fixed" for lab in elem_labels],
+        dtype=bool,
+    )
+
+    def se_of(g: np.ndarray) -> tuple[float, bool]:
+        used = g != 0
+        fixed = bool(np.all(fixed_elem[used])) if used.any() else True
+        if cov is None or fixed:
+            return math.nan, fixed
+        return float(math.sqrt(max(float(g @ cov @ g), 0.0))), fixed
+
+    def exact(g: np.ndarray, value: float) -> str | None:
+        nz = np.flatnonzero(g)
+        if nz.size == 1 and g[nz[0]] == 1.0:
+            lab = elem_labels[nz[0]]
+            if lab in by_label.index and float(by_label.loc[lab, "estimate"]) == value:
+                return lab
+        return None
+
+    out = []
+    for j in range(q):
+        w = float(omega[j, j])
+        g = grads[j, j]
+        se, fixed = se_of(g)
+        lo, hi = _log_ci(w, se)
+        targets = reading.eta_targets.get(j, []) if reading else []
+        label = f"{labels[j]} -> {', '.join(targets)}" if targets else labels[j]
+        if reading is not None and j in reading.eta_exp:
+            cv = 100.0 * math.sqrt(math.expm1(w)) if w >= 0 else math.nan
+            how = f"CV% = 100 sqrt(exp(omega^2) - 1): {labels[j]} enters through exp(...)"
+        else:
+            cv = math.nan
+            how = (
+                f"SD only: {labels[j]} does not enter through exp(...)"
+                if reading is not None
+                else "SD only"
+            )
+        shrink = fit.shrinkage.get(labels[j], math.nan)
+        out.append(
+            _row(
+                BLOCK_BSV,
+                exact(g, w) or f"var({labels[j]})",
+                label,
+                estimate=w,
+                se=se,
+                **{"rse%": _rse(w, se), "ci_2.5%": lo, "ci_97.5%": hi},
+                sd=math.sqrt(w) if w >= 0 else math.nan,
+                **{"cv%": cv, "shrinkage%": float(shrink)},
+                note=_join(
+                    "fixed" if fixed else "", how, "CI on the log scale" if se == se else ""
+                ),
+            )
+        )
+    for j in range(q):
+        for k in range(j):
+            if omega[j, k] == 0 and not np.any(d_u[j, k]):
+                continue  # a structural zero (PDiag, or between random-effect blocks)
+            wjj, wkk, wjk = float(omega[j, j]), float(omega[k, k]), float(omega[j, k])
+            s = math.sqrt(wjj * wkk)
+            r = wjk / s
+            g = grads[j, k] / s - 0.5 * r * (grads[j, j] / wjj + grads[k, k] / wkk)
+            se, fixed = se_of(g)
+            lo = hi = math.nan
+            if np.isfinite(se) and abs(r) < 1:
+                zr, dz = math.atanh(r), se / (1.0 - r * r)
+                lo, hi = math.tanh(zr - Z * dz), math.tanh(zr + Z * dz)
+            source = exact(grads[j, k], wjk)
+            out.append(
+                _row(
+                    BLOCK_BSV,
+                    f"corr({labels[k]}, {labels[j]})",
+                    f"correlation of {labels[k]} and {labels[j]}",
+                    estimate=r,
+                    se=se,
+                    **{"rse%": _rse(r, se), "ci_2.5%": lo, "ci_97.5%": hi},
+                    note=_join(
+                        "fixed" if fixed else "",
+                        f"from {source or 'Omega'}: omega_jk / sqrt(omega_jj omega_kk)",
+                        "CI by Fisher's z" if se == se else "",
+                    ),
+                )
+            )
+    return out
+
+
+def _residual_rows(raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
+    out = []
+    for r in raw[raw["kind"] == "residual"].to_dict("records"):
+        name = r["parameter"]
+        role, positive = ("residual error parameter", False)
+        if reading is not None:
+            role, positive = reading.residual_roles.get(name, (role, positive))
+        row = _raw_row(BLOCK_RESIDUAL, r, f"{name}: {role}")
+        if positive and row["estimate"] > 0 and np.isfinite(row["se"]):
+            row["ci_2.5%"], row["ci_97.5%"] = _log_ci(row["estimate"], row["se"])
+            row["note"] = _join(row["note"], "CI on the log scale")
+        out.append(row)
+    return out
+
+
+def _network_domains(fit) -> dict:
+    if fit.model is None:
+        return {}
+    from ..nn import networks, resolved_model
+
+    return networks(resolved_model(fit))
+
+
+def _network_rows(fit, raw: pd.DataFrame) -> list[dict]:
+    nets = raw[raw["kind"] == "network"]
+    if nets.empty:
+        return []
+    domains = _network_domains(fit)
+    out = []
+    names = (
+        [pi.name for pi in fit.problem.param_info if pi.kind == "network"] if fit.problem else []
+    )
+    for name in names or sorted({p.split("[")[0] for p in nets["parameter"]}):
+        dom = domains.get(name)
+        count = int(np.size(fit.estimates.get(name, ())))
+        if dom is not None:
+            label = f"{name}: MLP {'-'.join(str(d) for d in dom.dims)}, {count} weights"
+            regs = ", ".join(str(r) for r in dom.reg)
+            value = float(dom.penalty(jnp.asarray(np.asarray(fit.estimates[name]))))
+            penalty = (
+                f"reg={regs}: penalty {value:.6g} at the estimates (-2LL scale, not in the OFV)"
+                if regs
+                else "no penalty"
+            )
+        else:
+            label, penalty = f"{name}: {count} weights", ""
+        fixed = name in fit.fixed
+        out.append(
+            _row(
+                BLOCK_NETWORKS,
+                name,
+                label,
+                note=_join("fixed" if fixed else "", penalty, "weights: Fit.network_weights()"),
+            )
+        )
+    return out
+
+
+def network_weights(fit) -> pd.DataFrame:
+    """`Fit.network_weights()` (its docstring describes the columns)."""
+    domains = _network_domains(fit)
+    raw = fit._table.set_index("parameter")
+    rows = []
+    infos = [pi for pi in fit.problem.param_info if pi.kind == "network"] if fit.problem else []
+    for pi in infos:
+        w = np.asarray(fit.estimates[pi.name], dtype=np.float64).ravel()
+        dom = domains.get(pi.name)
+        where: list[tuple[int, str, int, int]] = []
+        if dom is not None:
+            d = dom.dims
+            for layer, (i, o) in enumerate(zip(d[:-1], d[1:]), start=1):
+                where += [(layer, "weight", a + 1, b + 1) for a in range(o) for b in range(i)]
+                if dom.bias:
+                    where += [(layer, "bias", a + 1, 0) for a in range(o)]
+        if len(where) != w.size:
+            where = [(0, "", 0, 0)] * w.size
+        for k, (layer, what, out_unit, in_unit) in enumerate(where):
+            label = f"{pi.name}[{k + 1}]"
+            se = float(raw.loc[label, "se"]) if label in raw.index else math.nan
+            rows.append(
+                {
+                    "network": pi.name,
+                    "parameter": label,
+                    "layer": layer,
+                    "type": what,
+                    "unit": out_unit,
+                    "input": in_unit,
+                    "estimate": float(w[k]),
+                    "se": se,
+                }
+            )
+    columns = ["network", "parameter", "layer", "type", "unit", "input", "estimate", "se"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+# --------------------------------------------------------------------------- estimation scale
+
+
+def _u_labels(name: str, size: int, domain) -> list[str]:
+    """Labels of a parameter's entries in the unconstrained vector (the estimation scale)."""
+    kind = type(domain).__name__
+    if kind in ("Real", "Vector"):
+        lo, hi = domain.lower, domain.upper
+        elems = [name] if kind == "Real" else [f"{name}[{i + 1}]" for i in range(size)]
+        if lo is None and hi is None:
+            return elems
+        if hi is None:
+            shift = "" if lo == 0 else f" - {lo:g}" if lo > 0 else f" + {-lo:g}"
+            return [f"log({e}{shift})" for e in elems]
+        if lo is None:
+            return [f"log({hi:g} - {e})" for e in elems]
+        return [f"logit({e})" for e in elems]
+    if kind == "PDiag":
+        return [f"log({name}[{i + 1},{i + 1}])" for i in range(size)]
+    if kind == "PSD":
+        r, c = np.tril_indices(domain.n)
+        return [
+            f"log chol({name})[{a + 1},{a + 1}]" if a == b else f"chol({name})[{a + 1},{b + 1}]"
+            for a, b in zip(r, c)
+        ]
+    return [name] if size == 1 else [f"{name}[{k + 1}]" for k in range(size)]
+
+
+def estimation_labels(fit) -> list[str]:
+    """Labels of the rows of `fit.covariance_u`: the free entries of the unconstrained vector
+    that the covariance step covered (network weights only when it covered them)."""
+    n = fit.covariance_u.shape[0]
+    if fit.problem is None:
+        return [f"u[{i + 1}]" for i in range(n)]
+    domains = {p.name: p.domain for p in fit.model.params} if fit.model is not None else {}
+    every, no_networks = [], []
+    for pi in fit.problem.param_info:
+        if pi.name in fit.fixed or pi.size == 0:
+            continue
+        labels = _u_labels(pi.name, pi.size, domains.get(pi.name))
+        every += labels
+        if pi.kind != "network":
+            no_networks += labels
+    for labels in (no_networks, every):
+        if len(labels) == n:
+            return labels
+    return [f"u[{i + 1}]" for i in range(n)]
+
+
+def declared_se(fit) -> dict:
+    """`Fit.se`: the SE of every estimate on the declared scale, shaped like `estimates`."""
+    raw = fit._table.set_index("parameter")
+    out = {}
+    infos = {pi.name: pi for pi in fit.problem.param_info} if fit.problem is not None else {}
+    for name, value in fit.estimates.items():
+        shape = np.shape(value)
+        pi = infos.get(name)
+        kind = pi.kind if pi is not None else ""
+        se = np.full(shape, np.nan)
+        for label, idx in flat_names(name, kind, shape):
+            if label in raw.index:
+                se[idx] = float(raw.loc[label, "se"])
+                if len(idx) == 2 and kind == "variance":
+                    se[idx[::-1]] = se[idx]
+        out[name] = float(se) if se.ndim == 0 else se
+    return out
+
+
+# --------------------------------------------------------------------------- individual values
+
+
+def pre_values(cm, theta, eta, cov) -> dict[str, np.ndarray]:
+    """Every scalar `pre:` variable at the random effects `eta` ``[N, q]`` and covariates
+    `cov` (``[N, K]``, or ``[N, M, K]`` for M records per subject); arrays ``[N]`` or
+    ``[N, M]``."""
+    eta = jnp.asarray(eta, dtype=jnp.float64)
+    cov = jnp.asarray(cov, dtype=jnp.float64)
+
+    def one(e, c):
+        return cm.pre(theta, e, c)
+
+    f = jax.vmap(one) if cov.ndim == 2 else jax.vmap(jax.vmap(one, in_axes=(None, 0)))
+    values = f(eta, cov)  # (eagerly, as before: a jit would compile at every call)
+    shape = tuple(cov.shape[:-1])
+    order = [a.name for a in cm.ir.pre if a.name in values]  # the model's order
+    order += [k for k in values if k not in order]
+    return {k: np.asarray(values[k]) for k in order if np.shape(values[k]) == shape}
+
+
+def individual_frame(cm, binding, population, theta, eta, *, per_time: bool) -> pd.DataFrame:
+    """The individual parameters of `pre:` at the random effects `eta` ``[N, q]``.
+
+    `per_time=False`: one row per subject (ID), at its baseline covariates (the first
+    record's). `per_time=True`: one row per observation and dose event of each subject, in the
+    order of the events (ID, TIME, EVID: 0 for an observation, else the dose's EVID; doses
+    implied by ADDL included; TIME is the time the model sees, continuous across resets), with
+    the model's covariates on that record, then the individual parameters.
+    """
+    ids = list(binding.ids)
+    if not per_time:
+        frame = pd.DataFrame({"ID": ids})
+        values = pre_values(cm, theta, eta, binding.data.cov_value[:, 0, :])
+        for name, v in values.items():
+            if name not in frame:
+                frame[name] = v
+        return frame
+    a = population.arrays()
+    sel = list(binding.covariate_index)
+    time = np.concatenate([a.obs_time, a.dose_time], axis=1)
+    cov = np.concatenate([a.obs_cov[..., sel], a.dose_cov[..., sel]], axis=1)
+    mask = np.concatenate([a.obs_mask, a.dose_mask], axis=1)
+    seq = np.concatenate([a.obs_seq, a.dose_seq], axis=1)
+    evid = np.concatenate([np.zeros_like(a.obs_seq), a.dose_evid], axis=1)
+    values = pre_values(cm, theta, eta, cov)
+    n, m = mask.shape
+    subject = np.repeat(np.arange(n), m).reshape(n, m)
+    order = np.lexsort((seq[mask], subject[mask]))
+    id_arr = np.empty(n, dtype=object)
+    id_arr[:] = ids
+    frame = pd.DataFrame(
+        {
+            "ID": id_arr[subject[mask][order]],
+            "TIME": time[mask][order],
+            "EVID": evid[mask][order].astype(np.int64),
+        }
+    )
+    for k, c in enumerate(cm.covariates):
+        frame[c] = cov[..., k][mask][order]
+    for name, v in values.items():
+        if name not in frame:
+            frame[name] = v[mask][order]
+    return frame

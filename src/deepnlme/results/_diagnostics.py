@@ -15,6 +15,7 @@ import pandas as pd
 
 from .._config import compile_lowered
 from ..errors import OptionError
+from ..estimation._table import individual_frame
 from ..likelihood import max_step_of, newton_lm
 from ..likelihood._from_model import batched, binding_of, model_problem
 from ..model._distributions import inverse_transform
@@ -236,7 +237,7 @@ def ebe_table(fit, population=None) -> pd.DataFrame:
 
     Columns: ID, one column per random effect (the model's labels, e.g. `eta[0]`), each
     covariate's first-record value, then every variable of the `pre:` block at the EBEs and the
-    baseline covariates.
+    baseline covariates (`Fit.individual_parameters()` for the fit's own population).
     """
     _check_fit(fit, "ebe_table")
     b = bind_fit(fit, population)
@@ -248,12 +249,10 @@ def ebe_table(fit, population=None) -> pd.DataFrame:
     covs = b.population.covariates_frame().reset_index(drop=True)
     for c in covs.columns:
         frame[c] = covs[c].to_numpy()
-    cov0 = b.binding.data.cov_value[:, 0, :]
-    ind = jax.vmap(lambda e, c: cm.pre(b.theta, e, c))(jnp.asarray(eta), cov0)
-    for name, v in ind.items():
-        v = np.asarray(v)
-        if v.shape == (len(frame),) and name not in frame:
-            frame[name] = v
+    ind = individual_frame(cm, b.binding, b.population, b.theta, eta, per_time=False)
+    for name in ind.columns[1:]:
+        if name not in frame:
+            frame[name] = ind[name].to_numpy()
     return frame
 
 
@@ -268,7 +267,7 @@ def shrinkage(fit, table: pd.DataFrame | None = None) -> pd.DataFrame:
     _check_fit(fit, "shrinkage")
     if table is None:
         table = predict(fit)
-    rows = [("eta", k, 100.0 * float(v)) for k, v in fit.shrinkage.items()]
+    rows = [("eta", k, float(v)) for k, v in fit.shrinkage.items()]  # (fit.shrinkage is in %)
     for ep, g in table.groupby("ENDPOINT", sort=False):
         iw = g["IWRES"].to_numpy(dtype=float)
         iw = iw[np.isfinite(iw)]
