@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -58,6 +58,10 @@ def _etas(model, theta, n: int, etas, key) -> jax.Array:
     return jax.random.normal(key, (n, q), dtype=jnp.float64) @ chol.T
 
 
+INCLUDE = ("eta", "ipred", "params")
+"""What `simulate(..., include=[...])` can add to the simulated observations."""
+
+
 def simulate(
     model,
     population,
@@ -67,6 +71,7 @@ def simulate(
     etas: Any = None,
     residual: bool = True,
     ode_options: OdeOptions | None = None,
+    include: Any = None,
 ):
     """Simulated observations: a new `Population` whose DV values are drawn from the model.
 
@@ -79,25 +84,56 @@ def simulate(
       seed gives the same data; no global random state is read or advanced.
     - `etas`: `[N, q]` random effects to use instead of drawing them.
     - `residual`: False gives the noise-free individual predictions as DV.
+    - `include`: None (default: the `Population`), or a list of any of "eta", "ipred",
+      "params": then a DataFrame with one row per observation (as Pumas's `simobs`): ID,
+      TIME, ENDPOINT, DV (the simulated value), then for "eta" the subject's simulated random
+      effects (one column per label, `eta[0]`, ...), for "ipred" IPRED (the individual
+      prediction without residual error), and for "params" every variable of `pre:` at the
+      simulated random effects and the covariates on the observation record. The same seed
+      gives the same DV with or without `include`.
 
-    The drawn random effects are in `result.attrs`-like form via `simulate_with_etas`.
+    The drawn random effects alone: `simulate_with_etas`.
     """
-    pop, _ = simulate_with_etas(
-        model,
-        population,
-        params,
-        seed=seed,
-        etas=etas,
-        residual=residual,
-        ode_options=ode_options,
+    wanted = _include(include)
+    sim = _simulate(model, population, params, seed, etas, residual, ode_options)
+    if wanted is None:
+        return sim.population
+    return _simulated_frame(sim, wanted)
+
+
+def _include(include) -> tuple[str, ...] | None:
+    """The checked `include` option of `simulate` (None: return the Population)."""
+    if include is None:
+        return None
+    items = [include] if isinstance(include, str) else include
+    try:
+        items = list(items)
+    except TypeError:
+        items = None
+    bad = (
+        [include]
+        if items is None
+        else [i for i in items if not (isinstance(i, str) and i in INCLUDE)]
     )
-    return pop
+    if bad:
+        raise OptionError(
+            f"simulate: option `include` must be a list of any of {list(INCLUDE)}; got "
+            f"{include!r} ({bad[0]!r} is not one of them)"
+        )
+    return tuple(dict.fromkeys(items))
 
 
-def simulate_with_etas(
-    model, population, params=None, *, seed: int, etas=None, residual=True, ode_options=None
-):
-    """Like `simulate`, and also returns the random effects used (``[N, q]`` array)."""
+class _Simulated(NamedTuple):
+    population: Any
+    y: np.ndarray  # [N, T] simulated observations (NaN on padding)
+    eta: np.ndarray  # [N, q]
+    ipred: np.ndarray  # [N, T]
+    predictor: Any
+    binding: Any
+    theta: dict
+
+
+def _simulate(model, population, params, seed, etas, residual, ode_options) -> _Simulated:
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
         raise OptionError(f"`seed` must be an integer; got {seed!r}")
     _, predictor = model_problem(model, population, ode_options=ode_options)
@@ -114,8 +150,55 @@ def simulate_with_etas(
     for k, dist in enumerate(pred.per_output):
         yk = obs_draw(dist, keys[k], out_idx.shape) if residual else dist.pred
         y = yk if y is None else jnp.where(out_idx == k, yk, y)
-    y = np.where(np.asarray(binding.data.obs_mask), np.asarray(y), np.nan)
-    return population.with_dv(y), np.asarray(eta)
+    mask = np.asarray(binding.data.obs_mask)
+    y = np.where(mask, np.asarray(y), np.nan)
+    return _Simulated(
+        population.with_dv(y),
+        y,
+        np.asarray(eta),
+        np.asarray(pred.dist.pred),
+        predictor,
+        binding,
+        theta,
+    )
+
+
+def _simulated_frame(sim: _Simulated, wanted: tuple[str, ...]) -> pd.DataFrame:
+    """One row per observation: ID, TIME, ENDPOINT, DV and the columns `wanted` asked for."""
+    from ..estimation._table import pre_values
+
+    binding, pop = sim.binding, sim.population
+    mask = np.asarray(binding.data.obs_mask)
+    n, t = mask.shape
+    subject = np.repeat(np.arange(n), t).reshape(n, t)[mask]
+    ids = np.empty(n, dtype=object)
+    ids[:] = list(binding.ids)
+    a = pop.arrays()
+    frame = {
+        "ID": ids[subject],
+        "TIME": np.asarray(binding.data.obs_time)[mask],
+        "ENDPOINT": np.asarray(pop.endpoints, dtype=object)[a.obs_endpoint][mask],
+        "DV": sim.y[mask],
+    }
+    cm = sim.predictor.model.compiled  # the resolved model (networks' data scaling)
+    if "eta" in wanted:
+        for j, label in enumerate(cm.eta_labels):
+            frame.setdefault(label, sim.eta[subject, j])
+    if "ipred" in wanted:
+        frame["IPRED"] = sim.ipred[mask]
+    if "params" in wanted:
+        values = pre_values(cm, sim.theta, sim.eta, binding.data.obs_cov)
+        for name, v in values.items():
+            frame.setdefault(name, v[mask])
+    return pd.DataFrame(frame)
+
+
+def simulate_with_etas(
+    model, population, params=None, *, seed: int, etas=None, residual=True, ode_options=None
+):
+    """Like `simulate`, and also returns the random effects used (``[N, q]`` array)."""
+    sim = _simulate(model, population, params, seed, etas, residual, ode_options)
+    return sim.population, sim.eta
 
 
 def model_predict(
