@@ -243,6 +243,17 @@ class Population:
     def __str__(self) -> str:
         return self.summary()
 
+    def _repr_html_(self) -> str:
+        """The population in a notebook: `summary()` and the first 10 records of
+        `to_dataframe()` (text escaped)."""
+        import html
+
+        head = self.to_dataframe().head(10)
+        table = head.to_html(index=False, escape=True, border=0, na_rep="")
+        more = len(self._records) - len(head)
+        tail = f"<p>... {more} more records</p>" if more > 0 else ""
+        return f"<div><pre>{html.escape(self.summary())}</pre>{table}{tail}</div>"
+
     def __eq__(self, other: object) -> bool:
         """Same subjects, events, values and covariates; row numbers are not compared.
 

@@ -86,6 +86,14 @@ class Model:
     def __str__(self) -> str:
         return self.ir.to_text()
 
+    def _repr_html_(self) -> str:
+        """The model in a notebook: its summary (`repr`) and `parameter_table()` (text
+        escaped)."""
+        import html
+
+        table = self.parameter_table().to_html(index=False, escape=True, border=0)
+        return f"<div><pre>{html.escape(repr(self))}</pre>{table}</div>"
+
     def __repr__(self) -> str:
         w = max((len(p.name) for p in self.params), default=0)
         lines = [f"Model({self.path})" if self.path else "Model"]
