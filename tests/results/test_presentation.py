@@ -1,0 +1,452 @@
+"""How a fit reads: the parameter table in blocks (`Fit.table()`), the covariance-step
+diagnostics, the notebook API (repr, HTML, accessors) and `simulate(include=...)`.
+
+Numbers are checked against what they are computed from (the estimates, the declared-scale
+covariance, the unconstrained covariance), by formulas written out here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+from deepnlme.estimation._persist import _checksum, _read_arrays
+from deepnlme.estimation._table import read_model
+
+Z = 1.959963984540054
+THEO = "examples/theophylline.model"
+PHENO = "examples/phenobarbital.model"
+PHENO_PSD = (
+    pathlib.Path(PHENO)
+    .read_text()
+    .replace("omega  = PDiag(init=[0.03, 0.03])", "omega  = PSD(init=[[0.03, 0.01], [0.01, 0.03]])")
+)
+SMALL_NET = (
+    "param:\n    tcl = Real(init=0.5)\n    om = PDiag(init=[0.1])\n"
+    "    sigma = Positive(init=0.3)\n"
+    "    NN = MLP(1, 3, (1, identity), seed=2, reg=L2(1.0))\n"
+    "random:\n    eta ~ MvNormal(om)\ncovariates: WT\n"
+    "pre:\n    cl = exp(tcl + eta[0] + NN(WT / 70)[0])\n    v = 10\n    ka = 1\n"
+    "dynamics: OneCompartmentOral\n"
+    "derived:\n    DV ~ Proportional(Central / v, sigma)\n"
+)
+
+
+# ---------------------------------------------------------------------------- fits (slow)
+
+
+@pytest.fixture(scope="module")
+def theo():
+    model = dn.load_model(THEO)
+    return dn.fit(model, dn.datasets.load("theophylline"), dn.FOCEI(), progress=False)
+
+
+@pytest.fixture(scope="module")
+def pheno():
+    model = dn.load_model(PHENO)
+    return dn.fit(model, dn.datasets.load("phenobarbital"), dn.FOCEI(), progress=False)
+
+
+@pytest.fixture(scope="module")
+def pheno_psd():
+    model = dn.load_model(PHENO_PSD)
+    return dn.fit(model, dn.datasets.load("phenobarbital"), dn.FOCEI(), progress=False)
+
+
+@pytest.fixture(scope="module")
+def small_net():
+    model = dn.load_model(SMALL_NET)
+    design = dn.make_population(
+        8,
+        doses={"time": 0.0, "amt": [100.0 * (1 + (i % 3)) for i in range(8)]},
+        obs_times=[0.5, 1.0, 2.0, 4.0, 8.0, 12.0],
+        covariates={"WT": list(np.linspace(50, 100, 8))},
+    )
+    pop = dn.simulate(model, design, seed=11)
+    return dn.fit(model, pop, dn.FOCE(), progress=False, max_iter=30)
+
+
+def _rows(fit, block):
+    t = fit.table()
+    return t[t["block"] == block].set_index("parameter")
+
+
+@pytest.mark.slow
+def test_fixed_effects_back_transformed_where_the_model_writes_exp(theo):
+    fixed = _rows(theo, "fixed effects")
+    raw = theo.raw_table().set_index("parameter")
+    assert list(fixed.index) == ["tka", "tcl", "tv"]
+    for name, target in (("tka", "ka"), ("tcl", "cl"), ("tv", "v")):
+        row = fixed.loc[name]
+        assert row["label"] == f"{name} -> {target}"
+        assert row["estimate"] == theo.estimates[name] == raw.loc[name, "estimate"]
+        assert row["se"] == raw.loc[name, "se"] == theo.se[name]
+        assert row["ci_2.5%"] == pytest.approx(row["estimate"] - Z * row["se"], rel=1e-12)
+        assert row["back-transformed"] == math.exp(row["estimate"])
+        assert row["back_ci_2.5%"] == math.exp(row["ci_2.5%"])
+        assert row["back_ci_97.5%"] == math.exp(row["ci_97.5%"])
+        assert row["back_ci_2.5%"] < row["back-transformed"] < row["back_ci_97.5%"]
+
+
+@pytest.mark.slow
+def test_theta_times_exp_eta_is_not_back_transformed_and_its_cv_is_log_normal(pheno):
+    fixed = _rows(pheno, "fixed effects")
+    assert fixed["back-transformed"].isna().all()  # cl = th_cl * WT * exp(eta[0])
+    assert fixed.loc["th_apg", "label"] == "th_apg -> v"
+    bsv = _rows(pheno, "between-subject variability")
+    assert list(bsv["label"]) == ["eta[0] -> cl", "eta[1] -> v"]
+    om = pheno.estimates["omega"]
+    for j, name in enumerate(("omega[1,1]", "omega[2,2]")):
+        w = om[j, j]
+        assert bsv.loc[name, "estimate"] == w
+        assert bsv.loc[name, "cv%"] == pytest.approx(100 * math.sqrt(math.exp(w) - 1), rel=1e-14)
+        assert bsv.loc[name, "sd"] == pytest.approx(math.sqrt(w), rel=1e-15)
+    res = _rows(pheno, "residual error").loc["sigma"]
+    assert res["label"] == "sigma: proportional SD (fraction of the prediction) of DV"
+
+
+@pytest.mark.slow
+def test_variability_rows_have_cv_shrinkage_and_positive_cis_and_no_pdiag_zeros(theo):
+    bsv = _rows(theo, "between-subject variability")
+    assert list(bsv.index) == ["omega[1,1]", "omega[2,2]", "omega[3,3]"]  # no omega[2,1]...
+    assert list(bsv["label"]) == ["eta[0] -> ka", "eta[1] -> cl", "eta[2] -> v"]
+    raw = theo.raw_table().set_index("parameter")
+    shrink = dn.shrinkage(theo).set_index("name")["shrinkage%"]
+    for j, name in enumerate(bsv.index):
+        row = bsv.loc[name]
+        w, se = row["estimate"], row["se"]
+        assert w == theo.estimates["omega"][j, j] and se == raw.loc[name, "se"]
+        assert row["cv%"] == pytest.approx(100 * math.sqrt(math.expm1(w)), rel=1e-14)
+        assert row["ci_2.5%"] == pytest.approx(w * math.exp(-Z * se / w), rel=1e-14)
+        assert row["ci_97.5%"] == pytest.approx(w * math.exp(Z * se / w), rel=1e-14)
+        assert 0 < row["ci_2.5%"] < w < row["ci_97.5%"]
+        # shrinkage in percent everywhere: the table, Fit.shrinkage, the old table, dn.shrinkage
+        label = f"eta[{j}]"
+        assert row["shrinkage%"] == theo.shrinkage[label] == raw.loc[name, "shrinkage%"]
+        assert theo.shrinkage[label] == shrink[label]
+        assert 1 < theo.shrinkage[label] < 20
+    res = _rows(theo, "residual error").loc["sigma"]
+    assert res["label"] == "sigma: additive SD of DV"
+    s, se = res["estimate"], res["se"]
+    assert (
+        res["ci_2.5%"] == pytest.approx(s * math.exp(-Z * se / s), rel=1e-14) and res["ci_2.5%"] > 0
+    )
+    assert set(theo.table()["block"]) == {
+        "fixed effects",
+        "between-subject variability",
+        "residual error",
+    }
+
+
+@pytest.mark.slow
+def test_psd_off_diagonal_is_a_correlation_with_delta_method_se(pheno_psd):
+    fit = pheno_psd
+    assert fit.covariance_status.startswith("ok")
+    bsv = _rows(fit, "between-subject variability")
+    assert list(bsv.index) == ["omega[1,1]", "omega[2,2]", "corr(eta[0], eta[1])"]
+    om = fit.estimates["omega"]
+    row = bsv.loc["corr(eta[0], eta[1])"]
+    r = om[1, 0] / math.sqrt(om[0, 0] * om[1, 1])
+    assert row["estimate"] == pytest.approx(r, rel=1e-14)
+    labels = ["omega[1,1]", "omega[2,1]", "omega[2,2]"]
+    c = fit.covariance.loc[labels, labels].to_numpy()
+    g = np.array([-r / (2 * om[0, 0]), 1 / math.sqrt(om[0, 0] * om[1, 1]), -r / (2 * om[1, 1])])
+    se = math.sqrt(g @ c @ g)
+    assert row["se"] == pytest.approx(se, rel=1e-10)
+    dz = se / (1 - r * r)
+    assert row["ci_2.5%"] == pytest.approx(math.tanh(math.atanh(r) - Z * dz), rel=1e-10)
+    assert row["ci_97.5%"] == pytest.approx(math.tanh(math.atanh(r) + Z * dz), rel=1e-10)
+    assert -1 < row["ci_2.5%"] < r < row["ci_97.5%"] < 1
+    assert np.isnan(row["cv%"]) and np.isnan(row["shrinkage%"])
+
+
+@pytest.mark.slow
+def test_correlation_eigenvalues_condition_number(theo):
+    corr = theo.correlation
+    assert (
+        list(corr.index)
+        == list(corr.columns)
+        == [
+            "tka",
+            "tcl",
+            "tv",
+            "log(omega[1,1])",
+            "log(omega[2,2])",
+            "log(omega[3,3])",
+            "log(sigma)",
+        ]
+    )
+    m = corr.to_numpy()
+    np.testing.assert_array_equal(m, m.T)
+    np.testing.assert_array_equal(np.diag(m), 1.0)
+    cov = theo.covariance_u
+    d = np.sqrt(np.diag(cov))
+    np.testing.assert_allclose(m, cov / np.outer(d, d), rtol=1e-13, atol=1e-15)
+    eig = theo.eigenvalues
+    assert np.all(np.diff(eig) > 0)
+    np.testing.assert_allclose(eig, np.linalg.eigvalsh(m), rtol=1e-12)
+    assert theo.condition_number == eig[-1] / eig[0]
+    assert theo.covariance_warnings == ()
+    text = str(theo)
+    assert f"condition number {theo.condition_number:.4g}" in text
+
+
+@pytest.mark.slow
+def test_covariance_warnings_when_forced(theo):
+    cov = theo.covariance_u
+    d = np.sqrt(np.diag(cov))
+
+    def with_corr(r):
+        c = np.eye(len(d))
+        c[1, 2] = c[2, 1] = r  # tcl and tv
+        return dataclasses.replace(theo, covariance_u=c * np.outer(d, d))
+
+    f = with_corr(0.99)
+    assert f.condition_number == pytest.approx(1.99 / 0.01, rel=1e-9)
+    assert f.covariance_warnings == (
+        "the estimates of tcl and tv are correlated (r = 0.990, |r| > 0.95)",
+    )
+    g = with_corr(0.9999)
+    assert g.condition_number > 1000
+    assert len(g.covariance_warnings) == 2
+    assert g.covariance_warnings[0].startswith("condition number 19999 > 1000 (largest")
+    assert "warning: the estimates of tcl and tv are correlated" in str(g)
+    none = dataclasses.replace(theo, covariance_u=None, covariance=None)
+    assert none.correlation is None and none.eigenvalues is None
+    assert none.condition_number is None and none.covariance_warnings == ()
+
+
+@pytest.mark.slow
+def test_network_has_one_row_and_its_weights_their_own_table(small_net):
+    fit = small_net
+    t = fit.table()
+    assert not t["parameter"].str.startswith("NN[").any()
+    net = t[t["block"] == "networks"]
+    assert len(net) == 1
+    row = net.iloc[0]
+    assert row["parameter"] == "NN" and row["label"] == "NN: MLP 1-3-1, 10 weights"
+    assert f"reg=L2(1.0): penalty {fit.penalty:.6g} at the estimates" in row["note"]
+    w = fit.network_weights()
+    assert list(w["parameter"]) == [f"NN[{k}]" for k in range(1, 11)]
+    np.testing.assert_array_equal(w["estimate"].to_numpy(), fit.estimates["NN"])
+    assert list(w["layer"]) == [1] * 6 + [2] * 4
+    assert list(w["type"]) == ["weight"] * 3 + ["bias"] * 3 + ["weight"] * 3 + ["bias"]
+    assert w["se"].isna().all()
+    # the covariance step left the weights out: so do its diagnostics
+    assert list(fit.correlation.index) == ["tcl", "log(om[1,1])", "log(sigma)"]
+    assert _rows(fit, "between-subject variability")["label"].tolist() == ["eta[0] -> cl"]
+
+
+@pytest.mark.slow
+def test_saved_and_loaded_fits_give_the_same_table(theo, small_net, tmp_path):
+    for k, fit in enumerate((theo, small_net)):
+        folder = fit.save(tmp_path / f"fit{k}")
+        g = dn.load_fit(folder)
+        pd.testing.assert_frame_equal(g.table(), fit.table(), check_exact=True)
+        pd.testing.assert_frame_equal(g.raw_table(), fit.raw_table(), check_exact=True)
+        pd.testing.assert_frame_equal(g.correlation, fit.correlation, check_exact=True)
+        pd.testing.assert_frame_equal(g.network_weights(), fit.network_weights())
+        assert g.condition_number == fit.condition_number
+        assert g.shrinkage == fit.shrinkage
+    # a fit saved before shrinkage was in percent (fractions, no "shrinkage_unit"): read as %
+    folder = tmp_path / "fit0"
+    payload = json.loads((folder / "fit.json").read_text())
+    del payload["shrinkage_unit"]
+    payload["shrinkage"] = {k: v / 100 for k, v in payload["shrinkage"].items()}
+    payload["checksum"]["value"] = _checksum(payload, _read_arrays(folder / "arrays.npz"))
+    (folder / "fit.json").write_text(json.dumps(payload))
+    old = dn.load_fit(folder)
+    for k, v in theo.shrinkage.items():
+        assert old.shrinkage[k] == pytest.approx(v, rel=1e-13)
+    pd.testing.assert_frame_equal(old.table(), theo.table(), rtol=1e-13)
+
+
+@pytest.mark.slow
+def test_accessors_se_etas_individual_parameters(theo):
+    assert set(theo.se) == set(theo.estimates)
+    assert np.shape(theo.se["omega"]) == (3, 3)
+    raw = theo.raw_table().set_index("parameter")
+    assert theo.se["omega"][1, 1] == raw.loc["omega[2,2]", "se"]
+    assert theo.se["omega"][0, 1] == theo.se["omega"][1, 0] == 0.0
+    pd.testing.assert_frame_equal(theo.etas, theo.ebes)
+    ind = theo.individual_parameters()
+    assert list(ind.columns) == ["ID", "ka", "cl", "v"]
+    eta = theo.etas.to_numpy()
+    est = theo.estimates
+    np.testing.assert_allclose(ind["ka"], np.exp(est["tka"] + eta[:, 0]), rtol=1e-14)
+    np.testing.assert_allclose(ind["cl"], np.exp(est["tcl"] + eta[:, 1]), rtol=1e-14)
+    np.testing.assert_allclose(ind["v"], np.exp(est["tv"] + eta[:, 2]), rtol=1e-14)
+    ebe = dn.ebe_table(theo)
+    for c in ("ka", "cl", "v"):
+        np.testing.assert_array_equal(ebe[c].to_numpy(), ind[c].to_numpy())
+    per_time = theo.individual_parameters(per_time=True)
+    assert len(per_time) == theo.population.n_observations + theo.population.n_doses
+    assert list(per_time.columns[:3]) == ["ID", "TIME", "EVID"]
+    with pytest.raises(dn.OptionError, match="per_time"):
+        theo.individual_parameters(per_time="yes")
+
+
+@pytest.mark.slow
+def test_individual_parameters_per_time_follow_a_time_varying_covariate():
+    model = dn.load_model(
+        "param:\n    tcl = Real(init=1.0)\n    bcr = Real(init=0.75)\n"
+        "    omega = PDiag(init=[0.1])\n    sigma = Positive(init=0.3)\n"
+        "random:\n    eta ~ MvNormal(omega)\ncovariates: CRCL\n"
+        "pre:\n    cl = exp(tcl + bcr * log(CRCL / 80) + eta[0])\n    v = 20\n"
+        "dynamics: OneCompartment\nderived:\n    DV ~ Additive(Central / v, sigma)\n"
+    )
+    rows = []
+    for sid in (1, 2, 3):
+        crcl = 60.0 + 10 * sid
+        rows.append((sid, 0.0, 0.0, 100.0, 1, 1, crcl))
+        for t in (1.0, 4.0, 8.0, 12.0, 24.0):
+            crcl = crcl * (0.8 if t == 8.0 else 1.0)
+            rows.append((sid, t, 1.0, 0.0, 0, 0, crcl))
+    data = pd.DataFrame(rows, columns=["ID", "TIME", "DV", "AMT", "EVID", "MDV", "CRCL"])
+    pop = dn.simulate(model, dn.read_data(data), seed=2)
+    fit = dn.fit(model, pop, dn.FOCE(), progress=False, max_iter=0, covariance=None)
+    tab = fit.individual_parameters(per_time=True)
+    assert list(tab.columns) == ["ID", "TIME", "EVID", "CRCL", "cl", "v"]
+    np.testing.assert_array_equal(tab[["TIME", "CRCL"]].to_numpy(), data[["TIME", "CRCL"]])
+    np.testing.assert_array_equal(tab["EVID"], data["EVID"])
+    eta = fit.etas.loc[tab["ID"].to_numpy(), "eta[0]"].to_numpy()
+    expect = np.exp(1.0 + 0.75 * np.log(tab["CRCL"] / 80) + eta)
+    np.testing.assert_allclose(tab["cl"], expect, rtol=1e-14)
+    assert tab.groupby("ID")["cl"].nunique().eq(2).all()  # the change at 8 h shows
+    # no covariance step: no SEs, no diagnostics
+    assert fit.table()["se"].isna().all() and np.isnan(fit.se["tcl"])
+    assert fit.correlation is None and fit.condition_number is None
+    assert fit.covariance_warnings == () and "condition number" not in str(fit)
+
+
+@pytest.mark.slow
+def test_repr_is_short_and_html_escapes(theo):
+    text = repr(theo)
+    assert len(text.splitlines()) <= 3
+    assert "FOCEI" in text and f"OFV {theo.ofv:.4f}" in text and "12 subjects" in text
+    page = theo._repr_html_()
+    assert "&lt; gtol" in page and "< gtol" not in page  # the message, escaped
+    assert page.count("<table>") == 1 and "eta[0] -&gt; ka" in page
+    assert "between-subject variability" in str(theo)
+
+
+# ---------------------------------------------------------------------------- fast
+
+
+def test_model_and_population_html(tmp_path):
+    model = dn.load_model(THEO)
+    page = model._repr_html_()
+    assert "<table" in page and "OneCompartmentOral" in page and "tka" in page
+    src = dn.datasets.path("theophylline")
+    odd = tmp_path / "a<b>.csv"
+    odd.write_bytes(pathlib.Path(src).read_bytes())
+    pop = dn.read_data(odd)
+    page = pop._repr_html_()
+    assert "a&lt;b&gt;.csv" in page and "a<b>" not in page
+    assert "<table" in page and "more records" in page
+
+
+def _reading(pre: str, extra_params: str = "", random: str = "    eta ~ MvNormal(omega)\n"):
+    text = (
+        "param:\n    tcl = Real(init=1.0)\n    tv = Real(init=3.0)\n"
+        "    omega = PDiag(init=[0.1, 0.1])\n    sigma = Positive(init=0.5)\n"
+        f"{extra_params}random:\n{random}covariates: WT\npre:\n{pre}"
+        "derived:\n    DV ~ Additive(cl * v * t, sigma)\n"
+    )
+    return read_model(dn.load_model(text))
+
+
+def test_reading_the_expression_tree_not_the_names():
+    r = _reading("    cl = exp(tcl + eta[0]) * (WT / 70) ** 0.75\n    v = exp(tv + eta[1])\n")
+    assert r.log_scale == {"tcl": ["cl"], "tv": ["v"]} and r.eta_exp == {0, 1}
+    assert r.eta_targets == {0: ["cl"], 1: ["v"]}
+    assert r.residual_roles == {"sigma": ("additive SD of DV", True)}
+    # theta * exp(eta): theta is the typical value; exp(-tv) is not a log typical value
+    r = _reading("    cl = tcl * exp(eta[0])\n    v = exp(-tv) * exp(-eta[1])\n")
+    assert r.log_scale == {} and r.eta_exp == {0, 1}
+    # an intermediate sum used inside exp
+    r = _reading("    lcl = tcl + eta[0]\n    cl = exp(lcl)\n    v = tv + eta[1]\n")
+    assert r.log_scale == {"tcl": ["cl"]} and r.eta_exp == {0}
+    assert r.eta_targets == {0: ["lcl"], 1: ["v"]}
+    # names do not matter: 'log_cl' on the natural scale, 'x' on the log scale
+    r = _reading(
+        "    cl = log_cl * exp(eta[0])\n    v = exp(x + eta[1])\n",
+        "    log_cl = Real(init=2.0)\n    x = Real(init=3.0)\n",
+    )
+    assert r.log_scale == {"x": ["v"]} and r.theta_targets["log_cl"] == ["cl"]
+    # a random effect also added outside exp, or fed to a network, is not log-normal
+    r = _reading(
+        "    cl = exp(tcl + eta[0])\n    v = tv + eta[0] + NN(WT, eta[1])[0]\n",
+        "    NN = MLP(2, 3, (1, identity), seed=1)\n",
+    )
+    assert r.eta_exp == set()
+    assert r.eta_targets == {0: ["cl", "v"], 1: ["v (through NN)"]}
+    # a Normal(0, sd) random effect, and residual roles of a combined error model
+    text = (
+        "param:\n    tcl = Real(init=1.0)\n    om = Positive(init=0.3)\n"
+        "    add = Positive(init=0.1)\n    prop = Positive(init=0.1)\n"
+        "random:\n    eta_cl ~ Normal(0, om)\npre:\n    cl = exp(tcl + eta_cl)\n"
+        "derived:\n    DV ~ Combined(cl * t, add, prop)\n"
+    )
+    r = read_model(dn.load_model(text))
+    assert r.eta_exp == {0} and r.eta_targets == {0: ["cl"]}
+    assert r.residual_roles == {
+        "add": ("additive SD of DV", True),
+        "prop": ("proportional SD (fraction of the prediction) of DV", True),
+    }
+    # a dosing statement is an individual parameter too
+    text = (
+        "param:\n    tka = Real(init=0.4)\n    tlag = Real(init=-1.0)\n"
+        "    om = PDiag(init=[0.1])\n    sigma = Positive(init=0.5)\n"
+        "random:\n    eta ~ MvNormal(om)\npre:\n    ka = exp(tka)\n"
+        "dosing:\n    lag[Depot] = exp(tlag + eta[0])\n"
+        "dynamics:\n    Depot' = -ka * Depot\n    Central' = ka * Depot - Central\n"
+        "derived:\n    DV ~ LogNormal(Central, sigma)\n"
+    )
+    r = read_model(dn.load_model(text))
+    assert r.log_scale == {"tka": ["ka"], "tlag": ["lag[Depot]"]}
+    assert r.eta_exp == {0} and r.eta_targets == {0: ["lag[Depot]"]}
+    assert r.residual_roles == {"sigma": ("SD of log(y) (exponential error) of DV", True)}
+
+
+def test_simulate_include_gives_etas_ipred_and_parameters():
+    model = dn.load_model(THEO)
+    pop = dn.datasets.load("theophylline")
+    params = {"tka": 0.5, "tcl": 1.0, "tv": 3.4, "sigma": 0.6}
+    sim = dn.simulate(model, pop, params, seed=5, include=["eta", "ipred", "params"])
+    assert list(sim.columns) == [
+        "ID",
+        "TIME",
+        "ENDPOINT",
+        "DV",
+        "eta[0]",
+        "eta[1]",
+        "eta[2]",
+        "IPRED",
+        "ka",
+        "cl",
+        "v",
+    ]
+    from deepnlme.results import simulate_with_etas
+
+    plain, etas = simulate_with_etas(model, pop, params, seed=5)
+    a = plain.arrays()
+    np.testing.assert_array_equal(sim["DV"].to_numpy(), a.obs_dv[a.obs_mask])
+    sub = sim["ID"].map({i: k for k, i in enumerate(pop.ids)}).to_numpy()
+    np.testing.assert_array_equal(sim[["eta[0]", "eta[1]", "eta[2]"]].to_numpy(), etas[sub])
+    pred = dn.model_predict(model, pop, params, etas=etas)
+    np.testing.assert_array_equal(sim["IPRED"].to_numpy(), pred["IPRED"].to_numpy())
+    np.testing.assert_allclose(sim["cl"], np.exp(1.0 + etas[sub, 1]), rtol=1e-14)
+    np.testing.assert_allclose(sim["v"], np.exp(3.4 + etas[sub, 2]), rtol=1e-14)
+    only = dn.simulate(model, pop, params, seed=5, include="ipred")
+    assert list(only.columns) == ["ID", "TIME", "ENDPOINT", "DV", "IPRED"]
+    assert isinstance(dn.simulate(model, pop, params, seed=5), dn.Population)
+    with pytest.raises(dn.OptionError, match="'obs' is not one of them"):
+        dn.simulate(model, pop, params, seed=5, include=["eta", "obs"])
