@@ -222,3 +222,12 @@ def test_lowess_reproduces_a_line_and_resists_an_outlier():
     np.testing.assert_allclose(ys, 2.0 - 0.5 * xs, atol=1e-6)  # the robust passes drop it
     xs, ys = plots.lowess(x[::-1], y[::-1])  # order of the input does not matter
     np.testing.assert_allclose(ys, 2.0 - 0.5 * xs, atol=1e-6)
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
+def test_the_command_lines_report_records_the_data_files_sha256(fitted):
+    # `deepnlme fit MODEL DATA` passes DATA to the report: its run record shows the file's hash
+    parser = _ById()
+    parser.feed((fitted / "report.html").read_text())
+    with open(dn.datasets.path("theophylline"), "rb") as f:
+        assert parser.text["data-sha256"] == hashlib.sha256(f.read()).hexdigest()

@@ -441,10 +441,17 @@ _MODEL_HELP = (
 
 
 def _write_fit(
-    fit, out: Path, extra_timings: dict[str, float], *, report: bool, force: bool = False
+    fit,
+    out: Path,
+    extra_timings: dict[str, float],
+    *,
+    report: bool,
+    force: bool = False,
+    data_file: str | os.PathLike | None = None,
 ) -> Path:
     """Write fit.json, the saved fit, the CSV tables and (optionally) report.html to `out` (a
-    saved fit there is replaced only with `force`)."""
+    saved fit there is replaced only with `force`); `data_file`: the file the data were read
+    from, whose SHA-256 the report's run record shows."""
     from deepnlme import ebe_table, predict, save_fit
 
     out.mkdir(parents=True, exist_ok=True)
@@ -485,7 +492,7 @@ def _write_fit(
         from .report import write_report
 
         t0 = time.perf_counter()
-        write_report(fit, out / "report.html")
+        write_report(fit, out / "report.html", data_file=data_file)
         record["timings"]["report"] = time.perf_counter() - t0
     path = out / "fit.json"
     path.write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False))
@@ -519,13 +526,21 @@ def _run_fit(
     _check_out(out, force)  # before the fit, not after it
     t0 = time.perf_counter()
     m = _method(method)  # before the data are read
-    pop = data if isinstance(data, dn.Population) else _read_population(data, read)
+    data_file = None if isinstance(data, dn.Population) else _data_source(data)
+    pop = data if data_file is None else _read_population(data_file, read)
     model = dn.load_model(model_src)
     fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet)
     print(fit)
     if not quiet:
         print("writing the tables, the saved fit and the report ...", file=sys.stderr)
-    path = _write_fit(fit, out, {"wall_fit": time.perf_counter() - t0}, report=report, force=force)
+    path = _write_fit(
+        fit,
+        out,
+        {"wall_fit": time.perf_counter() - t0},
+        report=report,
+        force=force,
+        data_file=data_file,
+    )
     print(
         f"\nwrote {path}, the saved fit {out / 'fit'}/, the CSV tables"
         + (f" and {out / 'report.html'}" if report else "")
