@@ -550,18 +550,19 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
             return math.nan, fixed
         return float(math.sqrt(max(float(g @ cov @ g), 0.0))), fixed
 
-    def exact(g: np.ndarray, value: float) -> str | None:
+    def exact(g: np.ndarray) -> str | None:
+        """The element of the developer table that this entry of Omega is, if one is."""
         nz = np.flatnonzero(g)
-        if nz.size == 1 and g[nz[0]] == 1.0:
-            lab = elem_labels[nz[0]]
-            if lab in by_label.index and float(by_label.loc[lab, "estimate"]) == value:
-                return lab
+        if nz.size == 1 and g[nz[0]] == 1.0 and elem_labels[nz[0]] in by_label.index:
+            return elem_labels[nz[0]]
         return None
 
     out = []
     for j in range(q):
-        w = float(omega[j, j])
         g = grads[j, j]
+        element = exact(g)
+        # the element's own value where Omega_jj is one (a fixed value exactly as given)
+        w = float(by_label.loc[element, "estimate"]) if element else float(omega[j, j])
         se, fixed = se_of(g)
         lo, hi = _log_ci(w, se)
         targets = reading.eta_targets.get(j, []) if reading else []
@@ -580,7 +581,7 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
         out.append(
             _row(
                 BLOCK_BSV,
-                exact(g, w) or f"var({labels[j]})",
+                element or f"var({labels[j]})",
                 label,
                 estimate=w,
                 se=se,
@@ -605,7 +606,7 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
             if np.isfinite(se) and abs(r) < 1:
                 zr, dz = math.atanh(r), se / (1.0 - r * r)
                 lo, hi = math.tanh(zr - Z * dz), math.tanh(zr + Z * dz)
-            source = exact(grads[j, k], wjk)
+            source = exact(grads[j, k])
             out.append(
                 _row(
                     BLOCK_BSV,
