@@ -450,3 +450,16 @@ def test_simulate_include_gives_etas_ipred_and_parameters():
     assert isinstance(dn.simulate(model, pop, params, seed=5), dn.Population)
     with pytest.raises(dn.OptionError, match="'obs' is not one of them"):
         dn.simulate(model, pop, params, seed=5, include=["eta", "obs"])
+
+
+@pytest.mark.slow
+def test_additive_random_effects_and_fixed_variances():
+    # indomethacin: A1 = tA1 + eta[0] (SD only); NaivePooled holds Omega at its start
+    model = dn.load_model("examples/indomethacin.model")
+    fit = dn.fit(model, dn.datasets.load("indomethacin"), dn.NaivePooled(), progress=False)
+    bsv = _rows(fit, "between-subject variability")
+    assert list(bsv.index) == ["omega[1,1]", "omega[2,2]", "omega[3,3]"]
+    assert list(bsv["estimate"]) == [0.3, 0.025, 0.012]  # exactly as given
+    assert bsv["se"].isna().all() and bsv["cv%"].isna().all()
+    assert bsv["note"].str.startswith("fixed; SD only: eta[").all()
+    assert _rows(fit, "fixed effects")["back-transformed"].isna().all()
