@@ -24,6 +24,7 @@ LAYERS = [
     ("likelihood", ("likelihood",)),
     ("estimation", ("estimation",)),
     ("results", ("results",)),
+    ("symbolic", ("symbolic",)),
     ("interfaces", ("interfaces",)),
     ("root", ("", "_validation")),
 ]
