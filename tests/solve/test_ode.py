@@ -30,7 +30,7 @@ DEFAULT = OdeOptions()
 NO_SS = OdeOptions(steady_state=False)
 
 
-def _ode(kind, p, dp, dose, t, options=DEFAULT):
+def _ode(kind, p, dp, dose, t, options=DEFAULT, **keywords):
     n = len(CLOSED_FORMS[kind].states)
     return ode_states(
         lambda t, x, args: closed_form_rhs(kind, args)(t, x),
@@ -41,6 +41,7 @@ def _ode(kind, p, dp, dose, t, options=DEFAULT):
         dp,
         t,
         options=options,
+        **keywords,
     )
 
 
@@ -137,17 +138,7 @@ def test_compact_event_grid_and_steady_state_table_match_the_general_solve():
     t = jnp.concatenate([T, jnp.array([26.0, 27.0, 33.0, 40.0, 45.0])])
 
     def solve(dose, features, lag):
-        return ode_states(
-            lambda t, x, args: closed_form_rhs(kind, args)(t, x),
-            jnp.zeros(n),
-            lambda cov: p,
-            *NOCOV,
-            dose,
-            dp,
-            t,
-            features=features,
-            lag=lag,
-        )
+        return _ode(kind, p, dp, dose, t, features=features, lag=lag)
 
     for dose, features in _compact_cases(CLOSED_FORMS[kind].oral):
         assert features.ss_records == 1 + 2 * (not features.infusion)
