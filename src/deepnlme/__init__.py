@@ -63,6 +63,10 @@ with _gc_paused():
     from .results import simulate as simulate
     from .results import vpc as vpc
     from .solve import OdeOptions as OdeOptions
+    from .workflows import Bootstrap as Bootstrap
+    from .workflows import Multistart as Multistart
+    from .workflows import bootstrap as bootstrap
+    from .workflows import multistart as multistart
 
     _freeze_imported()
 
@@ -71,6 +75,7 @@ from ._version import __version__ as __version__
 __all__ = [
     "Adam",
     "BFGS",
+    "Bootstrap",
     "Covariance",
     "LBFGS",
     "Method",
@@ -88,6 +93,7 @@ __all__ = [
     "LaplaceI",
     "Model",
     "ModelError",
+    "Multistart",
     "NaivePooled",
     "Network",
     "OdeOptions",
@@ -96,6 +102,7 @@ __all__ = [
     "SolveError",
     "Subject",
     "__version__",
+    "bootstrap",
     "datasets",
     "fit",
     "load_model",
@@ -103,6 +110,7 @@ __all__ = [
     "method_names",
     "make_population",
     "model_predict",
+    "multistart",
     "network",
     "read_data",
     "simulate",

@@ -1,0 +1,201 @@
+"""`deepnlme.bootstrap`: case resampling by subject, each replicate refitted."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import OptionError, check_keywords, check_range
+from ._runner import FitTask, padded_widths, run_tasks
+from ._tables import element_names, estimates_row, outcome_table, percentile_table
+
+# the options of deepnlme.fit a replicate may be given (its start is the original estimates,
+# and its progress is the count of finished fits)
+_REPLICATE_OPTIONS = (
+    "max_iter",
+    "time_limit",
+    "gtol",
+    "ftol",
+    "xtol",
+    "optimizer",
+    "fixed",
+    "covariance",
+    "network_se",
+    "ode_options",
+)
+
+
+def resample_subjects(population, rng: np.random.Generator, stratify: str | None = None) -> tuple:
+    """The IDs of one bootstrap sample of `population`: as many subjects as it has, drawn
+    with replacement (`rng.choice`). With `stratify` (a covariate), the subject in each place
+    is drawn from the subjects that share the stratum of the one in that place, so every
+    stratum keeps its count. The sampled subjects get new IDs 1..N when fitted
+    (`_runner.renumbered`); ID k stands for the k-th drawn."""
+    ids = np.empty(len(population.ids), dtype=object)
+    ids[:] = list(population.ids)
+    if stratify is None:
+        return tuple(ids[rng.integers(0, len(ids), size=len(ids))])
+    strata = population.covariates_frame()[stratify].to_numpy()
+    out = np.empty(len(ids), dtype=object)
+    for value in pd.unique(strata):  # in order of first appearance: the draws are reproducible
+        places = np.flatnonzero(strata == value)
+        out[places] = ids[places[rng.integers(0, len(places), size=len(places))]]
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Bootstrap:
+    """The result of `deepnlme.bootstrap`.
+
+    - `replicates`: one row per replicate (``replicate`` 0..n-1): ``ofv``, ``converged``,
+      ``n_iter``, ``error`` (None, or why the fit failed) and a column per element
+      of every parameter (``tcl``, ``omega[1,1]``, ...; `Fit.raw_table`'s names).
+    - `samples`: the original IDs each replicate drew (``samples[k][i]`` is subject i+1 of
+      replicate k).
+    - `converged_share`: the share of the replicates whose fit converged.
+    - `ci(level=0.95)`: percentile intervals per parameter element.
+    - `fit`: the original fit; `seed`, `stratify`: as given; `seconds`: each replicate's
+      wall time on its worker (compilation included; not in the table, which is the same
+      on any executor).
+    """
+
+    fit: Any = dataclasses.field(repr=False)
+    replicates: pd.DataFrame = dataclasses.field(repr=False)
+    samples: tuple[tuple, ...] = dataclasses.field(repr=False)
+    seed: int
+    stratify: str | None
+    parameters: tuple[str, ...] = dataclasses.field(repr=False)
+    seconds: tuple[float, ...] = dataclasses.field(repr=False, default=())
+
+    @property
+    def n(self) -> int:
+        return len(self.replicates)
+
+    @property
+    def converged_share(self) -> float:
+        """The share of the replicates that converged (0..1)."""
+        return float(self.replicates["converged"].mean()) if self.n else float("nan")
+
+    def ci(self, level: float = 0.95, *, converged_only: bool = True) -> pd.DataFrame:
+        """Percentile intervals of the replicate estimates: one row per parameter element
+        with the original `estimate`, the replicates' `median`, ``ci_2.5%`` and ``ci_97.5%``
+        (for `level` 0.95) and `n`, the replicates they come from (the converged ones by
+        default; failed fits never count)."""
+        check_range("Bootstrap.ci", "level", level, 0.0, 1.0)
+        rows = self.replicates
+        if converged_only:
+            rows = rows[rows["converged"]]
+        ordered = _in_model_order(self.fit)
+        reference = estimates_row(ordered, element_names(ordered))
+        return percentile_table(rows[list(self.parameters)], reference, level)
+
+    def __repr__(self) -> str:
+        return (
+            f"Bootstrap({self.n} replicates, seed={self.seed}, stratify={self.stratify!r}, "
+            f"converged {100 * self.converged_share:.0f}%)"
+        )
+
+
+def bootstrap(
+    fit,
+    n: int = 200,
+    *,
+    seed: int,
+    stratify: str | None = None,
+    population=None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = True,
+    **options: Any,
+) -> Bootstrap:
+    """Case bootstrap of a fit: `n` replicates, each a resample of the subjects (with
+    replacement, the same number; the drawn subjects get new IDs 1..N) fitted by the fit's
+    method from the fit's estimates.
+
+    **Arguments**
+
+    - `fit`: a `Fit` of `deepnlme.fit` (or `load_fit`): its model, method, population and
+      estimates (the start of every replicate); `population`: another population to resample.
+    - `n`: replicates; `seed`: replicate k draws its subjects from
+      ``numpy.random.default_rng([seed, k])``, so the table is the same for any `workers`.
+    - `stratify`: a covariate; each stratum keeps its number of subjects.
+    - `workers`: processes of a Dask `LocalCluster` (None: one per core; 1: in this process);
+      `scheduler`: the address of a running Dask cluster instead. Without dask installed the
+      fits run in this process, one after the other.
+    - `progress`: a count of finished fits.
+    - `options`: options of every replicate's fit: `max_iter`, `time_limit`, `gtol`, `ftol`,
+      `xtol`, `optimizer`, `fixed` (default the fit's), `covariance` (default None: no
+      covariance step), `network_se`, `ode_options` (default the fit's).
+
+    Returns a `Bootstrap`: `replicates` (the table of replicate estimates), `ci()` (percentile
+    intervals), `converged_share`.
+
+    Example:
+        >>> boot = dn.bootstrap(fit, n=200, seed=1, workers=4)
+        >>> boot.ci(), boot.converged_share
+    """
+    from ..estimation import Fit
+    from ..nn import resolved_model
+
+    check_keywords("bootstrap", options, _REPLICATE_OPTIONS)
+    if not isinstance(fit, Fit) or fit.model is None:
+        raise OptionError(
+            "bootstrap: `fit` must be a Fit from deepnlme.fit(model, population, method) or "
+            f"deepnlme.load_fit(path); got {type(fit).__name__}"
+        )
+    check_range("bootstrap", "n", n, 1, 10**7, integer=True)
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise OptionError(f"bootstrap: `seed` must be an integer >= 0; got {seed!r}")
+    population = fit.population if population is None else population
+    if population is None:
+        raise OptionError("bootstrap: this fit has no population; pass `population=`")
+    if stratify is not None and stratify not in population.covariate_names:
+        raise OptionError(
+            f"bootstrap: `stratify` must name a covariate of the population; got {stratify!r}; "
+            f"the covariates are: {', '.join(population.covariate_names) or '(none)'}"
+        )
+    fit_options: dict[str, Any] = {"covariance": None, "progress": False}
+    if fit.fixed:
+        fit_options["fixed"] = list(fit.fixed)
+    if fit.ode_options is not None:
+        fit_options["ode_options"] = fit.ode_options
+    fit_options.update(options)
+
+    samples = tuple(
+        resample_subjects(population, np.random.default_rng([int(seed), k]), stratify)
+        for k in range(n)
+    )
+    text = str(resolved_model(fit))  # the networks' data scale of the original fit, if any
+    start = {k: np.asarray(v) for k, v in fit.estimates.items()}
+    tasks = [
+        FitTask(k, text, fit.method, fit_options, start, subjects=samples[k]) for k in range(n)
+    ]
+    outcomes = run_tasks(
+        tasks,
+        population,
+        workers=workers,
+        scheduler=scheduler,
+        progress=progress,
+        label="bootstrap",
+        widths=padded_widths(population),
+    )
+    names = element_names(_in_model_order(fit))
+    table = outcome_table(outcomes, names, "replicate")
+    return Bootstrap(
+        fit=fit,
+        replicates=table,
+        samples=samples,
+        seed=int(seed),
+        stratify=stratify,
+        parameters=tuple(c for c, _, _ in names),
+        seconds=tuple(o.seconds for o in outcomes),
+    )
+
+
+def _in_model_order(fit) -> dict[str, Any]:
+    """The fit's estimates in the order the model declares its parameters."""
+    order = [k for k in getattr(fit.model, "param_names", ()) if k in fit.estimates]
+    return {k: fit.estimates[k] for k in order + sorted(set(fit.estimates) - set(order))}

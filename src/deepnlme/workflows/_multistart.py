@@ -1,0 +1,222 @@
+"""`deepnlme.multistart`: one model fitted from many perturbed starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import OptionError, check_keywords, check_range
+from ._runner import FitTask, run_tasks
+from ._tables import element_names, outcome_table
+
+_START_OPTIONS = (
+    "max_iter",
+    "time_limit",
+    "gtol",
+    "ftol",
+    "xtol",
+    "optimizer",
+    "fixed",
+    "covariance",
+    "network_se",
+    "ode_options",
+)
+
+
+def perturbed_starts(
+    model, init: Mapping[str, Any] | None, n: int, seed: int, spread: float, keep=()
+) -> list[dict[str, np.ndarray]]:
+    """`n` starts: the first `init` itself (the model's initial values where it names
+    none), start k > 0 that start moved by `spread` times a standard normal draw of
+    ``numpy.random.default_rng([seed, k])`` in every unconstrained coordinate (a log-variance,
+    a Cholesky factor's entry, a weight: each parameter's own domain), the parameters in `keep`
+    (the fixed ones) left where they are."""
+    cm = model.compiled
+    estimated = [p for p in cm.params if p.size > 0]
+    base = {p.name: np.asarray(p.init, dtype=np.float64) for p in estimated}
+    base.update({k: np.asarray(v, dtype=np.float64) for k, v in (init or {}).items()})
+    u0 = np.asarray(cm.pack(base), dtype=np.float64)
+    moved = np.concatenate([np.full(p.size, p.name not in keep) for p in estimated])
+    starts = []
+    for k in range(n):
+        if k == 0:
+            starts.append(base)
+            continue
+        step = spread * np.random.default_rng([seed, k]).standard_normal(u0.shape)
+        values = cm.unpack(u0 + np.where(moved, step, 0.0))
+        starts.append({p.name: np.asarray(values[p.name], dtype=np.float64) for p in estimated})
+    return starts
+
+
+def group_optima(ofv: np.ndarray, ok: np.ndarray, tol: float) -> np.ndarray:
+    """The optimum each fit reached: 1 for the lowest OFV, 2 for the next, ...; fits whose
+    OFVs lie within `tol` of the previous one (sorted) share an optimum; 0 where `ok` is
+    False (not converged, or failed)."""
+    label = np.zeros(len(ofv), dtype=np.int64)
+    order = [i for i in np.argsort(ofv, kind="stable") if ok[i] and np.isfinite(ofv[i])]
+    current, last = 0, -math.inf
+    for i in order:
+        if ofv[i] - last > tol:
+            current += 1
+        label[i], last = current, ofv[i]
+    return label
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Multistart:
+    """The result of `deepnlme.multistart`.
+
+    - `starts`: one row per start (``start`` 0..n-1; start 0 is the unperturbed one):
+      ``ofv``, ``converged``, ``n_iter``, ``error``, ``optimum`` (which row of `optima` it
+      reached; 0: none, it did not converge) and the estimates (``tcl``, ``omega[1,1]``, ...).
+    - `optima`: one row per distinct optimum, best first: ``optimum``, ``ofv`` (the lowest of
+      its fits), ``found`` (how many starts reached it), ``share`` (of all starts),
+      ``starts`` (which), and the estimates of its best fit.
+    - `best`: the start with the lowest OFV among the converged ones (among all when none
+      converged); `best_ofv`, `best_estimates` (parameter name -> value, as `Fit.estimates`:
+      pass it as `init` to refit there).
+    """
+
+    starts: pd.DataFrame = dataclasses.field(repr=False)
+    optima: pd.DataFrame = dataclasses.field(repr=False)
+    best: int
+    best_estimates: dict[str, Any] = dataclasses.field(repr=False)
+    seed: int
+    spread: float
+    tol: float
+    seconds: tuple[float, ...] = dataclasses.field(repr=False, default=())
+
+    @property
+    def best_ofv(self) -> float:
+        return float(self.starts["ofv"].iloc[self.best])
+
+    def __repr__(self) -> str:
+        found = int(self.optima["found"].iloc[0]) if len(self.optima) else 0
+        return (
+            f"Multistart({len(self.starts)} starts, {len(self.optima)} optima; best OFV "
+            f"{self.best_ofv:.4f}, found by {found})"
+        )
+
+
+def multistart(
+    model,
+    population,
+    method,
+    n: int = 10,
+    *,
+    seed: int,
+    spread: float = 0.5,
+    init: Mapping[str, Any] | None = None,
+    tol: float = 0.01,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = True,
+    **options: Any,
+) -> Multistart:
+    """Fit `model` to `population` by `method` from `n` starts and tabulate the optima.
+
+    **Arguments**
+
+    - `model`, `population`, `method`: as for `deepnlme.fit`.
+    - `n`: starts; the first is `init` (the model's initial values), start k > 0 moves every
+      estimated parameter by `spread` times a standard normal draw from
+      ``numpy.random.default_rng([seed, k])`` on its unconstrained scale (the log of a
+      variance, ...), so the table is the same for any `workers`.
+    - `tol`: OFVs of converged fits within `tol` of each other count as one optimum.
+    - `workers`, `scheduler`, `progress`: as for `deepnlme.bootstrap`.
+    - `options`: options of every fit: `max_iter`, `time_limit`, `gtol`, `ftol`, `xtol`,
+      `optimizer`, `fixed` (not perturbed), `covariance` (default None), `network_se`,
+      `ode_options`.
+
+    Returns a `Multistart`: `starts` (one row per start), `optima` (distinct optima with how
+    often each was found), `best`, `best_estimates`.
+
+    Example:
+        >>> ms = dn.multistart(model, pop, dn.FOCE(), n=20, seed=1)
+        >>> ms.optima[["optimum", "ofv", "found"]]
+    """
+    from ..data import Population
+    from ..likelihood import Method
+    from ..model import Model
+
+    check_keywords("multistart", options, _START_OPTIONS)
+    if not isinstance(model, Model):
+        raise OptionError(
+            f"multistart: `model` must be a Model from deepnlme.load_model(...); got "
+            f"{type(model).__name__}"
+        )
+    if not isinstance(population, Population):
+        raise OptionError(
+            "multistart: `population` must be a Population from deepnlme.read_data(...); "
+            f"got {type(population).__name__}"
+        )
+    if not isinstance(method, Method):
+        raise OptionError(
+            "multistart: `method` must be one of FO(), FOCE(), FOCEI(), LaplaceI(), "
+            f"JointMAP(), NaivePooled(); got {method!r}"
+        )
+    check_range("multistart", "n", n, 1, 10**7, integer=True)
+    check_range("multistart", "spread", spread, 0.0, 100.0)
+    check_range("multistart", "tol", tol, 0.0, math.inf)
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise OptionError(f"multistart: `seed` must be an integer >= 0; got {seed!r}")
+    known = {p.name for p in model.compiled.params}
+    unknown = [k for k in (init or {}) if k not in known]
+    if unknown:
+        raise OptionError(
+            f"multistart: `init` names unknown parameter '{unknown[0]}'; the model's "
+            f"parameters are {', '.join(sorted(known))}"
+        )
+    fixed = options.get("fixed") or ()
+    starts = perturbed_starts(model, init, n, int(seed), float(spread), keep=set(fixed))
+    fit_options = {"covariance": None, "progress": False, **options}
+    text = str(model)
+    tasks = [FitTask(k, text, method, fit_options, starts[k]) for k in range(n)]
+    outcomes = run_tasks(
+        tasks,
+        population,
+        workers=workers,
+        scheduler=scheduler,
+        progress=progress,
+        label="multistart",
+    )
+    names = element_names(starts[0])
+    table = outcome_table(outcomes, names, "start")
+    ofv = table["ofv"].to_numpy(dtype=np.float64)
+    ok = table["converged"].to_numpy(dtype=bool)
+    table.insert(table.columns.get_loc("error") + 1, "optimum", group_optima(ofv, ok, tol))
+    finite = np.where(np.isfinite(ofv), ofv, np.inf)
+    best = int(np.argmin(np.where(ok, finite, np.inf)) if ok.any() else np.argmin(finite))
+    return Multistart(
+        starts=table,
+        optima=_optima(table, [c for c, _, _ in names]),
+        best=best,
+        best_estimates=dict(outcomes[best].estimates),
+        seed=int(seed),
+        spread=float(spread),
+        tol=float(tol),
+        seconds=tuple(o.seconds for o in outcomes),
+    )
+
+
+def _optima(table: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    rows = []
+    for label, group in table[table["optimum"] > 0].groupby("optimum", sort=True):
+        first = group.loc[group["ofv"].idxmin()]
+        rows.append(
+            {
+                "optimum": int(label),
+                "ofv": float(first["ofv"]),
+                "found": len(group),
+                "share": len(group) / len(table),
+                "starts": tuple(int(s) for s in group["start"]),
+                **{c: first[c] for c in columns},
+            }
+        )
+    cols = ["optimum", "ofv", "found", "share", "starts", *columns]
+    return pd.DataFrame(rows, columns=cols)

@@ -1,0 +1,372 @@
+"""Independent fits run on Dask workers, or one after the other in this process.
+
+Bootstrap, multistart (and, later, cross-validation and tuning) are lists of fits that do not
+depend on each other. Each is a `FitTask`: plain values a worker process can rebuild the fit
+from (model text, method, options, start, and which subjects of the shared population to take),
+never JAX objects. `run_tasks` runs a function of (task, population) over the tasks:
+
+- ``workers=1``, or Dask not installed: in this process, in order;
+- ``workers=n > 1``: on a `distributed.LocalCluster` of n processes (one thread each, JAX
+  single-threaded, no dashboard), started for the call and closed after it;
+- ``scheduler="tcp://host:port"``: on that running cluster.
+
+The results come back in task order whatever the number of workers, so a run with the same
+seeds gives the same table on any executor. A worker process that dies is replaced by its nanny
+and its task runs again (``retries``). The population is sent to each worker once; each worker
+keeps its models by text (`_model`), so the fits of a worker that share a model and a population
+share its bound problem and compiled programs, and it keeps compiled programs in a JAX
+compilation cache shared by the workers of the run, so that a resampled population of the same
+padded shape reuses the program another fit compiled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TextIO
+
+import numpy as np
+
+from ..errors import OptionError
+
+# What a worker process gets in its environment before it imports JAX: XLA single-threaded
+# (`_config`'s flag plus one intra-op thread), and deepnlme's own program store left to the
+# process that runs the workflow (each worker writes its programs to the run's JAX cache).
+WORKER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+@dataclasses.dataclass(frozen=True)
+class FitTask:
+    """One fit of a workflow, as plain values a worker process can rebuild it from.
+
+    - `key`: the task's place in the results (replicate or start number, from 0).
+    - `model_text`: the model's text (`str(model)`); a worker loads it once and keeps it.
+    - `method`: the method object (a frozen dataclass: sent by value).
+    - `options`: keyword options of `deepnlme.fit` (`max_iter`, `covariance`, ...).
+    - `init`: the start, a dict of values by parameter name (None: the model's initial values).
+    - `subjects`: None for the shared population as it is, or the IDs to take from it in order
+      (an ID may repeat); the subjects taken are renumbered 1..n (`renumbered`).
+    """
+
+    key: int
+    model_text: str
+    method: Any
+    options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    init: Mapping[str, Any] | None = None
+    subjects: tuple | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FitOutcome:
+    """What a worker sends back of one fit: plain numbers, no JAX objects.
+
+    `estimates`: parameter name -> value (float or numpy array, the declared scale); `error`:
+    None, or the error that stopped the fit (``"SolveError: ..."``; the other fields are then
+    NaN, False or empty). `seconds`: the fit's wall time on the worker (compilation included).
+    """
+
+    key: int
+    ofv: float
+    m2ll: float
+    converged: bool
+    message: str
+    n_iter: int
+    estimates: dict[str, Any]
+    seconds: float
+    error: str | None = None
+
+
+# ------------------------------------------------------------------------ on a worker
+
+_MODELS: dict[str, Any] = {}
+_RENUMBERED: dict[tuple, Any] = {}
+
+
+def _model(text: str):
+    """The `Model` of `text`, loaded once per process and kept (the cache of bound problems
+    and compiled programs in `likelihood._from_model` lives on the model object)."""
+    model = _MODELS.get(text)
+    if model is None:
+        from ..model import load_model
+
+        model = _MODELS[text] = load_model(text)
+    return model
+
+
+def renumbered(population, ids: Sequence, widths: Mapping[str, int] | None = None):
+    """The subjects `ids` of `population` in that order (an ID may repeat), with new IDs
+    1..len(ids); `widths`: pad its arrays to these widths (`padded_widths` of the population
+    they came from), so that every resample of one population has the same shapes."""
+    pop = population.subset(list(ids))
+    pop = pop._replace(pop._records, list(range(1, len(ids) + 1)))
+    if widths is not None:
+        _pad_arrays(pop, widths)
+    return pop
+
+
+def padded_widths(population) -> dict[str, int]:
+    """The padded widths of `population`'s arrays: observations, doses, covariate changes."""
+    a = population.arrays()
+    return {"obs": a.obs_mask.shape[1], "dose": a.dose_mask.shape[1], "cov": a.cov_mask.shape[1]}
+
+
+# how a padding entry is filled (data.PopulationArrays): masks False, times, covariates and
+# sequence numbers as the entry before it, CMT and EVID 1, everything else 0
+_EDGE = {"obs_time", "obs_cov", "obs_seq", "dose_time", "dose_cov", "dose_seq"}
+_EDGE |= {"cov_time", "cov_value"}
+_ONE = {"dose_cmt", "dose_evid"}
+
+
+def _pad_arrays(pop, widths: Mapping[str, int]) -> None:
+    """Widen `pop`'s padded arrays (computed here, before anything else reads them) to
+    `widths`, filling as the data layer fills its padding."""
+    a = pop.arrays()
+    out = {}
+    for field in a._fields:
+        x = getattr(a, field)
+        extra = widths[field.split("_")[0]] - x.shape[1]
+        if extra < 0:  # a resample never has more events per subject than its population
+            raise AssertionError(f"{field}: width {x.shape[1]} above {widths}")
+        if extra:
+            pad = [(0, 0), (0, extra)] + [(0, 0)] * (x.ndim - 2)
+            if field in _EDGE:
+                x = np.pad(x, pad, mode="edge")
+            else:
+                x = np.pad(x, pad, constant_values=1 if field in _ONE else 0)
+            x.flags.writeable = False
+        out[field] = x
+    pop._arrays = type(a)(**out)
+
+
+def _population_of(task: FitTask, population, widths):
+    if task.subjects is None:
+        return population
+    # the same resample asked for twice on one worker (a retry): the same object, so its
+    # bound problem is found again
+    key = (id(population), task.subjects)
+    hit = _RENUMBERED.get(key)
+    if hit is None:
+        _RENUMBERED.clear()
+        hit = _RENUMBERED[key] = renumbered(population, task.subjects, widths)
+    return hit
+
+
+def run_fit(task: FitTask, population, widths: Mapping[str, int] | None = None) -> FitOutcome:
+    """Run one `FitTask` on `population` (in whatever process this is) and return its
+    outcome; an error of the fit (a failed solve, ...) is returned as the outcome's `error`."""
+    from ..estimation import fit
+
+    t0 = time.perf_counter()
+    try:
+        pop = _population_of(task, population, widths)
+        init = None if task.init is None else dict(task.init)
+        f = fit(_model(task.model_text), pop, task.method, init=init, **dict(task.options))
+    except Exception as err:  # noqa: BLE001  (one failed fit is a result of the workflow)
+        return FitOutcome(
+            task.key, np.nan, np.nan, False, "", 0, {}, time.perf_counter() - t0,
+            error=f"{type(err).__name__}: {err}",
+        )  # fmt: skip
+    estimates = {k: _plain(v) for k, v in f.estimates.items()}
+    return FitOutcome(
+        task.key,
+        float(f.ofv),
+        float(f.m2ll),
+        bool(f.converged),
+        str(f.message),
+        int(f.n_iter),
+        estimates,
+        time.perf_counter() - t0,
+    )
+
+
+def _plain(v: Any) -> Any:
+    a = np.asarray(v, dtype=np.float64)
+    return float(a) if a.ndim == 0 else a.copy()
+
+
+def _prepare_worker(cache: str | None) -> None:
+    """Settings of a worker process, made before its first fit: JAX's compilation cache in
+    the run's folder (shared by the workers: a program one compiled, the others load), and
+    deepnlme's own program store off (its entries are keyed by the data, which differ
+    between resamples). On a cluster of our own the environment was set before JAX started
+    (`_worker_env`); on another cluster this is all that is done."""
+    if os.environ.get("DEEPNLME_WORKER_READY") == (cache or ""):
+        return
+    os.environ["DEEPNLME_WORKER_READY"] = cache or ""
+    if cache is None:
+        return
+    os.environ["DEEPNLME_NO_CACHE"] = "1"
+    import jax
+
+    if jax.config.jax_compilation_cache_dir is None:
+        jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
+
+def _on_worker(task: FitTask, population, widths, cache: str | None, fn: Callable) -> Any:
+    _prepare_worker(cache)
+    return fn(task, population, widths)
+
+
+# ------------------------------------------------------------------------ progress
+
+
+class FitCounter:
+    """A count of finished fits on `stream`: on a terminal one line updated in place (a
+    carriage return), in a log or a pipe a line per finished fit."""
+
+    def __init__(self, label: str, total: int, *, enabled: bool, stream: TextIO | None = None):
+        self.label, self.total, self.enabled = label, total, enabled
+        self.stream = sys.stdout if stream is None else stream
+        isatty = getattr(self.stream, "isatty", None)
+        try:
+            self.live = bool(enabled and callable(isatty) and isatty())
+        except (ValueError, OSError):
+            self.live = False
+        self.done = 0
+        self.t0 = time.perf_counter()
+
+    def finished(self, outcome: Any) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        elapsed = time.perf_counter() - self.t0
+        text = f"{self.label}: {self.done}/{self.total} fits finished ({elapsed:.1f} s)"
+        if self.live:
+            self.stream.write("\r" + text + ("\n" if self.done == self.total else ""))
+        else:
+            self.stream.write(text + _note(outcome) + "\n")
+        self.stream.flush()
+
+
+def _note(outcome: Any) -> str:
+    if not isinstance(outcome, FitOutcome):
+        return ""
+    if outcome.error:
+        return f"; #{outcome.key}: failed ({outcome.error.split(':')[0]})"
+    state = "converged" if outcome.converged else "not converged"
+    return f"; #{outcome.key}: OFV {outcome.ofv:.3f}, {state}"
+
+
+# ------------------------------------------------------------------------ the executor
+
+
+def check_workers(owner: str, workers: int | None, scheduler: str | None) -> int:
+    """The number of worker processes `workers` asks for (None: one per core)."""
+    if workers is None:
+        return max(1, os.cpu_count() or 1)
+    if isinstance(workers, bool) or not isinstance(workers, int | np.integer) or workers < 1:
+        raise OptionError(
+            f"{owner}: `workers` must be a whole number of processes >= 1 (1 runs the fits in "
+            f"this process), or None for one per core; got {workers!r}"
+        )
+    if scheduler is not None and workers != 1:
+        raise OptionError(
+            f"{owner}: give `workers` or `scheduler`, not both: the cluster at {scheduler!r} "
+            f"has its own workers; got workers={workers}"
+        )
+    return int(workers)
+
+
+def _dask_available() -> bool:
+    try:
+        import dask  # noqa: F401
+        import distributed  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_tasks(
+    tasks: Sequence[FitTask],
+    population,
+    *,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = True,
+    label: str = "fits",
+    retries: int = 2,
+    widths: Mapping[str, int] | None = None,
+    fn: Callable[..., Any] = run_fit,
+    stream: TextIO | None = None,
+) -> list[Any]:
+    """``fn(task, population, widths)`` for every task, on workers or in this process, in
+    task order (see the module's description). `fn` must be a function of a module the
+    workers can import (the default, `run_fit`, returns a `FitOutcome`)."""
+    n = check_workers(label, workers, scheduler)
+    counter = FitCounter(label, len(tasks), enabled=progress, stream=stream)
+    if scheduler is None and (n == 1 or len(tasks) <= 1) or not _dask_available():
+        if scheduler is not None:
+            raise ImportError(
+                f"{label}: `scheduler` needs dask.distributed, which is not installed; "
+                "pip install 'deepnlme[many]', or leave `scheduler` out to run in this process"
+            )
+        results = []
+        for task in tasks:
+            results.append(fn(task, population, widths))
+            counter.finished(results[-1])
+        return results
+    return _run_on_dask(
+        tasks, population, min(n, len(tasks)), scheduler, counter, retries, widths, fn
+    )
+
+
+def _worker_env(cache: str) -> dict[str, str]:
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" not in flags:
+        flags = (flags + " " + WORKER_XLA_FLAGS).strip()
+    return {
+        "XLA_FLAGS": flags,
+        "DEEPNLME_NO_CACHE": "1",
+        "JAX_COMPILATION_CACHE_DIR": cache,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+    }
+
+
+def _run_on_dask(tasks, population, n, scheduler, counter, retries, widths, fn) -> list[Any]:
+    import contextlib
+    import uuid
+
+    from distributed import Client, LocalCluster, as_completed
+
+    run = uuid.uuid4().hex[:8]
+    with contextlib.ExitStack() as stack:
+        cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="deepnlme-workers-"))
+        if scheduler is None:
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=n,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    host="127.0.0.1",
+                    env=_worker_env(cache),
+                    silence_logs=40,
+                )
+            )
+            client = stack.enter_context(Client(cluster))
+            worker_cache = cache
+        else:
+            client = stack.enter_context(Client(scheduler))
+            worker_cache = None  # not a folder of theirs: each worker keeps its own store
+        shared = client.scatter(population, broadcast=True, hash=False)
+        futures = [
+            client.submit(
+                _on_worker, task, shared, widths, worker_cache, fn,
+                key=f"deepnlme-{counter.label}-{run}-{task.key}", retries=retries, pure=False,
+            )
+            for task in tasks
+        ]  # fmt: skip
+        place = {f.key: i for i, f in enumerate(futures)}
+        results: list[Any] = [None] * len(tasks)
+        for future in as_completed(futures):
+            results[place[future.key]] = future.result()
+            counter.finished(results[place[future.key]])
+        return results
