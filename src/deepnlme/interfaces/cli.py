@@ -428,6 +428,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     comp.add_argument("fits", nargs="+", metavar="FIT_DIR", help="saved fit folders")
     comp.add_argument("--out", default=None, help="also write the table to this CSV file")
+
+    boot = sub.add_parser(
+        "bootstrap",
+        help="case bootstrap of a saved fit: percentile CIs from refitted resamples",
+        description="Resample the subjects of a saved fit with replacement, refit each "
+        "replicate from the fit's estimates (on Dask workers when dask is installed) and write "
+        "replicates.csv (one row per replicate) and ci.csv (percentile intervals).",
+    )
+    boot.add_argument("fit", metavar="FIT_DIR", help="saved fit folder (`deepnlme fit --out`)")
+    boot.add_argument("-n", type=int, default=200, help="replicates (default 200)")
+    boot.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    boot.add_argument("--stratify", default=None, help="a covariate whose strata keep counts")
+    boot.add_argument(
+        "--workers", type=int, default=None, help="worker processes (default one per core)"
+    )
+    boot.add_argument("--scheduler", default=None, help="address of a running Dask cluster")
+    boot.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
+    boot.add_argument("--out", default=None, help="output folder (default FIT_DIR/bootstrap)")
+    boot.add_argument("--quiet", action="store_true", help="no progress display")
     return p
 
 
@@ -660,6 +679,36 @@ def _compare(args) -> None:
         print(f"wrote {out}")
 
 
+def _bootstrap(args) -> None:
+    import pandas as pd
+
+    import deepnlme as dn
+
+    fit = dn.load_fit(_saved_fit_folder(args.fit))
+    workers = 1 if args.scheduler is not None and args.workers is None else args.workers
+    boot = dn.bootstrap(
+        fit,
+        args.n,
+        seed=args.seed,
+        stratify=args.stratify,
+        workers=workers,
+        scheduler=args.scheduler,
+        progress=not args.quiet,
+        max_iter=args.max_iter,
+    )
+    out = Path(args.out) if args.out else Path(args.fit) / "bootstrap"
+    out.mkdir(parents=True, exist_ok=True)
+    boot.replicates.to_csv(out / "replicates.csv", index=False)
+    ci = boot.ci()
+    ci.to_csv(out / "ci.csv", index=False)
+    with pd.option_context("display.width", 200, "display.max_columns", None):
+        print(ci.to_string(index=False))
+    print(
+        f"\n{boot.n} replicates (seed {args.seed}), {100 * boot.converged_share:.0f}% "
+        f"converged; wrote {out / 'replicates.csv'} and {out / 'ci.csv'}"
+    )
+
+
 def _fit_label(folder: Path) -> str:
     """A fit's name in the table: its folder's (the folder above a saved fit called `fit`)."""
     folder = folder.resolve()
@@ -762,6 +811,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _demo(args)
         elif args.command == "compare":
             _compare(args)
+        elif args.command == "bootstrap":
+            _bootstrap(args)
     except _USER_ERRORS as err:
         print(f"deepnlme: error: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,146 @@
+"""The executor of many fits: Dask workers give the table a sequential run gives, bit for bit;
+a worker that dies is replaced and its fit run again; without dask the fits run in this
+process; multistart finds the known optimum; the command line's bootstrap."""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+from deepnlme.workflows import _runner
+
+pytestmark = pytest.mark.slow  # whole fits, and clusters of worker processes
+
+MODEL = "examples/theophylline.model"
+N, SEED = 4, 11
+
+
+@pytest.fixture(scope="module")
+def theo():
+    pop = dn.datasets.load("theophylline")
+    model = dn.load_model(MODEL)
+    return model, pop, dn.fit(model, pop, dn.FO(), progress=False)
+
+
+@pytest.fixture(scope="module")
+def in_process(theo):
+    return dn.bootstrap(theo[2], N, seed=SEED, workers=1, progress=False, max_iter=60)
+
+
+def test_two_workers_give_the_table_of_one_bit_for_bit(theo, in_process):
+    on_two = dn.bootstrap(theo[2], N, seed=SEED, workers=2, max_iter=60, progress=False)
+    pd.testing.assert_frame_equal(on_two.replicates, in_process.replicates, check_exact=True)
+    assert on_two.samples == in_process.samples
+    assert in_process.replicates["error"].isna().all()
+    assert in_process.converged_share == in_process.replicates["converged"].mean()
+
+
+def test_progress_is_a_line_per_finished_fit_in_a_log():
+    log = io.StringIO()
+    tasks = [_runner.FitTask(k, "", None) for k in range(3)]
+    out = _runner.run_tasks(tasks, None, workers=1, label="demo", fn=_key, stream=log)
+    assert out == [0, 1, 2]
+    lines = log.getvalue().splitlines()
+    assert [line.split(" fits")[0] for line in lines] == ["demo: 1/3", "demo: 2/3", "demo: 3/3"]
+
+
+def _key(task, population, widths):
+    return task.key
+
+
+def _dies_once(task, population, widths, *, marker):
+    """Kill this worker process the first time task 1 runs (the marker file says whether it
+    ran), as a crash or the out-of-memory killer would."""
+    if task.key == 1 and not os.path.exists(marker):
+        Path(marker).touch()
+        os._exit(1)
+    return task.key, os.getpid()
+
+
+def test_a_worker_that_dies_is_replaced_and_its_fit_run_again(tmp_path):
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    marker = tmp_path / "died"
+    tasks = [_runner.FitTask(k, "", None) for k in range(4)]
+    fn = functools.partial(_dies_once, marker=str(marker))
+    out = _runner.run_tasks(tasks, None, workers=2, progress=False, fn=fn)
+    assert marker.exists()
+    assert [key for key, _ in out] == [0, 1, 2, 3]
+    assert all(pid != os.getpid() for _, pid in out)
+
+
+def test_without_dask_the_fits_run_in_this_process(theo, in_process, monkeypatch):
+    real = builtins.__import__
+
+    def no_dask(name, *args, **kwargs):
+        if name.split(".")[0] in ("dask", "distributed"):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_dask)
+    seen = []
+    fn = functools.partial(_in_this_process, seen=seen)
+    tasks = [_runner.FitTask(k, "", None) for k in range(2)]
+    assert _runner.run_tasks(tasks, None, workers=2, progress=False, fn=fn) == [0, 1]
+    assert seen == [os.getpid()] * 2
+    again = dn.bootstrap(theo[2], N, seed=SEED, workers=2, progress=False, max_iter=60)
+    pd.testing.assert_frame_equal(again.replicates, in_process.replicates, check_exact=True)
+    with pytest.raises(ImportError, match="pip install 'deepnlme\\[many\\]'"):
+        dn.bootstrap(theo[2], 2, seed=0, scheduler="tcp://127.0.0.1:1", progress=False)
+
+
+def _in_this_process(task, population, widths, *, seen):
+    seen.append(os.getpid())
+    return task.key
+
+
+def test_multistart_finds_the_foce_optimum_and_counts_it(theo):
+    model, pop, _ = theo
+    reference = dn.fit(model, pop, dn.FOCE(), progress=False, covariance=None)
+    ms = dn.multistart(model, pop, dn.FOCE(), n=5, seed=2, spread=0.3, workers=1, progress=False)
+    best = ms.optima.iloc[0]
+    assert best["ofv"] == pytest.approx(reference.ofv, abs=1e-3)
+    near = np.abs(ms.starts["ofv"] - reference.ofv) <= ms.tol
+    assert best["found"] == int((near & ms.starts["converged"]).sum()) >= 2
+    assert best["share"] == best["found"] / 5
+    assert ms.starts["ofv"].iloc[0] == reference.ofv  # start 0: the model's initial values
+    assert ms.best_ofv == pytest.approx(reference.ofv, abs=1e-3)
+    np.testing.assert_allclose(ms.best_estimates["tcl"], reference.estimates["tcl"], atol=1e-3)
+    # the starts differ, each as its seed and number say
+    assert ms.starts["n_iter"].nunique() > 1
+
+
+def test_cli_bootstrap_writes_the_tables_of_the_library(theo, tmp_path):
+    fit_dir = tmp_path / "theo"
+    dn.fit(theo[0], theo[1], dn.FO(), progress=False).save(fit_dir / "fit")
+    r = subprocess.run(
+        [sys.executable, "-m", "deepnlme.interfaces.cli", "bootstrap", str(fit_dir),
+         "-n", "2", "--seed", "5", "--workers", "2", "--max-iter", "60"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "2/2 fits finished" in r.stdout and "converged" in r.stdout
+    table = pd.read_csv(fit_dir / "bootstrap" / "replicates.csv")
+    ci = pd.read_csv(fit_dir / "bootstrap" / "ci.csv")
+    lib = dn.bootstrap(
+        dn.load_fit(fit_dir / "fit"), 2, seed=5, workers=1, progress=False, max_iter=60
+    )
+    np.testing.assert_array_equal(table["ofv"], lib.replicates["ofv"])
+    assert list(ci["parameter"]) == list(lib.ci()["parameter"])
+    bad = subprocess.run(
+        [sys.executable, "-m", "deepnlme.interfaces.cli", "bootstrap", str(fit_dir),
+         "-n", "2", "--workers", "0"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "`workers` must be" in bad.stderr

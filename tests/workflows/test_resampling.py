@@ -1,0 +1,121 @@
+"""Bootstrap samples by subject: new IDs, the drawn subjects' records, strata kept, one padded
+shape for every resample; percentile intervals and the converged share from the table."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+from deepnlme.workflows._bootstrap import Bootstrap, resample_subjects
+from deepnlme.workflows._multistart import group_optima
+from deepnlme.workflows._runner import padded_widths, renumbered
+
+
+@pytest.fixture(scope="module")
+def pop():
+    return dn.datasets.load("theophylline")
+
+
+def _observations(p, i):
+    return p[i].observations[["TIME", "DV"]].reset_index(drop=True)
+
+
+def test_resampled_subjects_get_new_ids_and_keep_their_records(pop):
+    drawn = resample_subjects(pop, np.random.default_rng([7, 0]))
+    assert len(drawn) == len(pop) and set(drawn) <= set(pop.ids)
+    assert len(set(drawn)) < len(drawn)  # with replacement (this seed repeats a subject)
+    rep = renumbered(pop, drawn)
+    assert rep.ids == tuple(range(1, len(pop) + 1))
+    for new, old in zip(rep.ids, drawn):
+        pd.testing.assert_frame_equal(_observations(rep, new), _observations(pop, old))
+        assert rep[new].doses["AMT"].tolist() == pop[old].doses["AMT"].tolist()
+
+
+def test_replicate_k_draws_from_seed_and_k_only(pop):
+    a = [resample_subjects(pop, np.random.default_rng([3, k])) for k in range(4)]
+    b = [resample_subjects(pop, np.random.default_rng([3, k])) for k in (3, 2, 1, 0)][::-1]
+    assert a == b
+    assert len(set(a)) == 4
+
+
+def test_stratified_resample_keeps_each_stratum_in_its_places():
+    df = dn.datasets.load("theophylline").to_dataframe()
+    df["GRP"] = (df["ID"] <= 4).astype(int)
+    pop = dn.read_data(df)
+    strata = pop.covariates_frame()["GRP"]
+    for k in range(5):
+        drawn = resample_subjects(pop, np.random.default_rng([1, k]), "GRP")
+        got = strata.loc[list(drawn)].to_numpy()
+        np.testing.assert_array_equal(got, strata.to_numpy())  # so the counts too
+    # a stratum that is not a covariate, named with the ones there are, before any fit
+    fit = dn.fit(dn.load_model("examples/theophylline.model"), pop, dn.NaivePooled(),
+                 max_iter=1, progress=False, covariance=None)  # fmt: skip
+    with pytest.raises(dn.OptionError, match="`stratify`.*'SEX'.*WT, DOSE, GRP"):
+        dn.bootstrap(fit, 2, seed=0, stratify="SEX")
+
+
+def test_resamples_are_padded_to_the_original_widths():
+    df = dn.datasets.load("theophylline").to_dataframe()
+    # subject 1 has two observations fewer, subject 2 two more doses: uneven widths
+    drop = df.index[(df["ID"] == 1) & (df["EVID"] == 0)][-2:]
+    df = df.drop(drop)
+    extra = df[(df["ID"] == 2) & (df["EVID"] == 1)].copy()
+    extra = pd.concat([extra.assign(TIME=30.0, AMT=1.0), extra.assign(TIME=40.0, AMT=1.0)])
+    df = pd.concat([df, extra]).sort_values(["ID", "TIME", "EVID"], kind="stable")
+    pop = dn.read_data(df.reset_index(drop=True))
+    widths = padded_widths(pop)
+    plain = renumbered(pop, [1, 1, 3])
+    assert plain.arrays().dose_mask.shape[1] < widths["dose"]
+    padded = renumbered(pop, [1, 1, 3], widths)
+    a, b = plain.arrays(), padded.arrays()
+    for field in a._fields:
+        x, y = getattr(a, field), getattr(b, field)
+        block = field.split("_")[0]
+        assert y.shape[1] == widths[block], field
+        np.testing.assert_array_equal(y[:, : x.shape[1]], x, err_msg=field)
+        assert not y.flags.writeable
+    assert not b.obs_mask[:, a.obs_mask.shape[1] :].any()
+    assert not b.dose_mask[:, a.dose_mask.shape[1] :].any()
+    # the padding changes no number of a fit
+    model = dn.load_model("examples/theophylline.model")
+    f1 = dn.fit(model, plain, dn.FO(), max_iter=3, progress=False, covariance=None)
+    f2 = dn.fit(model, padded, dn.FO(), max_iter=3, progress=False, covariance=None)
+    assert f1.ofv == pytest.approx(f2.ofv, rel=1e-12, abs=1e-9)
+
+
+def _boot(table: pd.DataFrame, estimates: dict) -> Bootstrap:
+    fit = types.SimpleNamespace(estimates=estimates, model=None)
+    params = tuple(c for c in table.columns if c in estimates)
+    return Bootstrap(fit=fit, replicates=table, samples=(), seed=0, stratify=None,
+                     parameters=params)  # fmt: skip
+
+
+def test_percentile_intervals_and_converged_share_come_from_the_table():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=41), rng.lognormal(size=41)
+    converged = np.arange(41) % 4 != 0
+    table = pd.DataFrame({"replicate": range(41), "ofv": a, "converged": converged,
+                          "n_iter": 5, "error": None, "a": a, "b": b})  # fmt: skip
+    boot = _boot(table, {"a": 0.1, "b": 2.0})
+    assert boot.converged_share == pytest.approx(converged.mean())
+    ci = boot.ci(0.9).set_index("parameter")
+    for name, x in (("a", a), ("b", b)):
+        lo, mid, hi = np.percentile(x[converged], [5, 50, 95])
+        assert ci.loc[name, "ci_5%"] == lo and ci.loc[name, "ci_95%"] == hi
+        assert ci.loc[name, "median"] == mid and ci.loc[name, "n"] == converged.sum()
+    assert ci.loc["b", "estimate"] == 2.0
+    every = boot.ci(0.9, converged_only=False).set_index("parameter")
+    assert every.loc["a", "ci_95%"] == np.percentile(a, 95)
+    with pytest.raises(dn.OptionError, match="level"):
+        boot.ci(95)
+
+
+def test_optima_are_grouped_by_ofv_within_tol():
+    ofv = np.array([10.004, 12.0, 10.0, np.nan, 10.0, 9.0])
+    ok = np.array([True, True, True, False, True, False])
+    np.testing.assert_array_equal(group_optima(ofv, ok, 0.01), [1, 2, 1, 0, 1, 0])
+    np.testing.assert_array_equal(group_optima(ofv, ok, 0.001), [2, 3, 1, 0, 1, 0])
