@@ -124,7 +124,8 @@ def bootstrap(
     - `stratify`: a covariate; each stratum keeps its number of subjects.
     - `workers`: processes of a Dask `LocalCluster` (None: one per core; 1: in this process);
       `scheduler`: the address of a running Dask cluster instead. Without dask installed the
-      fits run in this process, one after the other.
+      fits run in this process, one after the other. A script that uses workers keeps its
+      work under ``if __name__ == "__main__":`` (the worker processes import it).
     - `progress`: a count of finished fits.
     - `options`: options of every replicate's fit: `max_iter`, `time_limit`, `gtol`, `ftol`,
       `xtol`, `optimizer`, `fixed` (default the fit's), `covariance` (default None: no

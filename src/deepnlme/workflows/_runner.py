@@ -10,6 +10,10 @@ never JAX objects. `run_tasks` runs a function of (task, population) over the ta
   single-threaded, no dashboard), started for the call and closed after it;
 - ``scheduler="tcp://host:port"``: on that running cluster.
 
+Worker processes are started fresh (multiprocessing's spawn), and each imports the script that
+started them: a script that runs a workflow with ``workers > 1`` keeps its work under
+``if __name__ == "__main__":``, as any multiprocessing script does.
+
 The results come back in task order whatever the number of workers, so a run with the same
 seeds gives the same table on any executor. A worker process that dies is replaced by its nanny
 and its task runs again (``retries``). The population is sent to each worker once; each worker
@@ -299,7 +303,7 @@ def run_tasks(
     workers can import (the default, `run_fit`, returns a `FitOutcome`)."""
     n = check_workers(label, workers, scheduler)
     counter = FitCounter(label, len(tasks), enabled=progress, stream=stream)
-    if scheduler is None and (n == 1 or len(tasks) <= 1) or not _dask_available():
+    if (scheduler is None and (n == 1 or len(tasks) <= 1)) or not _dask_available():
         if scheduler is not None:
             raise ImportError(
                 f"{label}: `scheduler` needs dask.distributed, which is not installed; "
