@@ -231,3 +231,16 @@ def test_the_command_lines_report_records_the_data_files_sha256(fitted):
     parser.feed((fitted / "report.html").read_text())
     with open(dn.datasets.path("theophylline"), "rb") as f:
         assert parser.text["data-sha256"] == hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
+def test_report_of_a_saved_fit_takes_the_data_file(fitted, tmp_path):
+    from deepnlme.interfaces.cli import main
+
+    data = dn.datasets.path("theophylline")
+    out = tmp_path / "r.html"
+    assert main(["report", str(fitted / "fit"), "--out", str(out), "--data", data]) == 0
+    parser = _ById()
+    parser.feed(out.read_text())
+    with open(data, "rb") as f:
+        assert parser.text["data-sha256"] == hashlib.sha256(f.read()).hexdigest()

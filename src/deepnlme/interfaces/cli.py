@@ -341,10 +341,11 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="the main job on bundled data: fit theophylline and write the results",
+        help="the main job on bundled data: fit theophylline, classical and DeepNLME",
         description="Fit the bundled theophylline data with the example one-compartment "
-        "model (FOCEI) and write, in --out/theophylline/: fit.json, the saved fit, the tables "
-        "as CSV and report.html.",
+        "model (FOCEI) and with its DeepNLME form (a network of WT in the clearance), and "
+        "write, in --out/theophylline/ and --out/deepnlme_theophylline/: fit.json, the saved "
+        "fit, the tables as CSV and report.html.",
     )
     demo.add_argument("--out", default="demo-out", help="output folder (default: demo-out)")
     demo.add_argument("--quiet", action="store_true", help="no progress display")
@@ -410,6 +411,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("fit", help="saved fit folder")
     rep.add_argument("--out", default=None, help="output HTML file (default FIT/../report.html)")
+    rep.add_argument(
+        "--data",
+        default=None,
+        help="the data file the fit was made on, for its SHA-256 in the run record (a saved "
+        "fit keeps the data, not the file)",
+    )
 
     summ = sub.add_parser(
         "data",
@@ -727,7 +734,7 @@ def _report(args) -> None:
 
     fit = _load_fit_arg(args.fit)
     out = Path(args.out) if args.out else Path(args.fit).resolve().parent / "report.html"
-    write_report(fit, out)
+    write_report(fit, out, data_file=args.data)
     print(f"wrote {out}")
 
 
