@@ -13,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from .._config import compile_lowered
 from ..errors import OptionError
 from ..estimation._table import individual_frame
 from ..likelihood import max_step_of, newton_lm
@@ -58,10 +57,19 @@ def _theta(fit) -> dict:
     return cm.unpack(jnp.asarray(fit.u))
 
 
-def _jit_once(fn):
+def _jit_once(fn, store: tuple[str | None, str] = (None, "")):
     """`jax.jit(fn)` compiled without LLVM optimisation (`compile_lowered(optimise=False)`),
     once per shape of the arguments: the diagnostics' programs run a few times on a fit's
-    data, and XLA's default optimisation made their compilation most of a report's time."""
+    data, and XLA's default optimisation made their compilation most of a report's time.
+
+    `store` = (a problem's `cache_token`, a name for the program): the compiled programs are
+    kept in deepnlme's program store (`estimation._programs`), so that a later process
+    reporting the same model on the same data loads them instead of compiling them. The name
+    and the token must decide the program together (the store's key adds the shapes of the
+    arguments and deepnlme's source)."""
+    from .._gc import gc_paused
+    from ..estimation._programs import compile_and_store, program_path, read_program
+
     jitted = jax.jit(fn)
     compiled: dict = {}
 
@@ -69,7 +77,13 @@ def _jit_once(fn):
         leaves, tree = jax.tree_util.tree_flatten(args)
         key = (tree, tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves))
         if key not in compiled:
-            compiled[key] = compile_lowered(jitted.lower(*args), optimise=False)
+            token, name = store
+            path = program_path(token, ("results", name, key), args, optimise=False)
+            program = read_program(path)
+            if program is None:
+                with gc_paused():  # tracing allocates many objects: no collections meanwhile
+                    program = compile_and_store(jitted.lower(*args), False, path)
+            compiled[key] = program
         return compiled[key](*args)
 
     call.lower = jitted.lower  # (as a jitted function has it: to read the program)
@@ -188,7 +202,7 @@ def _residuals(bound: Bound) -> dict[str, np.ndarray]:
                 lambda e, s: _subject_residuals(obs, theta, omega, e, s), in_axes=(0, 0)
             )(eta, subjects)
 
-        _RESID_CACHE[problem] = _jit_once(all_subjects)
+        _RESID_CACHE[problem] = _jit_once(all_subjects, (problem.cache_token, "residuals"))
     out = _RESID_CACHE[problem](bound.theta, bound.eta, problem.subjects)
     return {k: np.asarray(v) for k, v in out.items()}
 
@@ -214,7 +228,9 @@ def predict(fit, population=None) -> pd.DataFrame:
     """
     _check_fit(fit, "predict")
     b = bind_fit(fit, population)
-    frame = prediction_frame(b.predictor, b.binding, b.population, b.theta, b.eta)
+    frame = prediction_frame(
+        b.predictor, b.binding, b.population, b.theta, b.eta, token=b.problem.cache_token
+    )
     mask = np.asarray(b.binding.data.obs_mask)
     res = _residuals(b)
     base = frame.iloc[:, :6]
@@ -281,6 +297,99 @@ def shrinkage(fit, table: pd.DataFrame | None = None) -> pd.DataFrame:
 
 _SIM_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
+# replicates simulated by one call of the simulation program: chunks bound the memory of large
+# designs, and the last chunk is padded to this size, so that one compiled program serves
+# every number of replicates
+_CHUNK = 200
+
+
+class _Replicates(NamedTuple):
+    """Simulated replicates of a fit's observations and what NPDE compares them with."""
+
+    y: np.ndarray  # [K, N, T] observations
+    h: np.ndarray  # [K, N, T] observations, normal families on the transformed scale h(y)
+    y_obs: np.ndarray  # [N, T] the observed DV on the transformed scale (at eta = 0)
+    use: np.ndarray  # [N, T] uncensored Gaussian observation records (NPDE's)
+
+
+def _simulation_program(b: Bound):
+    """The compiled simulation of `b`'s design (one per predictor): `(key data [C, 2], theta,
+    data) -> (y [C, N, T], h(y) [C, N, T], ok [C, N], observed h(DV) [N, T], use [N, T])`.
+    VPC and NPDE take their replicates from it, on either scale."""
+    predictor, problem = b.predictor, b.problem
+    per = _SIM_CACHE.setdefault(predictor, {})
+    if "program" not in per:
+        cm = predictor.model.compiled
+        q = cm.eta_size
+
+        def one(key_data, theta, data):
+            n, t = data.obs_mask.shape
+            k_eta, k_eps = jax.random.split(jax.random.wrap_key_data(key_data))
+            if q:
+                chol = jnp.linalg.cholesky(cm.omega(theta))
+                eta = jax.random.normal(k_eta, (n, q), dtype=jnp.float64) @ chol.T
+            else:
+                eta = jnp.zeros((n, 0))
+            pred = batched(predictor.predict)(theta, eta, data)
+            keys = jax.random.split(k_eps, len(pred.per_output))
+            y = h = None
+            for k, d in enumerate(pred.per_output):
+                if d.family == "normal":
+                    hk = d.mean + d.sd * jax.random.normal(keys[k], (n, t), dtype=jnp.float64)
+                    yk = inverse_transform(d.transform, hk, d.lam)
+                elif d.family == "poisson":
+                    yk = hk = jax.random.poisson(keys[k], d.rate, (n, t)).astype(jnp.float64)
+                else:
+                    yk = hk = jax.random.bernoulli(keys[k], d.p, (n, t)).astype(jnp.float64)
+                y = yk if y is None else jnp.where(data.obs_output == k, yk, y)
+                h = hk if h is None else jnp.where(data.obs_output == k, hk, h)
+            return y, h, pred.ok
+
+        def program(key_data, theta, data):
+            y, h, ok = jax.vmap(one, in_axes=(0, None, None))(key_data, theta, data)
+            terms = jax.vmap(problem.obs_terms, in_axes=(None, 0, 0))(
+                theta, jnp.zeros((data.obs_mask.shape[0], q)), data
+            )
+            use = terms.mask & terms.gaussian & (terms.cens == 0)
+            return y, h, ok, terms.y, use
+
+        per["program"] = _jit_once(program, (problem.cache_token, "simulations"))
+    return per["program"]
+
+
+def _check_replicates(n_sim, seed) -> None:
+    if not isinstance(n_sim, (int, np.integer)) or isinstance(n_sim, bool) or n_sim < 2:
+        raise OptionError(f"`n_sim` must be an integer >= 2; got {n_sim!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise OptionError(f"`seed` must be an integer; got {seed!r}")
+
+
+def replicates(fit, n_sim: int, seed: int, population=None) -> _Replicates:
+    """`n_sim` replicates of the observations from the fitted model, on both scales (see
+    `simulate_replicates`), with the observations NPDE compares them with. Replicate k is
+    the same whatever `n_sim` (its key is the k-th of `jax.random.split(key(seed), n_sim)`,
+    which does not depend on `n_sim`): the first replicates of a larger set are a smaller
+    set's, so VPC and NPDE can share one simulation."""
+    _check_replicates(n_sim, seed)
+    b = bind_fit(fit, population)
+    program = _simulation_program(b)
+    n_sim = int(n_sim)
+    keys = jax.random.key_data(jax.random.split(jax.random.key(int(seed)), n_sim))
+    ys, hs, oks = [], [], []
+    y_obs = use = None
+    for start in range(0, n_sim, _CHUNK):
+        part = keys[start : start + _CHUNK]
+        size = part.shape[0]
+        if size < _CHUNK:  # padded with copies of its first key, whose replicates are dropped
+            part = jnp.concatenate([part, jnp.broadcast_to(part[:1], (_CHUNK - size, 2))])
+        y, h, ok, y_obs, use = program(part, b.theta, b.binding.data)
+        ys.append(np.asarray(y)[:size])
+        hs.append(np.asarray(h)[:size])
+        oks.append(np.asarray(ok)[:size])
+    ok_all = np.concatenate(oks).all(axis=0)
+    raise_failed_solves(ok_all, np.full(ok_all.shape, np.nan), b.binding.ids, "the simulation")
+    return _Replicates(np.concatenate(ys), np.concatenate(hs), np.asarray(y_obs), np.asarray(use))
+
 
 def simulate_replicates(
     fit, n_sim: int, seed: int, population=None, *, transformed: bool = False
@@ -291,49 +400,8 @@ def simulate_replicates(
     the population parameters at the estimates. `transformed=True` gives normal-family
     observations on the transformed scale h(y) (for NPDE).
     """
-    if not isinstance(n_sim, (int, np.integer)) or isinstance(n_sim, bool) or n_sim < 2:
-        raise OptionError(f"`n_sim` must be an integer >= 2; got {n_sim!r}")
-    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
-        raise OptionError(f"`seed` must be an integer; got {seed!r}")
-    b = bind_fit(fit, population)
-    predictor = b.predictor
-    per = _SIM_CACHE.setdefault(predictor, {})
-    if transformed not in per:
-        cm = predictor.model.compiled
-        q = cm.eta_size
-
-        def one(key, theta, data):
-            n, t = data.obs_mask.shape
-            k_eta, k_eps = jax.random.split(key)
-            if q:
-                chol = jnp.linalg.cholesky(cm.omega(theta))
-                eta = jax.random.normal(k_eta, (n, q), dtype=jnp.float64) @ chol.T
-            else:
-                eta = jnp.zeros((n, 0))
-            pred = batched(predictor.predict)(theta, eta, data)
-            keys = jax.random.split(k_eps, len(pred.per_output))
-            y = None
-            for k, d in enumerate(pred.per_output):
-                if d.family == "normal":
-                    h = d.mean + d.sd * jax.random.normal(keys[k], (n, t), dtype=jnp.float64)
-                    yk = h if transformed else inverse_transform(d.transform, h, d.lam)
-                elif d.family == "poisson":
-                    yk = jax.random.poisson(keys[k], d.rate, (n, t)).astype(jnp.float64)
-                else:
-                    yk = jax.random.bernoulli(keys[k], d.p, (n, t)).astype(jnp.float64)
-                y = yk if y is None else jnp.where(data.obs_output == k, yk, y)
-            return y, pred.ok
-
-        per[transformed] = _jit_once(jax.vmap(one, in_axes=(0, None, None)))
-    keys = jax.random.split(jax.random.key(int(seed)), int(n_sim))
-    out, ok = [], []
-    for start in range(0, int(n_sim), 200):  # chunks bound the memory of large designs
-        y, k_ok = per[transformed](keys[start : start + 200], b.theta, b.binding.data)
-        out.append(np.asarray(y))
-        ok.append(np.asarray(k_ok))
-    ok_all = np.concatenate(ok).all(axis=0)
-    raise_failed_solves(ok_all, np.full(ok_all.shape, np.nan), b.binding.ids, "the simulation")
-    return np.concatenate(out)
+    r = replicates(fit, n_sim, seed, population)
+    return r.h if transformed else r.y
 
 
 def npde(fit, *, n_sim: int = 1000, seed: int = 0) -> pd.DataFrame:
@@ -349,16 +417,16 @@ def npde(fit, *, n_sim: int = 1000, seed: int = 0) -> pd.DataFrame:
 
     Columns: ID, TIME, ENDPOINT, DV, PD, NPD, PDE, NPDE.
     """
-    from scipy.special import ndtri  # imported here: a tenth of a second off `import deepnlme`
-
     _check_fit(fit, "npde")
+    return npde_of(fit, replicates(fit, n_sim, seed))
+
+
+def npde_of(fit, reps: _Replicates) -> pd.DataFrame:
+    """`npde` from replicates simulated already (`replicates(fit, ...)`, all of them)."""
+    from scipy.special import ndtri
+
     b = bind_fit(fit)
-    sims = simulate_replicates(fit, n_sim, seed, transformed=True)
-    terms = _jit_once(
-        jax.vmap(lambda th, e, s: b.problem.obs_terms(th, e, s), in_axes=(None, 0, 0))
-    )(b.theta, jnp.zeros_like(b.eta), b.problem.subjects)
-    use = np.asarray(terms.mask & terms.gaussian & (terms.cens == 0))
-    y = np.asarray(terms.y)
+    sims, y, use = reps.h, reps.y_obs, reps.use
     k = sims.shape[0]
     lo, hi = 1.0 / (2 * k), 1.0 - 1.0 / (2 * k)
     n, t = use.shape

@@ -109,11 +109,35 @@ def vpc(
 
     Censored records are left out (observed and simulated alike).
     """
+    _check_options(fit, ci, percentiles, x)
+    sims = simulate_replicates(fit, n_sim, seed)
+    return vpc_of(
+        fit, predict(fit), sims, seed=seed, bins=bins, percentiles=percentiles, ci=ci,
+        stratify=stratify, pred_corrected=pred_corrected, x=x,
+    )  # fmt: skip
+
+
+def vpc_of(
+    fit,
+    table: pd.DataFrame,
+    sims: np.ndarray,
+    *,
+    seed: int,
+    bins: int | Sequence[float] | str = 8,
+    percentiles: Sequence[float] = (5.0, 50.0, 95.0),
+    ci: float = 0.95,
+    stratify: str | None = None,
+    pred_corrected: bool = False,
+    x: str = "TIME",
+) -> VPC:
+    """`vpc` from the fit's `predict` table and its replicates simulated already, ``[K, N,
+    T]`` (`simulate_replicates(fit, K, seed)`, or the first K of a larger set): a report
+    shares them with the NPDE. `seed`: the one they were simulated with (recorded)."""
     pcts = _check_options(fit, ci, percentiles, x)
     b = bind_fit(fit)
-    table = predict(fit)
+    n_sim = sims.shape[0]
     mask = np.asarray(b.binding.data.obs_mask)
-    sims = simulate_replicates(fit, n_sim, seed)[:, mask]  # [K, n_obs], table order
+    sims = sims[:, mask]  # [K, n_obs], table order
     strata = _strata(b, table, mask, stratify)
     dv = table["DV"].to_numpy(dtype=float)
     pred = table["PRED"].to_numpy(dtype=float)

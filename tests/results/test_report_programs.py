@@ -1,0 +1,60 @@
+"""The report's compiled programs give the numbers of the paths they replace: the compiled
+predictions against the operation-by-operation ones, one simulation shared by the VPC and
+the NPDE against each simulating its own, and a padded last chunk against a short one."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+from deepnlme.interfaces import report
+from deepnlme.results import _diagnostics, _vpc
+from deepnlme.results._simulate import prediction_frame
+
+PHENO = "examples/phenobarbital.model"
+
+
+@pytest.fixture(scope="module")
+def fit():
+    pop = dn.read_data(dn.datasets.path("phenobarbital"))
+    model = dn.load_model(pathlib.Path(PHENO).read_text())
+    return dn.fit(model, pop, dn.FOCEI(), max_iter=3, progress=False, covariance=None)
+
+
+def test_compiled_predictions_equal_the_operation_by_operation_ones(fit):
+    b = _diagnostics.bind_fit(fit)
+    eager = prediction_frame(b.predictor, b.binding, b.population, b.theta, b.eta)
+    compiled = prediction_frame(
+        b.predictor, b.binding, b.population, b.theta, b.eta, token=b.problem.cache_token
+    )
+    assert list(compiled.columns) == list(eager.columns)
+    num = [c for c in eager.columns if pd.api.types.is_numeric_dtype(eager[c])]
+    assert {"PRED", "IPRED"} <= set(num)
+    np.testing.assert_allclose(compiled[num], eager[num], rtol=1e-12, atol=1e-12)
+    pd.testing.assert_frame_equal(compiled.drop(columns=num), eager.drop(columns=num))
+
+
+def test_replicates_do_not_depend_on_their_number(fit):
+    """Replicate k is the same in a set of 150 (one padded chunk) and of 450 (three)."""
+    small = _diagnostics.replicates(fit, 150, 7)
+    big = _diagnostics.replicates(fit, 450, 7)
+    np.testing.assert_array_equal(small.y, big.y[:150])
+    np.testing.assert_array_equal(small.h, big.h[:150])
+    np.testing.assert_array_equal(small.use, big.use)
+    assert _diagnostics.simulate_replicates(fit, 450, 7).shape[0] == 450
+
+
+def test_the_reports_shared_simulation_gives_the_public_vpc_and_npde(fit):
+    table = dn.predict(fit)
+    vpc_reps, npde_reps = report._replicates(fit, 40, 60, 3)
+    v = _vpc.vpc_of(fit, table, vpc_reps.y[:40], seed=3)
+    pd.testing.assert_frame_equal(v.summary, dn.vpc(fit, n_sim=40, seed=3).summary)
+    pd.testing.assert_frame_equal(v.observed, dn.vpc(fit, n_sim=40, seed=3).observed)
+    assert v.n_sim == 40
+    pd.testing.assert_frame_equal(
+        _diagnostics.npde_of(fit, npde_reps), dn.npde(fit, n_sim=60, seed=3)
+    )
