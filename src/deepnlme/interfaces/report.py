@@ -410,19 +410,17 @@ def dense_predictions(fit, ids: list | None = None, *, n_points: int = 150) -> p
     """IPRED (at the EBEs) and PRED (eta = 0) of the subjects `ids` (default all) on a fine
     time grid, with their own doses and covariates: one row per grid point and endpoint
     (columns ID, ENDPOINT, TIME, IPRED, PRED). The program is compiled without LLVM
-    optimisation: it runs once."""
-    import jax
+    optimisation (it runs once) and kept in the program store (`results._diagnostics._jit_once`)."""
     import jax.numpy as jnp
 
-    from .._config import compile_lowered
     from ..likelihood._from_model import batched, binding_of, model_problem
-    from ..results._diagnostics import fit_ode_options
+    from ..results._diagnostics import _jit_once, fit_ode_options
 
     pop = fit.population
     ids = list(pop.ids) if ids is None else list(ids)
     grid = _grid_population(pop, ids, n_points)
     ode = fit_ode_options(fit)
-    _, predictor = model_problem(fit.model, grid, ode_options=ode)
+    problem, predictor = model_problem(fit.model, grid, ode_options=ode)
     binding = binding_of(fit.model, grid, ode)
     theta = fit.model.compiled.unpack(jnp.asarray(fit.u))
     eta = jnp.asarray(fit.ebes.loc[ids].to_numpy(dtype=np.float64))
@@ -432,7 +430,7 @@ def dense_predictions(fit, ids: list | None = None, *, n_points: int = 150) -> p
         pp = batched(predictor.predict)(theta, jnp.zeros_like(eta), data)
         return ip.dist.pred, pp.dist.pred, ip.ok & pp.ok
 
-    run = compile_lowered(jax.jit(both).lower(theta, eta, binding.data), optimise=False)
+    run = _jit_once(both, (problem.cache_token, "report dense predictions"))
     ipred, ppred, _ = run(theta, eta, binding.data)
     mask = np.asarray(binding.data.obs_mask)
     n, t = mask.shape
@@ -502,7 +500,8 @@ def report_html(
     grid_points: int = 150,
 ) -> str:
     """The HTML text of the report of `fit` (see `write_report`)."""
-    from ..results import ebe_table, predict, shrinkage, vpc
+    from ..results import ebe_table, predict, shrinkage
+    from ..results._vpc import vpc_of
     from . import plots
 
     started = time.perf_counter()
@@ -594,12 +593,15 @@ def report_html(
             ],
         )
     )
-    sections.append(_section("npde", "NPDE", _npde_body(fit, table, npde_sims, seed, ep_label)))
+    vpc_reps, npde_reps = _replicates(fit, vpc_sims, npde_sims, seed)
+    sections.append(
+        _section("npde", "NPDE", _npde_body(fit, table, npde_reps, npde_sims, seed, ep_label))
+    )
     ebes = ebe_table(fit)
     labels = list(fit.model.compiled.eta_labels)
     if labels:
         sections.append(_section("random-effects", "Random effects", _eta_body(fit, ebes)))
-    v = vpc(fit, n_sim=vpc_sims, seed=seed)
+    v = vpc_of(fit, table, vpc_reps.y[:vpc_sims], seed=seed)
     sections.append(
         _section(
             "vpc",
@@ -658,11 +660,38 @@ def report_html(
     return "\n".join(parts)
 
 
-def _npde_body(fit, table, n_sim: int, seed: int, ep_label: str) -> list[str]:
-    from ..results import npde
+def _replicates(fit, vpc_sims: int, npde_sims: int, seed: int):
+    """The replicates of the VPC and of the NPDE: one simulation of the larger number, whose
+    first replicates are the smaller number's (`results._diagnostics.replicates`), where the
+    random keys allow it; else one each."""
+    import jax
+
+    from ..results._diagnostics import replicates
+
+    counts = (vpc_sims, npde_sims)
+    shared = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in counts)
+    if shared:  # (invalid numbers are simulated one by one: `replicates` says what is wrong)
+        small, big = sorted(int(n) for n in counts)
+        key = jax.random.key(int(seed)) if isinstance(seed, (int, np.integer)) else None
+        shared = (
+            small >= 2
+            and key is not None
+            and np.array_equal(
+                jax.random.key_data(jax.random.split(key, small)),
+                jax.random.key_data(jax.random.split(key, big))[:small],
+            )
+        )
+    if not shared:
+        return replicates(fit, vpc_sims, seed), replicates(fit, npde_sims, seed)
+    both = replicates(fit, big, seed)
+    return both, both._replace(y=both.y[:npde_sims], h=both.h[:npde_sims])
+
+
+def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[str]:
+    from ..results._diagnostics import npde_of
     from . import plots
 
-    nd = npde(fit, n_sim=n_sim, seed=seed)
+    nd = npde_of(fit, reps)
     # the same records in the same order as predict's table
     pred = table["PRED"].to_numpy(dtype=float) if len(table) == len(nd) else None
     v = nd["NPDE"].to_numpy(dtype=float)
