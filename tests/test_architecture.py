@@ -25,6 +25,7 @@ LAYERS = [
     ("estimation", ("estimation",)),
     ("results", ("results",)),
     ("symbolic", ("symbolic",)),
+    ("export", ("export",)),
     ("workflows", ("workflows",)),
     ("interfaces", ("interfaces",)),
     ("root", ("", "_validation")),

@@ -38,6 +38,7 @@ with _gc_paused():
     from .estimation import fit as fit
     from .estimation import load_fit as load_fit
     from .estimation import save_fit as save_fit
+    from .export import export as export
     from .interfaces.report import write_report as write_report
     from .likelihood import FO as FO
     from .likelihood import FOCE as FOCE
@@ -104,6 +105,7 @@ __all__ = [
     "__version__",
     "bootstrap",
     "datasets",
+    "export",
     "fit",
     "load_model",
     "method_named",

@@ -1,0 +1,61 @@
+"""A fitted model exported to the tools colleagues use: `export(fit, to=..., out=...)`.
+
+- ``"python"``: ``model.py``, a standalone module (numpy only) with the generated functions of
+  every block, the fitted values and the EBEs, which predicts PRED and IPRED for a data set
+  (`python_module`).
+
+Importing this package imports nothing heavy; `export` imports SymPy when it runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ._errors import ExportError as ExportError
+
+TARGETS = ("python",)
+"""The export targets `export` knows."""
+
+
+def python_module(fit: Any) -> str:
+    """The text of the standalone Python module of `fit` (see `export`)."""
+    from ._python import python_module as make
+
+    return make(fit)
+
+
+def export(fit: Any, to: str, out: str | os.PathLike) -> dict[str, Path]:
+    """Write `fit` for another tool into the folder `out` (created if needed).
+
+    **Arguments**
+
+    - `fit`: a `Fit` (`deepnlme.fit` or `deepnlme.load_fit`).
+    - `to`: ``"python"``: ``model.py``, a module that needs numpy only, holding the generated
+      functions of the model's blocks (networks as explicit assignments, common
+      subexpressions eliminated), the estimates and the EBEs; ``predict(data)`` gives PRED
+      and IPRED per observation and ``python model.py DATA.csv OUT.csv`` writes them (ID,
+      TIME, DVID, PRED, IPRED).
+    - `out`: the folder to write into.
+
+    Returns the written files by role (``{"module": Path(...)}``). Raises `ExportError`
+    naming a construct the target cannot express.
+
+    Example:
+        >>> dn.export(fit, to="python", out="export")
+        {'module': PosixPath('export/model.py')}
+    """
+    target = str(to).lower()
+    if target not in TARGETS:
+        raise ExportError(
+            f"export: unknown target to={to!r}; the targets are {', '.join(map(repr, TARGETS))}"
+        )
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "model.py"
+    path.write_text(python_module(fit), encoding="utf-8")
+    return {"module": path}
+
+
+__all__ = ["ExportError", "TARGETS", "export", "python_module"]

@@ -1,0 +1,92 @@
+"""What every export target reads from a fit: its SymPy form, its EBEs, its observation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..symbolic import ModelForm, SymbolicError, model_form
+from ._errors import ExportError
+
+
+def id_key(value: Any) -> str:
+    """The subject key of an ID (as the exported Python module computes it): ``1``, ``1.0``
+    and ``"1"`` are all ``"1"``."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return str(value).strip()
+    if math.isfinite(f) and f == int(f):
+        return str(int(f))
+    return repr(f)
+
+
+@dataclass(frozen=True)
+class FitForm:
+    """A fit as the exporters need it."""
+
+    fit: Any
+    model: Any
+    form: ModelForm
+    obs: Any  # the one `Observation_`
+    ebes: dict[str, list[float]]
+    eta_names: tuple[str, ...]
+
+
+def _model_line(model: Any, text: str) -> str:
+    src = getattr(model, "source", None) or getattr(model, "text", None)
+    if not isinstance(src, str):
+        return ""
+    for k, line in enumerate(src.splitlines(), 1):
+        if text in line:
+            return f" (model line {k}: {line.strip()!r})"
+    return ""
+
+
+def fit_form(fit: Any, target: str) -> FitForm:
+    """The fit's SymPy form at its estimates, checked for what every target needs."""
+    from ..nn import resolved_model
+
+    if not hasattr(fit, "estimates") or not hasattr(fit, "ebes"):
+        raise ExportError(
+            f"export to {target}: `fit` must be a Fit (deepnlme.fit or deepnlme.load_fit), got "
+            f"{type(fit).__name__}"
+        )
+    model = resolved_model(fit)
+    try:
+        form = model_form(fit)
+    except SymbolicError as e:
+        raise ExportError(f"export to {target}: {e}") from e
+    if len(form.observations) != 1:
+        names = ", ".join(o.name for o in form.observations) or "none"
+        raise ExportError(
+            f"export to {target}: the model has {len(form.observations)} observed variables "
+            f"({names}); the export supports models with exactly one `NAME ~ Dist(...)` line"
+        )
+    obs = form.observations[0]
+    if obs.family != "normal":
+        raise ExportError(
+            f"export to {target}: the observation '{obs.name} ~ {obs.dist}' is not Gaussian"
+            f"{_model_line(model, obs.dist)}; the export supports Gaussian residual models "
+            "(Additive, Proportional, Combined, LogNormal, ...)"
+        )
+    theta = dict(form.pre.args).get("theta", ())
+    if theta:
+        raise ExportError(
+            f"export to {target}: the parameter(s) {', '.join(s.name for s in theta)} have no "
+            "value in the fit; export a fit whose estimates hold every parameter"
+        )
+    eta_syms = dict(form.pre.args).get("eta", ())
+    ebes = {}
+    table = fit.ebes
+    if table.shape[1] != len(eta_syms):
+        raise ExportError(
+            f"export to {target}: the fit's EBE table has {table.shape[1]} columns but the model "
+            f"has {len(eta_syms)} random effects"
+        )
+    for key, row in zip(table.index, np.asarray(table, dtype=float)):
+        ebes[id_key(key)] = [float(v) for v in row]
+    return FitForm(fit, model, form, obs, ebes, tuple(s.name for s in eta_syms))

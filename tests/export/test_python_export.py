@@ -1,0 +1,69 @@
+"""The standalone Python module of a fit: run in a fresh process without deepnlme, its PRED
+and IPRED equal deepnlme's `predict(fit)` (1e-8)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from conftest import run_isolated
+
+import deepnlme as dn
+from deepnlme.export import ExportError
+
+TOL = 1e-8
+
+
+def test_the_isolated_process_has_numpy_and_not_deepnlme(numpy_only, tmp_path):
+    assert run_isolated(numpy_only, "-c", "import numpy", cwd=tmp_path).returncode == 0
+    for name in ("deepnlme", "jax", "sympy"):
+        r = run_isolated(numpy_only, "-c", f"import {name}", cwd=tmp_path)
+        assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr
+
+
+def _compare(fit, data_path, numpy_only, tmp_path):
+    files = dn.export(fit, to="python", out=tmp_path / "export")
+    module = files["module"]
+    assert module.name == "model.py"
+    out = tmp_path / "out.csv"
+    r = run_isolated(numpy_only, str(module), str(data_path), str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    got = pd.read_csv(out)
+    want = dn.predict(fit)
+    assert list(got.columns) == ["ID", "TIME", "DVID", "PRED", "IPRED"]
+    assert len(got) == len(want)
+    assert (got.ID.astype(str).values == want.ID.astype(str).values).all()
+    assert got.TIME.values == pytest.approx(want.TIME.values, abs=0)
+    for col in ("PRED", "IPRED"):
+        assert got[col].values == pytest.approx(want[col].values, rel=TOL, abs=TOL), col
+    return module
+
+
+def test_theophylline_closed_form(theoph_fit, numpy_only, tmp_path):
+    module = _compare(theoph_fit, dn.datasets.path("theophylline"), numpy_only, tmp_path)
+    text = module.read_text()
+    assert "import deepnlme" not in text and "jax" not in text
+    assert "'closed_form': 'OneCompartmentOral'" in text
+
+
+def test_phenobarbital_repeated_bolus_with_covariates(pheno_fit, numpy_only, tmp_path):
+    _compare(pheno_fit, dn.datasets.path("phenobarbital"), numpy_only, tmp_path)
+
+
+@pytest.mark.slow
+def test_ode_model_with_a_network_in_the_dynamics(
+    dynamics_fit, dynamics_data, numpy_only, tmp_path
+):
+    module = _compare(dynamics_fit, dynamics_data, numpy_only, tmp_path)
+    text = module.read_text()
+    assert "def rhs(" in text and "np.tanh(" in text and "_c0 = " in text  # the network, CSE
+
+
+def test_unknown_target_is_refused(theoph_fit, tmp_path):
+    with pytest.raises(ExportError, match="unknown target to='sas'"):
+        dn.export(theoph_fit, to="sas", out=tmp_path)
+
+
+def test_a_model_is_not_a_fit(tmp_path):
+    model = dn.load_model("examples/theophylline.model")
+    with pytest.raises(ExportError, match="must be a Fit"):
+        dn.export(model, to="python", out=tmp_path)
