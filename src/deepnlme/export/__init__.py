@@ -1,5 +1,8 @@
 """A fitted model exported to the tools colleagues use: `export(fit, to=..., out=...)`.
 
+- ``"nonmem"``: ``model.ctl`` (ADVAN1/2/3/4/11/12 for closed forms, ADVAN13 with ``$DES``
+  for ODE models, THETA/OMEGA/SIGMA at the estimates, ``$ESTIMATION MAXEVAL=0``) and
+  ``data.csv``, the data it reads.
 - ``"python"``: ``model.py``, a standalone module (numpy only) with the generated functions of
   every block, the fitted values and the EBEs, which predicts PRED and IPRED for a data set
   (`python_module`).
@@ -15,7 +18,7 @@ from typing import Any
 
 from ._errors import ExportError as ExportError
 
-TARGETS = ("python",)
+TARGETS = ("python", "nonmem")
 """The export targets `export` knows."""
 
 
@@ -37,6 +40,9 @@ def export(fit: Any, to: str, out: str | os.PathLike) -> dict[str, Path]:
       subexpressions eliminated), the estimates and the EBEs; ``predict(data)`` gives PRED
       and IPRED per observation and ``python model.py DATA.csv OUT.csv`` writes them (ID,
       TIME, DVID, PRED, IPRED).
+      ``"nonmem"``: ``model.ctl`` and ``data.csv`` (``$INPUT`` its columns, ``IGNORE=@``
+      for the header): every block as explicit assignments with CSE temporaries, THETA(n),
+      ETA(n), A(n), DADT(n), ``Y = IPRED + W*EPS(1)`` with ``$SIGMA 1 FIX``.
     - `out`: the folder to write into.
 
     Returns the written files by role (``{"module": Path(...)}``). Raises `ExportError`
@@ -53,6 +59,10 @@ def export(fit: Any, to: str, out: str | os.PathLike) -> dict[str, Path]:
         )
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
+    if target == "nonmem":
+        from ._nonmem import write_nonmem
+
+        return write_nonmem(fit, folder)
     path = folder / "model.py"
     path.write_text(python_module(fit), encoding="utf-8")
     return {"module": path}

@@ -337,7 +337,7 @@ def _row(v):
 
 
 def _subject_predictions(key, records, eta, cov, rtol, atol, max_steps):
-    """The observation model's prediction at each observation record of one subject."""
+    """The observation records of one subject, the prediction at each and the amounts."""
     theta = np.zeros((1, 0))
     ind = pre(theta, _row(eta), _row(cov))
     names = MODEL["states"]
@@ -352,7 +352,7 @@ def _subject_predictions(key, records, eta, cov, rtol, atol, max_steps):
     ind_row = ind[0]
     obs = [r for r in records if r["EVID"] == 0 and r["MDV"] != 1]
     if not obs:
-        return obs, np.zeros(0)
+        return obs, np.zeros(0), np.zeros((0, n))
     cf = MODEL["closed_form"]
     if cf is not None:
         p = dict(zip(MODEL["ind"], (float(v) for v in ind_row)))
@@ -415,7 +415,7 @@ def _subject_predictions(key, records, eta, cov, rtol, atol, max_steps):
         np.repeat(_row(cov), m, axis=0),
         np.repeat(ind, m, axis=0),
     )
-    return obs, out[:, MODEL["pred"]]
+    return obs, out[:, MODEL["pred"]], xs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -442,10 +442,12 @@ def predict(data, *, rtol=1e-10, atol=1e-12, max_steps=100000):
     n_eta = len(MODEL["eta"])
     for key, records in _subjects(columns).items():
         cov = _covariates(key, records)
-        obs, pred = _subject_predictions(key, records, np.zeros(n_eta), cov, rtol, atol, max_steps)
+        obs, pred, _ = _subject_predictions(
+            key, records, np.zeros(n_eta), cov, rtol, atol, max_steps
+        )
         if key in MODEL["ebes"]:
             ebe = np.asarray(MODEL["ebes"][key], dtype=float)
-            _, ipred = _subject_predictions(key, records, ebe, cov, rtol, atol, max_steps)
+            _, ipred, _ = _subject_predictions(key, records, ebe, cov, rtol, atol, max_steps)
         else:
             ipred = np.full(len(obs), np.nan)
         for r, a, b in zip(obs, pred, ipred):

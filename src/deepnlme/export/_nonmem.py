@@ -1,0 +1,443 @@
+"""A fit as a NONMEM control stream and the data file it reads.
+
+Closed forms become ADVAN1/2 (TRANS2), ADVAN3/4/11/12 (TRANS4); ODE models ADVAN13 with
+``$DES``. Every block is written as explicit assignments (networks layer by layer) after
+`sympy.cse` (temporaries ``CSE1, CSE2, ...``); a branch (``if``/``else``, ``max``, ``min``)
+becomes a temporary and NONMEM ``IF`` lines. Parameters are ``THETA(n)`` at the estimates,
+random effects ``ETA(n)``, the residual ``Y = IPRED + W*EPS(1)`` with ``$SIGMA 1 FIX`` and
+``W`` the model's residual SD, so that ``$ESTIMATION MAXEVAL=0`` evaluates the objective at the
+estimates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import sympy as sp
+from sympy.codegen.cfunctions import expm1, log1p, log10
+from sympy.printing.str import StrPrinter
+
+from ..nn import MLP
+from ..symbolic import Program, model_form, real_symbol
+from ._common import fit_form
+from ._errors import ExportError
+
+# closed form -> (ADVAN, TRANS, (NONMEM name, deepnlme parameter) ...)
+ADVANS: dict[str, tuple[str, str, tuple[tuple[str, str], ...]]] = {
+    "OneCompartment": ("ADVAN1", "TRANS2", (("CL", "cl"), ("V", "v"))),
+    "OneCompartmentOral": ("ADVAN2", "TRANS2", (("KA", "ka"), ("CL", "cl"), ("V", "v"))),
+    "TwoCompartment": ("ADVAN3", "TRANS4", (("CL", "cl"), ("V1", "v1"), ("Q", "q"), ("V2", "v2"))),
+    "TwoCompartmentOral": (
+        "ADVAN4",
+        "TRANS4",
+        (("KA", "ka"), ("CL", "cl"), ("V2", "v1"), ("Q", "q"), ("V3", "v2")),
+    ),
+    "ThreeCompartment": (
+        "ADVAN11",
+        "TRANS4",
+        (("CL", "cl"), ("V1", "v1"), ("Q2", "q2"), ("V2", "v2"), ("Q3", "q3"), ("V3", "v3")),
+    ),
+    "ThreeCompartmentOral": (
+        "ADVAN12",
+        "TRANS4",
+        (
+            ("KA", "ka"),
+            ("CL", "cl"),
+            ("V2", "v1"),
+            ("Q3", "q2"),
+            ("V3", "v2"),
+            ("Q4", "q3"),
+            ("V4", "v3"),
+        ),
+    ),
+}
+"""The ADVAN, TRANS and the NONMEM names of each closed form's parameters."""
+
+RESERVED = frozenset(
+    "THETA ETA EPS ERR A DADT T TIME DV ID F Y W IPRED IRES IWRES PRED RES WRES AMT EVID MDV "
+    "CMT RATE II ADDL SS EXP LOG LOG10 SQRT ABS SIN COS TAN IF THEN ELSE ENDIF MIXNUM NEWIND "
+    "ICALL S1 S2 S3 S4 F1 F2 F3 ALAG1 ALAG2 MTIME".split()
+)
+"""Names the control stream uses itself (a model name equal to one is suffixed ``_M``)."""
+
+_METHODS = {
+    "FO": "METHOD=ZERO",
+    "FOCE": "METHOD=COND",
+    "FOCEI": "METHOD=COND INTER",
+    "LaplaceI": "METHOD=COND LAPLACE INTER",
+}
+
+
+def _fortran_float(v: float) -> str:
+    if not math.isfinite(v):
+        raise ExportError(f"export to NONMEM: the number {v} has no NONMEM form")
+    s = format(v, ".17g")
+    if not any(ch in s for ch in ".e"):
+        s += ".0"
+    return s.replace("e", "E")
+
+
+class _Printer(StrPrinter):
+    """NONMEM abbreviated code: ``EXP``, ``LOG``, ``**``, ``.LT.``, names mapped."""
+
+    _fns = {
+        "exp": "EXP",
+        "log": "LOG",
+        "sqrt": "SQRT",
+        "Abs": "ABS",
+        "sin": "SIN",
+        "cos": "COS",
+        "log10": "LOG10",
+    }
+    _rel = {"<": ".LT.", "<=": ".LE.", ">": ".GT.", ">=": ".GE.", "==": ".EQ.", "!=": ".NE."}
+
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__({"order": "none"})
+        self.names = names
+
+    def _print_Symbol(self, s: sp.Symbol) -> str:
+        return self.names.get(s.name, s.name)
+
+    def _print_Float(self, e: sp.Float) -> str:
+        return _fortran_float(float(e))
+
+    def _print_Rational(self, e: sp.Rational) -> str:
+        return f"({_fortran_float(float(e))})"
+
+    def _print_Integer(self, e: sp.Integer) -> str:
+        return str(int(e))
+
+    def _print_Function(self, e: sp.Function) -> str:
+        name = type(e).__name__
+        args = ", ".join(self._print(a) for a in e.args)
+        if name in self._fns:
+            return f"{self._fns[name]}({args})"
+        if e.func == log1p:
+            return f"LOG(1 + {args})"
+        if e.func == expm1:
+            return f"(EXP({args}) - 1)"
+        raise ExportError(
+            f"export to NONMEM: the function {name} has no NONMEM form; write the model "
+            "with exp, log, sqrt, abs, sin, cos, tanh, logistic, min, max"
+        )
+
+    _print_exp = _print_Function
+    _print_log = _print_Function
+    _print_Abs = _print_Function
+
+    def _print_Relational(self, e) -> str:
+        op = self._rel.get(e.rel_op)
+        if op is None:
+            raise ExportError(f"export to NONMEM: the comparison {e} has no NONMEM form")
+        return f"{self._print(e.lhs)}{op}{self._print(e.rhs)}"
+
+    def _print_And(self, e) -> str:
+        return ".AND.".join(f"({self._print(a)})" for a in e.args)
+
+    def _print_Or(self, e) -> str:
+        return ".OR.".join(f"({self._print(a)})" for a in e.args)
+
+    def _print_Not(self, e) -> str:
+        return f".NOT.({self._print(e.args[0])})"
+
+    def _print_Piecewise(self, e) -> str:  # lifted before printing
+        raise ExportError("export to NONMEM: internal error: a branch was not lifted")
+
+
+def _rewrite(e: sp.Expr) -> sp.Expr:
+    """tanh, max, min in NONMEM's functions and branches."""
+    e = e.replace(sp.tanh, lambda x: 2 / (1 + sp.exp(-2 * x)) - 1)
+    e = e.replace(log10, lambda x: sp.Function("log10")(x))
+    if e.has(sp.Max):
+        e = e.replace(
+            sp.Max,
+            lambda *a: (
+                a[0]
+                if len(a) == 1
+                else sp.Piecewise((a[0], a[0] >= sp.Max(*a[1:])), (sp.Max(*a[1:]), True))
+            ),
+        )
+    if e.has(sp.Min):
+        e = e.replace(
+            sp.Min,
+            lambda *a: (
+                a[0]
+                if len(a) == 1
+                else sp.Piecewise((a[0], a[0] <= sp.Min(*a[1:])), (sp.Min(*a[1:]), True))
+            ),
+        )
+    return e
+
+
+@dataclass
+class _Block:
+    """The lines of one record ($PK, $DES, $ERROR)."""
+
+    printer: _Printer
+    lines: list[str] = field(default_factory=list)
+    counter: list[int] = field(default_factory=lambda: [0])
+    prefix: str = "CSE"
+
+    def temp(self) -> sp.Symbol:
+        self.counter[0] += 1
+        return real_symbol(f"{self.prefix}{self.counter[0]}")
+
+    def lift(self, e: sp.Expr) -> sp.Expr:
+        """`e` with each branch replaced by a temporary assigned by IF lines before it."""
+        if not e.has(sp.Piecewise):
+            return e
+        args = [self.lift(a) if isinstance(a, sp.Basic) and not a.is_Atom else a for a in e.args]
+        if isinstance(e, sp.Piecewise):
+            t = self.temp()
+            *branches, last = e.args
+            self.lines.append(
+                f"{self.printer.doprint(t)} = {self.printer.doprint(self.lift(last.expr))}"
+            )
+            for b in reversed(branches):
+                cond = self.printer.doprint(self.lift_cond(b.cond))
+                value = self.printer.doprint(self.lift(b.expr))
+                self.lines.append(f"IF ({cond}) {self.printer.doprint(t)} = {value}")
+            return t
+        return e.func(*args)
+
+    def lift_cond(self, c):
+        if isinstance(c, sp.Basic) and c.has(sp.Piecewise):
+            return c.func(
+                *[self.lift_cond(a) if not isinstance(a, sp.Expr) else self.lift(a) for a in c.args]
+            )
+        return c
+
+    def assign(self, name: str, e: sp.Expr) -> None:
+        e = self.lift(e)
+        self.lines.append(f"{name} = {self.printer.doprint(e)}")
+
+
+def _live(prog: Program, outputs: list[sp.Expr]) -> list[tuple[sp.Symbol, sp.Expr]]:
+    """The assignments the outputs need, in order."""
+    rhs = dict(prog.assignments)
+    need = set().union(*(o.free_symbols for o in outputs)) if outputs else set()
+    keep = set()
+    for s, e in reversed(prog.assignments):
+        if s in need:
+            keep.add(s)
+            need |= e.free_symbols
+    del rhs
+    return [(s, e) for s, e in prog.assignments if s in keep]
+
+
+def _emit(block: _Block, assigns, outputs: list[tuple[str, sp.Expr]]) -> None:
+    """Assignments and named outputs after CSE; each temporary (CSEn) just before the first
+    statement that uses it (a temporary may use an assignment before it)."""
+    exprs = [_rewrite(e) for _, e in assigns] + [_rewrite(e) for _, e in outputs]
+    start = block.counter[0]
+    temps, reduced = sp.cse(
+        exprs, symbols=(real_symbol(f"{block.prefix}{k}") for k in range(start + 1, 10**6))
+    )
+    block.counter[0] = start + len(temps)
+    tdef = dict(temps)
+    done: set[sp.Symbol] = set()
+
+    def need(e: sp.Expr) -> None:
+        for t in sorted((u for u in e.free_symbols if u in tdef), key=lambda u: u.name):
+            if t in done:
+                continue
+            need(tdef[t])
+            done.add(t)
+            block.assign(block.printer.doprint(t), tdef[t])
+
+    for (s, _), e in zip(assigns, reduced[: len(assigns)]):
+        need(e)
+        block.assign(block.printer.doprint(s), e)
+    for (name, _), e in zip(outputs, reduced[len(assigns) :]):
+        need(e)
+        block.assign(name, e)
+
+
+def _nm_name(name: str, taken: set[str]) -> str:
+    up = name.upper()
+    if up in RESERVED or up in taken or not up[0].isalpha():
+        up = f"M_{up}" if up[0].isalpha() else f"M{up}"
+    return up
+
+
+def _data_frame(fit: Any):
+    pop = getattr(fit, "population", None)
+    if pop is None:
+        raise ExportError(
+            "export to NONMEM: the fit holds no data (a fit loaded without its population); "
+            "load it with deepnlme.load_fit(path, population=...)"
+        )
+    return pop.to_dataframe()
+
+
+def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
+    """The control stream of `fit` and the data frame it reads (`$INPUT` its columns)."""
+    ff = fit_form(fit, "NONMEM")
+    model = ff.model
+    if ff.obs.transform is not None:
+        raise ExportError(
+            f"export to NONMEM: the observation '{ff.obs.name} ~ {ff.obs.dist}' transforms "
+            "both sides; the NONMEM export writes untransformed residual models (Additive, "
+            "Proportional, Combined, Normal) only"
+        )
+    # the scalar and vector parameters as THETA symbols, networks and matrices as numbers
+    keep, thetas = [], []
+    for p in model.params:
+        if isinstance(p.domain, MLP) or len(tuple(p.shape)) > 1:
+            continue
+        keep.append(p.name)
+        v = np.asarray(fit.estimates[p.name], dtype=float)
+        names = [p.name] if not p.shape else [f"{p.name}_{i}" for i in range(p.shape[0])]
+        for n, x in zip(names, v.ravel()):
+            thetas.append((n, float(x), getattr(p.domain, "lower", None), p.name in fit.fixed))
+    form = model_form(fit, keep=tuple(keep))
+    names: dict[str, str] = {}
+    for k, (n, *_) in enumerate(thetas, 1):
+        names[n] = f"THETA({k})"
+    for k, s in enumerate(dict(form.pre.args).get("eta", ()), 1):
+        names[s.name] = f"ETA({k})"
+    frame = _data_frame(fit)
+    columns = [str(c).upper() for c in frame.columns]
+    for s in dict(form.pre.args).get("cov", ()):
+        if s.name.upper() not in columns:
+            raise ExportError(f"export to NONMEM: the covariate {s.name} is not a data column")
+        names[s.name] = s.name.upper()
+    for k, st in enumerate(form.states, 1):
+        names[st] = f"A({k})"
+    names["t"] = "T"
+    taken = set(columns)
+    closed = form.closed_form
+    required = ADVANS[closed][2] if closed is not None else ()
+    req_names = {nm for nm, _ in required}
+    for prog in (form.pre, form.dosing, form.init, form.rhs, form.derived):
+        if prog is None:
+            continue
+        for s in prog.assigned:
+            if s.name in names:
+                continue
+            up = s.name.upper()
+            if up in req_names and (up, s.name) not in required:
+                up = f"M_{up}"
+            names[s.name] = _nm_name(up, taken) if up not in req_names else up
+            taken.add(names[s.name])
+    printer = _Printer(names)
+
+    lines = [f"$PROBLEM deepnlme export ({type(fit.method).__name__} fit, OFV {fit.ofv:.6f})"]
+    lines.append("$INPUT " + " ".join("DROP" if c == "ENDPOINT" else c for c in columns))
+    lines.append(f"$DATA {data_file} IGNORE=@")
+    if closed is not None:
+        advan, trans, _ = ADVANS[closed]
+        lines.append(f"$SUBROUTINES {advan} {trans}")
+    else:
+        lines.append("$SUBROUTINES ADVAN13 TOL=9")
+        comps = " ".join(
+            f"COMP=({st.upper()}{' DEFDOSE' if k == 0 else ''})" for k, st in enumerate(form.states)
+        )
+        lines.append(f"$MODEL {comps}")
+
+    # $PK
+    pk = _Block(printer)
+    pre_out = list(zip(form.pre.names, form.pre.outputs))
+    pk_assign = list(form.pre.assignments)
+    _emit(pk, pk_assign, [])
+    del pre_out
+    for nm, par in required:
+        if names.get(par) != nm:
+            pk.lines.append(f"{nm} = {names[par]}")
+    dose_names = {"lag": "ALAG", "bioav": "F", "rate": "R", "duration": "D"}
+    dose_out = []
+    for label, e in zip(form.dosing.names, form.dosing.outputs):
+        kind, state = label[:-1].split("[")
+        dose_out.append((f"{dose_names[kind]}{form.states.index(state) + 1}", e))
+    init_out = [
+        (f"A_0({form.states.index(n) + 1})", e) for n, e in zip(form.init.names, form.init.outputs)
+    ]
+    if dose_out or init_out:
+        _emit(
+            pk,
+            _live(form.dosing, [e for _, e in dose_out])
+            + _live(form.init, [e for _, e in init_out]),
+            dose_out + init_out,
+        )
+    lines += ["", "$PK", *pk.lines]
+
+    # $DES
+    if form.rhs is not None:
+        des = _Block(printer, prefix="DSE")
+        outs = [(f"DADT({k})", e) for k, e in enumerate(form.rhs.outputs, 1)]
+        _emit(des, _live(form.rhs, [e for _, e in outs]), outs)
+        lines += ["", "$DES", *des.lines]
+
+    # $ERROR
+    err = _Block(printer, prefix="ESE")
+    fields = dict(form.observations[0].fields)
+    outs = [("IPRED", fields["pred"]), ("W", fields["sd"])]
+    printer.names.update({"t": "TIME"})
+    _emit(err, _live(form.derived, [e for _, e in outs]), outs)
+    printer.names["t"] = "T"
+    err.lines += ["Y = IPRED + W*EPS(1)", "IRES = DV - IPRED", "IWRES = IRES/W"]
+    lines += ["", "$ERROR", *err.lines]
+
+    # $THETA $OMEGA $SIGMA
+    lines.append("")
+    for n, v, lower, fixed in thetas:
+        fix = " FIX" if fixed else ""
+        if lower is not None and not fixed:
+            lines.append(
+                f"$THETA ({_fortran_float(float(lower))}, {_fortran_float(v)}){fix}  ; {n}"
+            )
+        else:
+            lines.append(f"$THETA {_fortran_float(v)}{fix}  ; {n}")
+    for name, syms, dist in form.random:
+        if isinstance(dist, str):
+            cov_name = dist[len("MvNormal(") : -1]
+            om = np.asarray(fit.estimates[cov_name], dtype=float)
+            fixed = " FIX" if cov_name in fit.fixed else ""
+            if np.allclose(om, np.diag(np.diag(om)), rtol=0, atol=0):
+                lines.append(f"$OMEGA DIAGONAL({len(syms)}){fixed}")
+                lines += [
+                    f"  {_fortran_float(x)}  ; {name}[{i}]" for i, x in enumerate(np.diag(om))
+                ]
+            else:
+                lines.append(f"$OMEGA BLOCK({len(syms)}){fixed}")
+                for i in range(len(syms)):
+                    lines.append("  " + " ".join(_fortran_float(om[i, j]) for j in range(i + 1)))
+        else:
+            sd = sp.sympify(dist).xreplace(
+                {
+                    s: sp.Float(float(np.asarray(fit.estimates[s.name])))
+                    for s in sp.sympify(dist).free_symbols
+                    if s.name in fit.estimates
+                }
+            )
+            if not sd.is_number:
+                raise ExportError(
+                    f"export to NONMEM: the random effect {name} has the sd {dist}, which is not "
+                    "a parameter or a number"
+                )
+            lines.append(
+                f"$OMEGA {_fortran_float(float(sd) ** 2)} FIX  ; {name} (sd {float(sd):g})"
+            )
+    lines.append("$SIGMA 1 FIX  ; EPS(1): the residual SD is W")
+    method = _METHODS.get(type(fit.method).__name__, "METHOD=COND INTER")
+    lines += [
+        "",
+        f"$ESTIMATION {method} MAXEVAL=0 PRINT=1",
+        "$TABLE ID TIME DV PRED IPRED IRES IWRES CWRES NOPRINT ONEHEADER FILE=sdtab1",
+    ]
+    return "\n".join(lines) + "\n", frame
+
+
+def write_nonmem(fit: Any, folder) -> dict:
+    """Write ``model.ctl`` and ``data.csv`` into `folder`."""
+    text, frame = control_stream(fit, "data.csv")
+    ctl = folder / "model.ctl"
+    data = folder / "data.csv"
+    frame = frame.copy()
+    frame.columns = [str(c).upper() for c in frame.columns]
+    frame.to_csv(data, index=False, na_rep=".", float_format="%.17g")
+    ctl.write_text(text, encoding="utf-8")
+    return {"control_stream": ctl, "data": data}

@@ -1,0 +1,131 @@
+"""The NONMEM control stream of a fit: parsed by pharmpy, its $PK / $ERROR / $DES statements
+evaluated through pharmpy's SymPy statements on the data equal deepnlme's (1e-8), and its
+structure that of the known NONMEM control streams (pheno: ADVAN1 TRANS2)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+import sympy as sp
+from sympy.core.function import AppliedUndef
+
+import deepnlme as dn
+from deepnlme.export import python_module
+
+pm = pytest.importorskip("pharmpy.modeling", reason="pharmpy-core (the dev extra) is needed")
+
+TOL = 1e-8
+
+
+def _evaluate(statements, env):
+    """Each assignment of pharmpy's statements, in order, with the values of `env` (by name;
+    an amount A_NAME(t) by its name)."""
+    env = dict(env)
+    for s in statements:
+        if not hasattr(s, "expression"):
+            continue
+        e = sp.sympify(s.expression)
+        e = e.replace(
+            lambda x: isinstance(x, AppliedUndef), lambda x: sp.Float(env[type(x).__name__])
+        )
+        e = sp.sympify(e).xreplace({v: sp.Float(env[v.name]) for v in e.free_symbols})
+        env[str(sp.sympify(s.symbol))] = float(e)
+    return env
+
+
+def _amounts(fit, data_path, tmp_path):
+    """The amounts at every observation (the exported Python module's, equal deepnlme's:
+    test_python_export) and the EBEs, by subject."""
+    path = tmp_path / "m.py"
+    path.write_text(python_module(fit))
+    spec = importlib.util.spec_from_file_location("exported_m", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    subjects = mod._subjects(mod.read_csv(str(data_path)))
+    out = {}
+    for key, records in subjects.items():
+        cov = mod._covariates(key, records)
+        eta = np.asarray(mod.MODEL["ebes"][key])
+        obs, _, xs = mod._subject_predictions(key, records, eta, cov, 1e-10, 1e-12, 100000)
+        out[key] = (records, obs, xs, eta)
+    return out, mod.MODEL
+
+
+def _check(fit, data_path, tmp_path):
+    files = dn.export(fit, to="nonmem", out=tmp_path / "nm")
+    ctl = files["control_stream"]
+    model = pm.read_model(str(ctl))
+    assert len(model.dataset) == len(pd.read_csv(files["data"]))
+    st = model.statements
+    inits = dict(model.parameters.inits)
+    amounts, meta = _amounts(fit, data_path, tmp_path)
+    ind = fit.individual_parameters()
+    want = dn.predict(fit)
+    got_ipred, got_w = [], []
+    for key, (records, obs, xs, eta) in amounts.items():
+        env = dict(inits)
+        env.update({f"ETA_{k}": v for k, v in enumerate(eta, 1)})
+        env.update({c: records[0]["cov"][c] for c in meta["covariates"]})
+        pk = _evaluate(st.before_odes, env)
+        row = ind.loc[ind.ID.astype(str) == key].iloc[0]
+        for name in meta["ind"]:
+            assert pk[name.upper()] == pytest.approx(float(row[name]), rel=TOL, abs=TOL), name
+        for r, x in zip(obs, xs):
+            env2 = dict(pk, DV=0.0, EPS_1=0.0, t=r["TIME"], TIME=r["TIME"])
+            env2.update({f"A_{s.upper()}": v for s, v in zip(meta["states"], x)})
+            er = _evaluate(st.after_odes, env2)
+            got_ipred.append(er["IPRED"])
+            got_w.append(er["W"])
+    assert np.asarray(got_ipred) == pytest.approx(want.IPRED.values, rel=TOL, abs=TOL)
+    return ctl.read_text(), model
+
+
+def test_theophylline_is_advan2_trans2(theoph_fit, tmp_path):
+    text, model = _check(theoph_fit, dn.datasets.path("theophylline"), tmp_path)
+    assert "$SUBROUTINES ADVAN2 TRANS2" in text
+    assert re.search(r"^\$INPUT ID TIME .*EVID MDV CMT .*WT DOSE$", text, re.M)
+    assert "KA = EXP(ETA(1) + THETA(1))" in text and "V = EXP(ETA(3) + THETA(3))" in text
+    assert "$ESTIMATION METHOD=COND INTER MAXEVAL=0" in text
+    assert "Y = IPRED + W*EPS(1)" in text and "$SIGMA 1 FIX" in text
+
+
+def test_phenobarbital_is_the_known_pheno_control_stream(pheno_fit, tmp_path):
+    text, model = _check(pheno_fit, dn.datasets.path("phenobarbital"), tmp_path)
+    assert "$SUBROUTINES ADVAN1 TRANS2" in text
+    assert "CL = WT*THETA(1)*EXP(ETA(1))" in text
+    assert re.search(r"^V = WT\*THETA\(2\)\*.*EXP\(ETA\(2\)\)", text, re.M)
+    assert "IF (APGR.LT.5)" in text
+    assert "$OMEGA DIAGONAL(2)" in text
+    est = pheno_fit.estimates
+    assert dict(model.parameters.inits)["th_cl"] == pytest.approx(est["th_cl"], rel=1e-15)
+
+
+@pytest.mark.slow
+def test_ode_network_model_is_advan13_with_des(dynamics_fit, tmp_path):
+    files = dn.export(dynamics_fit, to="nonmem", out=tmp_path / "nm")
+    text = files["control_stream"].read_text()
+    assert "$SUBROUTINES ADVAN13" in text and "$DES" in text
+    assert "DADT(1) = " in text and re.search(r"^DSE\d+ = ", text, re.M)
+    model = pm.read_model(str(files["control_stream"]))
+    from deepnlme.symbolic import model_form
+
+    form = model_form(dynamics_fit)
+    eqs = model.statements.ode_system.eqs
+    rng = np.random.default_rng(0)
+    inits = dict(model.parameters.inits)
+    for eta in np.asarray(dynamics_fit.ebes):
+        amount = float(rng.uniform(0.5, 200))
+        env = dict(inits, A_CENTRAL=amount, **{f"ETA_{k}": v for k, v in enumerate(eta, 1)})
+        pk = _evaluate(model.statements.before_odes, env)  # pharmpy keeps $DES lines there
+        des = sp.sympify(eqs[0].rhs)
+        des = des.xreplace({f: sp.Float(amount) for f in des.atoms(AppliedUndef)})
+        des = des.xreplace({v: sp.Float(pk[v.name]) for v in des.free_symbols})
+        sub = {s: float(v) for s, v in zip(form.rhs.args[-1][1], [pk["CL"], pk["V"]])}
+        sub.update({s: float(v) for s, v in zip(dict(form.rhs.args)["eta"], eta)})
+        sub[dict(form.rhs.args)["x"][0]] = amount
+        want = float(form.rhs.inline().outputs[0].xreplace(sub))
+        assert float(des) == pytest.approx(want, rel=TOL, abs=TOL)
