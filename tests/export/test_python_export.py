@@ -67,3 +67,30 @@ def test_a_model_is_not_a_fit(tmp_path):
     model = dn.load_model("examples/theophylline.model")
     with pytest.raises(ExportError, match="must be a Fit"):
         dn.export(model, to="python", out=tmp_path)
+
+
+def test_command_line_export_of_a_saved_fit_and_no_silent_overwrite(
+    theoph_fit, numpy_only, tmp_path, capsys
+):
+    from deepnlme.interfaces.cli import main
+
+    saved = tmp_path / "run"
+    theoph_fit.save(saved / "fit")
+    out = tmp_path / "export"
+    assert main(["export", str(saved), "--to", "Python", "--out", str(out)]) == 0
+    assert f"wrote {out / 'model.py'}" in capsys.readouterr().out
+    csv = tmp_path / "pred.csv"
+    data = dn.datasets.path("theophylline")
+    r = run_isolated(numpy_only, str(out / "model.py"), str(data), str(csv), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    got, want = pd.read_csv(csv), dn.predict(theoph_fit)
+    assert got.IPRED.values == pytest.approx(want.IPRED.values, rel=TOL, abs=TOL)
+    # a second export into the same folder is refused (naming the file), unless --force
+    before = (out / "model.py").read_text()
+    assert main(["export", str(saved), "--to", "python", "--out", str(out)]) == 2
+    assert "model.py already in" in capsys.readouterr().err
+    assert (out / "model.py").read_text() == before
+    with pytest.raises(ExportError, match="overwrite=True"):
+        dn.export(theoph_fit, to="python", out=out)
+    assert main(["export", str(saved), "--to", "nonmem", "--out", str(out)]) == 0
+    assert main(["export", str(saved), "--to", "python", "--out", str(out), "--force"]) == 0

@@ -29,7 +29,13 @@ def python_module(fit: Any) -> str:
     return make(fit)
 
 
-def export(fit: Any, to: str, out: str | os.PathLike) -> dict[str, Path]:
+_FILES = {"python": ("model.py",), "nonmem": ("model.ctl", "data.csv")}
+"""The files each target writes into `out`."""
+
+
+def export(
+    fit: Any, to: str, out: str | os.PathLike, *, overwrite: bool = False
+) -> dict[str, Path]:
     """Write `fit` for another tool into the folder `out` (created if needed).
 
     **Arguments**
@@ -44,6 +50,8 @@ def export(fit: Any, to: str, out: str | os.PathLike) -> dict[str, Path]:
       for the header): every block as explicit assignments with CSE temporaries, THETA(n),
       ETA(n), A(n), DADT(n), ``Y = IPRED + W*EPS(1)`` with ``$SIGMA 1 FIX``.
     - `out`: the folder to write into.
+    - `overwrite`: replace files of those names already in `out` (default: refuse, naming
+      them, before anything is written).
 
     Returns the written files by role (``{"module": Path(...)}``). Raises `ExportError`
     naming a construct the target cannot express.
@@ -58,6 +66,12 @@ def export(fit: Any, to: str, out: str | os.PathLike) -> dict[str, Path]:
             f"export: unknown target to={to!r}; the targets are {', '.join(map(repr, TARGETS))}"
         )
     folder = Path(out)
+    there = [name for name in _FILES[target] if (folder / name).exists()]
+    if there and not overwrite:
+        raise ExportError(
+            f"export: {', '.join(there)} already in {str(folder)!r}; give another folder, or "
+            "overwrite=True (command line: --force) to replace them"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     if target == "nonmem":
         from ._nonmem import write_nonmem

@@ -454,6 +454,19 @@ def _parser() -> argparse.ArgumentParser:
     boot.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
     boot.add_argument("--out", default=None, help="output folder (default FIT_DIR/bootstrap)")
     boot.add_argument("--quiet", action="store_true", help="no progress display")
+
+    exp = sub.add_parser(
+        "export",
+        help="write a saved fit for another tool: a NONMEM control stream or a Python module",
+        description="Write the saved fit for another tool into --out: `--to nonmem` a control "
+        "stream (model.ctl, at the estimates, $ESTIMATION MAXEVAL=0) and the data it reads "
+        "(data.csv); `--to python` a standalone module (model.py, numpy only) that predicts "
+        "PRED and IPRED: python model.py DATA.csv OUT.csv.",
+    )
+    exp.add_argument("fit", metavar="FIT_DIR", help="saved fit folder (`deepnlme fit --out`)")
+    exp.add_argument("--to", required=True, help="the target: nonmem or python")
+    exp.add_argument("--out", required=True, help="output folder")
+    exp.add_argument("--force", action="store_true", help="replace files already in --out")
     return p
 
 
@@ -686,6 +699,15 @@ def _compare(args) -> None:
         print(f"wrote {out}")
 
 
+def _export(args) -> None:
+    import deepnlme as dn
+
+    fit = dn.load_fit(_saved_fit_folder(args.fit))
+    written = dn.export(fit, to=args.to.lower(), out=args.out, overwrite=args.force)
+    for role, path in written.items():
+        print(f"wrote {path} ({role.replace('_', ' ')})")
+
+
 def _bootstrap(args) -> None:
     import pandas as pd
 
@@ -818,6 +840,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _demo(args)
         elif args.command == "compare":
             _compare(args)
+        elif args.command == "export":
+            _export(args)
         elif args.command == "bootstrap":
             _bootstrap(args)
     except _USER_ERRORS as err:
