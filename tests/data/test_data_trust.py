@@ -176,8 +176,12 @@ def test_cli_passes_ignore_and_accept_to_read_data(tmp_path, capsys, monkeypatch
         raise DataError("stop")
 
     monkeypatch.setattr(deepnlme, "read_data", spy)
-    for cmd in (["fit", "m.model", str(p), "--out", str(tmp_path)], ["simulate", str(p)]):
-        extra = ["--model", "m.model", "--out", "s.csv"] if cmd[0] == "simulate" else []
+    monkeypatch.setattr(deepnlme.data, "read_data", spy)  # (what the command line calls)
+    for cmd in (
+        ["fit", "theophylline.model", str(p), "--out", str(tmp_path)],
+        ["simulate", str(p)],
+    ):
+        extra = ["--model", "theophylline.model", "--out", "s.csv"] if cmd[0] == "simulate" else []
         assert cli.main([*cmd, *extra, "--ignore", "C", "--accept", "DV.GT.0"]) == 2
     assert seen == [{"ignore": ["C"], "accept": ["DV.GT.0"]}] * 2
 

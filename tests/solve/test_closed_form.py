@@ -296,9 +296,11 @@ def test_dose_features_left_out_resolve_the_same_doses():
         doses = DoseEvents(**{**base, **{k: v for u in used for k, v in uses[u].items()}})
         full = resolve_doses(doses, dosing, 2, DoseFeatures())
         of = DoseFeatures.of(doses.rate, doses.ss, doses.evid, doses.mask)
-        assert [f for f in DoseFeatures._fields if getattr(of, f)] == used
+        switches = DoseFeatures._fields[:3]  # (the flags; `ss_records` is a count)
+        assert [f for f in switches if getattr(of, f)] == used
+        assert of.ss_records == (1 if "steady_state" in used else 0)
         for off in itertools.product([False, True], repeat=3):
-            feats = DoseFeatures(*(o or f in used for o, f in zip(off, DoseFeatures._fields)))
+            feats = DoseFeatures(*(o or f in used for o, f in zip(off, switches)))
             got = resolve_doses(doses, dosing, 2, feats)
             for name, a, b in zip(full._fields, got, full):
                 np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
