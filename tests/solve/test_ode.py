@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from deepnlme._config import compile_lowered
 from deepnlme.errors import OptionError
 from deepnlme.solve import (
     CLOSED_FORMS,
@@ -137,8 +138,14 @@ def test_compact_event_grid_and_steady_state_table_match_the_general_solve():
     p, dp = PARAMS[kind], dosing(n)
     t = jnp.concatenate([T, jnp.array([26.0, 27.0, 33.0, 40.0, 45.0])])
 
+    programs = {}
+
     def solve(dose, features, lag):
-        return _ode(kind, p, dp, dose, t, features=features, lag=lag)
+        # one program per (features, lag), compiled at -O0 (each runs on a few doses only)
+        if (features, lag) not in programs:
+            fn = jax.jit(lambda d: _ode(kind, p, dp, d, t, features=features, lag=lag))
+            programs[features, lag] = compile_lowered(fn.lower(dose), optimise=False)
+        return programs[features, lag](dose)
 
     for dose, features in _compact_cases(CLOSED_FORMS[kind].oral):
         assert features.ss_records == 1 + 2 * (not features.infusion)
