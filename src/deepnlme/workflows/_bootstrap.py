@@ -10,21 +10,12 @@ import pandas as pd
 
 from ..errors import OptionError, check_keywords, check_range
 from ._runner import FitTask, padded_widths, run_tasks
-from ._tables import element_names, estimates_row, outcome_table, percentile_table
-
-# the options of deepnlme.fit a replicate may be given (its start is the original estimates,
-# and its progress is the count of finished fits)
-_REPLICATE_OPTIONS = (
-    "max_iter",
-    "time_limit",
-    "gtol",
-    "ftol",
-    "xtol",
-    "optimizer",
-    "fixed",
-    "covariance",
-    "network_se",
-    "ode_options",
+from ._tables import (
+    FIT_OPTIONS,
+    element_names,
+    estimates_row,
+    outcome_table,
+    percentile_table,
 )
 
 
@@ -141,7 +132,7 @@ def bootstrap(
     from ..estimation import Fit
     from ..nn import resolved_model
 
-    check_keywords("bootstrap", options, _REPLICATE_OPTIONS)
+    check_keywords("bootstrap", options, FIT_OPTIONS)
     if not isinstance(fit, Fit) or fit.model is None:
         raise OptionError(
             "bootstrap: `fit` must be a Fit from deepnlme.fit(model, population, method) or "

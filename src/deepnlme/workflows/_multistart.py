@@ -12,20 +12,7 @@ import pandas as pd
 
 from ..errors import OptionError, check_keywords, check_range
 from ._runner import FitTask, run_tasks
-from ._tables import element_names, outcome_table
-
-_START_OPTIONS = (
-    "max_iter",
-    "time_limit",
-    "gtol",
-    "ftol",
-    "xtol",
-    "optimizer",
-    "fixed",
-    "covariance",
-    "network_se",
-    "ode_options",
-)
+from ._tables import FIT_OPTIONS, element_names, outcome_table
 
 
 def perturbed_starts(
@@ -144,7 +131,7 @@ def multistart(
     from ..likelihood import Method
     from ..model import Model
 
-    check_keywords("multistart", options, _START_OPTIONS)
+    check_keywords("multistart", options, FIT_OPTIONS)
     if not isinstance(model, Model):
         raise OptionError(
             f"multistart: `model` must be a Model from deepnlme.load_model(...); got "

@@ -8,6 +8,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+FIT_OPTIONS = (
+    "max_iter",
+    "time_limit",
+    "gtol",
+    "ftol",
+    "xtol",
+    "optimizer",
+    "fixed",
+    "covariance",
+    "network_se",
+    "ode_options",
+)
+"""The options of `deepnlme.fit` each fit of a workflow may be given (its start and its
+progress are the workflow's own)."""
+
 
 def element_names(reference: Mapping[str, Any]) -> list[tuple[str, str, tuple]]:
     """(column, parameter, index) for every element of the parameters of `reference` (a
