@@ -18,7 +18,7 @@ from typing import Any
 
 from ._errors import ExportError as ExportError
 
-TARGETS = ("python", "nonmem")
+TARGETS = ("python", "nonmem", "nlmixr2")
 """The export targets `export` knows."""
 
 
@@ -29,7 +29,11 @@ def python_module(fit: Any) -> str:
     return make(fit)
 
 
-_FILES = {"python": ("model.py",), "nonmem": ("model.ctl", "data.csv")}
+_FILES = {
+    "python": ("model.py",),
+    "nonmem": ("model.ctl", "data.csv"),
+    "nlmixr2": ("model.R", "data.csv"),
+}
 """The files each target writes into `out`."""
 
 
@@ -77,6 +81,10 @@ def export(
         from ._nonmem import write_nonmem
 
         return write_nonmem(fit, folder)
+    if target == "nlmixr2":
+        from ._nlmixr2 import write_nlmixr2
+
+        return write_nlmixr2(fit, folder)
     path = folder / "model.py"
     path.write_text(python_module(fit), encoding="utf-8")
     return {"module": path}
