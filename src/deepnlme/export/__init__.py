@@ -3,6 +3,8 @@
 - ``"nonmem"``: ``model.ctl`` (ADVAN1/2/3/4/11/12 for closed forms, ADVAN13 with ``$DES``
   for ODE models, THETA/OMEGA/SIGMA at the estimates, ``$ESTIMATION MAXEVAL=0``) and
   ``data.csv``, the data it reads.
+- ``"nlmixr2"``: ``model.R``, an nlmixr2 model function (``ini({...})`` at the estimates,
+  ``model({...})``: ``linCmt()`` for closed forms, ``d/dt()`` for ODE models) and ``data.csv``.
 - ``"python"``: ``model.py``, a standalone module (numpy only) with the generated functions of
   every block, the fitted values and the EBEs, which predicts PRED and IPRED for a data set
   (`python_module`).
@@ -53,6 +55,9 @@ def export(
       ``"nonmem"``: ``model.ctl`` and ``data.csv`` (``$INPUT`` its columns, ``IGNORE=@``
       for the header): every block as explicit assignments with CSE temporaries, THETA(n),
       ETA(n), A(n), DADT(n), ``Y = IPRED + W*EPS(1)`` with ``$SIGMA 1 FIX``.
+      ``"nlmixr2"``: ``model.R`` (a model function with ``ini({...})`` at the estimates and
+      ``model({...})`` with the same assignments) and ``data.csv``; parsed by R in the tests,
+      not run in nlmixr2 there (it is not installed).
     - `out`: the folder to write into.
     - `overwrite`: replace files of those names already in `out` (default: refuse, naming
       them, before anything is written).

@@ -457,14 +457,15 @@ def _parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser(
         "export",
-        help="write a saved fit for another tool: a NONMEM control stream or a Python module",
+        help="write a saved fit for another tool: NONMEM, nlmixr2 or a Python module",
         description="Write the saved fit for another tool into --out: `--to nonmem` a control "
         "stream (model.ctl, at the estimates, $ESTIMATION MAXEVAL=0) and the data it reads "
-        "(data.csv); `--to python` a standalone module (model.py, numpy only) that predicts "
+        "(data.csv); `--to nlmixr2` an nlmixr2 model function (model.R) and data.csv; "
+        "`--to python` a standalone module (model.py, numpy only) that predicts "
         "PRED and IPRED: python model.py DATA.csv OUT.csv.",
     )
     exp.add_argument("fit", metavar="FIT_DIR", help="saved fit folder (`deepnlme fit --out`)")
-    exp.add_argument("--to", required=True, help="the target: nonmem or python")
+    exp.add_argument("--to", required=True, help="the target: nonmem, nlmixr2 or python")
     exp.add_argument("--out", required=True, help="output folder")
     exp.add_argument("--force", action="store_true", help="replace files already in --out")
     return p
