@@ -7,9 +7,63 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import sympy as sp
+from sympy.printing.str import StrPrinter
 
 from ..symbolic import ModelForm, SymbolicError, model_form
 from ._errors import ExportError
+
+
+class TargetPrinter(StrPrinter):
+    """SymPy expressions as another tool's code, the parts every target shares: symbols by
+    `names`, numbers by `number`, the functions of `functions` (SymPy name -> the target's)
+    or of `special`, branches lifted before printing. A subclass names its `target`."""
+
+    target = ""
+    functions: dict[str, str] = {}
+
+    def __init__(self, names: dict[str, str]) -> None:
+        super().__init__({"order": "none"})
+        self.names = names
+
+    def number(self, v: float) -> str:
+        raise NotImplementedError
+
+    def special(self, e: sp.Expr, args: str) -> str | None:
+        """The target's form of a function outside `functions` (None: it has none)."""
+        return None
+
+    def _print_Symbol(self, s: sp.Symbol) -> str:
+        return self.names.get(s.name, s.name)
+
+    def _print_Float(self, e: sp.Float) -> str:
+        return self.number(float(e))
+
+    def _print_Rational(self, e: sp.Rational) -> str:
+        return f"({self.number(float(e))})"
+
+    def _print_Integer(self, e: sp.Integer) -> str:
+        return str(int(e))
+
+    def _print_Function(self, e: sp.Expr) -> str:
+        name = type(e).__name__
+        args = ", ".join(self._print(a) for a in e.args)
+        if name in self.functions:
+            return f"{self.functions[name]}({args})"
+        out = self.special(e, args)
+        if out is None:
+            raise ExportError(
+                f"export to {self.target}: the function {name} has no {self.target} form; "
+                "write the model with exp, log, sqrt, abs, sin, cos, tanh, logistic, min, max"
+            )
+        return out
+
+    _print_exp = _print_Function
+    _print_log = _print_Function
+    _print_Abs = _print_Function
+
+    def _print_Piecewise(self, e: sp.Expr) -> str:  # lifted before printing
+        raise ExportError(f"export to {self.target}: internal error: a branch was not lifted")
 
 
 def id_key(value: Any) -> str:

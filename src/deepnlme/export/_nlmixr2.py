@@ -15,12 +15,10 @@ from typing import Any
 
 import numpy as np
 import sympy as sp
-from sympy.codegen.cfunctions import expm1, log1p, log10
-from sympy.printing.str import StrPrinter
 
 from ..nn import MLP
 from ..symbolic import model_form, real_symbol
-from ._common import fit_form
+from ._common import TargetPrinter, fit_form
 from ._errors import ExportError
 from ._nonmem import _Block, _data_frame, _emit, _live
 
@@ -67,10 +65,11 @@ def _r_float(v: float) -> str:
     return format(v, ".17g")
 
 
-class _Printer(StrPrinter):
+class _Printer(TargetPrinter):
     """R / rxode2 expressions: ``exp``, ``log``, ``^``, ``&``, names mapped."""
 
-    _fns = {
+    target = "nlmixr2"
+    functions = {
         "exp": "exp",
         "log": "log",
         "sqrt": "sqrt",
@@ -82,48 +81,18 @@ class _Printer(StrPrinter):
         "log10": "log10",
         "Max": "max",
         "Min": "min",
+        "log1p": "log1p",
+        "expm1": "expm1",
     }
 
-    def __init__(self, names: dict[str, str]) -> None:
-        super().__init__({"order": "none"})
-        self.names = names
-
-    def _print_Symbol(self, s: sp.Symbol) -> str:
-        return self.names.get(s.name, s.name)
-
-    def _print_Float(self, e: sp.Float) -> str:
-        return _r_float(float(e))
-
-    def _print_Rational(self, e: sp.Rational) -> str:
-        return f"({_r_float(float(e))})"
-
-    def _print_Integer(self, e: sp.Integer) -> str:
-        return str(int(e))
+    def number(self, v: float) -> str:
+        return _r_float(v)
 
     def _print_Pow(self, e, rational=False) -> str:
         return super()._print_Pow(e, rational).replace("**", "^")
 
-    def _print_Function(self, e) -> str:
-        name = type(e).__name__
-        args = ", ".join(self._print(a) for a in e.args)
-        if name in self._fns:
-            return f"{self._fns[name]}({args})"
-        if e.func == log1p:
-            return f"log1p({args})"
-        if e.func == expm1:
-            return f"expm1({args})"
-        if e.func == log10:
-            return f"log10({args})"
-        raise ExportError(
-            f"export to nlmixr2: the function {name} has no R form; write the model with exp, "
-            "log, sqrt, abs, sin, cos, tanh, logistic, min, max"
-        )
-
-    _print_exp = _print_Function
-    _print_log = _print_Function
-    _print_Abs = _print_Function
-    _print_Max = _print_Function
-    _print_Min = _print_Function
+    _print_Max = TargetPrinter._print_Function
+    _print_Min = TargetPrinter._print_Function
 
     def _print_Relational(self, e) -> str:
         return f"{self._print(e.lhs)} {e.rel_op} {self._print(e.rhs)}"
@@ -142,9 +111,6 @@ class _Printer(StrPrinter):
 
     def _print_BooleanFalse(self, e) -> str:
         return "FALSE"
-
-    def _print_Piecewise(self, e) -> str:  # lifted before printing
-        raise ExportError("export to nlmixr2: internal error: a branch was not lifted")
 
 
 class _RBlock(_Block):

@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p, log10
-from sympy.printing.str import StrPrinter
 
 from ..nn import MLP
 from ..symbolic import Program, model_form, real_symbol
-from ._common import fit_form
+from ._common import TargetPrinter, fit_form
 from ._errors import ExportError
 
 # closed form -> (ADVAN, TRANS, (NONMEM name, deepnlme parameter) ...)
@@ -80,10 +79,11 @@ def _fortran_float(v: float) -> str:
     return s.replace("e", "E")
 
 
-class _Printer(StrPrinter):
+class _Printer(TargetPrinter):
     """NONMEM abbreviated code: ``EXP``, ``LOG``, ``**``, ``.LT.``, names mapped."""
 
-    _fns = {
+    target = "NONMEM"
+    functions = {
         "exp": "EXP",
         "log": "LOG",
         "sqrt": "SQRT",
@@ -94,39 +94,15 @@ class _Printer(StrPrinter):
     }
     _rel = {"<": ".LT.", "<=": ".LE.", ">": ".GT.", ">=": ".GE.", "==": ".EQ.", "!=": ".NE."}
 
-    def __init__(self, names: dict[str, str]) -> None:
-        super().__init__({"order": "none"})
-        self.names = names
+    def number(self, v: float) -> str:
+        return _fortran_float(v)
 
-    def _print_Symbol(self, s: sp.Symbol) -> str:
-        return self.names.get(s.name, s.name)
-
-    def _print_Float(self, e: sp.Float) -> str:
-        return _fortran_float(float(e))
-
-    def _print_Rational(self, e: sp.Rational) -> str:
-        return f"({_fortran_float(float(e))})"
-
-    def _print_Integer(self, e: sp.Integer) -> str:
-        return str(int(e))
-
-    def _print_Function(self, e: sp.Function) -> str:
-        name = type(e).__name__
-        args = ", ".join(self._print(a) for a in e.args)
-        if name in self._fns:
-            return f"{self._fns[name]}({args})"
+    def special(self, e: sp.Expr, args: str) -> str | None:
         if e.func == log1p:
             return f"LOG(1 + {args})"
         if e.func == expm1:
             return f"(EXP({args}) - 1)"
-        raise ExportError(
-            f"export to NONMEM: the function {name} has no NONMEM form; write the model "
-            "with exp, log, sqrt, abs, sin, cos, tanh, logistic, min, max"
-        )
-
-    _print_exp = _print_Function
-    _print_log = _print_Function
-    _print_Abs = _print_Function
+        return None
 
     def _print_Relational(self, e) -> str:
         op = self._rel.get(e.rel_op)
@@ -142,9 +118,6 @@ class _Printer(StrPrinter):
 
     def _print_Not(self, e) -> str:
         return f".NOT.({self._print(e.args[0])})"
-
-    def _print_Piecewise(self, e) -> str:  # lifted before printing
-        raise ExportError("export to NONMEM: internal error: a branch was not lifted")
 
 
 def _rewrite(e: sp.Expr) -> sp.Expr:
