@@ -20,7 +20,7 @@ from ..nn import MLP
 from ..symbolic import model_form, real_symbol
 from ._common import TargetPrinter, fit_form
 from ._errors import ExportError
-from ._nonmem import _Block, _data_frame, _emit, _live
+from ._nonmem import _Block, _data_frame, _emit, _live, write_data_file
 
 # closed form -> (deepnlme parameter, linCmt() name) ...
 LINCMT: dict[str, tuple[tuple[str, str], ...]] = {
@@ -356,9 +356,6 @@ def write_nlmixr2(fit: Any, folder) -> dict:
     """Write ``model.R`` and ``data.csv`` into `folder`."""
     text, frame = nlmixr2_model(fit, "data.csv")
     path = folder / "model.R"
-    data = folder / "data.csv"
-    frame = frame.copy()
-    frame.columns = [str(c).upper() for c in frame.columns]
-    frame.to_csv(data, index=False, na_rep=".", float_format="%.17g")
+    data = write_data_file(frame, folder / "data.csv")
     path.write_text(text, encoding="utf-8")
     return {"model": path, "data": data}

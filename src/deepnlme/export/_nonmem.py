@@ -408,9 +408,15 @@ def write_nonmem(fit: Any, folder) -> dict:
     """Write ``model.ctl`` and ``data.csv`` into `folder`."""
     text, frame = control_stream(fit, "data.csv")
     ctl = folder / "model.ctl"
-    data = folder / "data.csv"
-    frame = frame.copy()
-    frame.columns = [str(c).upper() for c in frame.columns]
-    frame.to_csv(data, index=False, na_rep=".", float_format="%.17g")
+    data = write_data_file(frame, folder / "data.csv")
     ctl.write_text(text, encoding="utf-8")
     return {"control_stream": ctl, "data": data}
+
+
+def write_data_file(frame, path):
+    """The data table an exported model reads, at `path` (upper-case names, ``.`` for a
+    missing value, 17 significant digits), and `path`."""
+    frame = frame.copy()
+    frame.columns = [str(c).upper() for c in frame.columns]
+    frame.to_csv(path, index=False, na_rep=".", float_format="%.17g")
+    return path
