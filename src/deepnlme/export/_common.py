@@ -144,3 +144,58 @@ def fit_form(fit: Any, target: str) -> FitForm:
     for key, row in zip(table.index, np.asarray(table, dtype=float)):
         ebes[id_key(key)] = [float(v) for v in row]
     return FitForm(fit, model, form, obs, ebes, tuple(s.name for s in eta_syms))
+
+
+def theta_parameters(fit: Any, model: Any) -> tuple[tuple[str, ...], list[tuple]]:
+    """The parameters written as THETAs (scalars and vectors; networks and matrices are
+    written as numbers), and one ``(name, estimate, lower bound, fixed)`` per element
+    (``name_0``, ``name_1``, ... for a vector)."""
+    from ..nn import MLP
+
+    keep, thetas = [], []
+    for p in model.params:
+        if isinstance(p.domain, MLP) or len(tuple(p.shape)) > 1:
+            continue
+        keep.append(p.name)
+        v = np.asarray(fit.estimates[p.name], dtype=float)
+        names = [p.name] if not p.shape else [f"{p.name}_{i}" for i in range(p.shape[0])]
+        for n, x in zip(names, v.ravel()):
+            thetas.append((n, float(x), getattr(p.domain, "lower", None), p.name in fit.fixed))
+    return tuple(keep), thetas
+
+
+def map_covariates(form: ModelForm, columns: list[str], names: dict, target: str) -> None:
+    """Name every covariate the model reads by its (upper-case) data column, in `names`; a
+    covariate that is no column of the exported data is an `ExportError`."""
+    for s in dict(form.pre.args).get("cov", ()):
+        if s.name.upper() not in columns:
+            raise ExportError(f"export to {target}: the covariate {s.name} is not a data column")
+        names[s.name] = s.name.upper()
+
+
+def fixed_sd(fit: Any, name: str, dist: Any, target: str) -> float:
+    """The SD of random effect `name` declared as ``Normal(0, sd)``, at the estimates; an
+    `ExportError` unless it is a number there."""
+    expr = sp.sympify(dist)
+    values = {
+        s: sp.Float(float(np.asarray(fit.estimates[s.name])))
+        for s in expr.free_symbols
+        if s.name in fit.estimates
+    }
+    sd = expr.xreplace(values)
+    if not sd.is_number:
+        raise ExportError(
+            f"export to {target}: the random effect {name} has the sd {dist}, which is not a "
+            "parameter or a number"
+        )
+    return float(sd)
+
+
+def dosing_outputs(form: ModelForm, name_of) -> list[tuple[str, sp.Expr]]:
+    """The `dosing:` outputs as ``(target name, expression)``: `name_of(kind, state)` names
+    ``lag``/``bioav``/``rate``/``duration`` of a state in the target's language."""
+    out = []
+    for label, e in zip(form.dosing.names, form.dosing.outputs):
+        kind, state = label[:-1].split("[")
+        out.append((name_of(kind, state), e))
+    return out

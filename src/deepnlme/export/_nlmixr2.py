@@ -16,9 +16,15 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from ..nn import MLP
 from ..symbolic import model_form, real_symbol
-from ._common import TargetPrinter, fit_form
+from ._common import (
+    TargetPrinter,
+    dosing_outputs,
+    fit_form,
+    fixed_sd,
+    map_covariates,
+    theta_parameters,
+)
 from ._errors import ExportError
 from ._nonmem import _Block, _data_frame, _emit, _live, write_data_file
 
@@ -177,16 +183,8 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
     """The text of ``model.R`` for `fit` and the data frame it reads."""
     ff = fit_form(fit, "nlmixr2")
     model = ff.model
-    keep, thetas = [], []
-    for p in model.params:
-        if isinstance(p.domain, MLP) or len(tuple(p.shape)) > 1:
-            continue
-        keep.append(p.name)
-        v = np.asarray(fit.estimates[p.name], dtype=float)
-        names_p = [p.name] if not p.shape else [f"{p.name}_{i}" for i in range(p.shape[0])]
-        for n, x in zip(names_p, v.ravel()):
-            thetas.append((n, float(x), getattr(p.domain, "lower", None), p.name in fit.fixed))
-    form = model_form(fit, keep=tuple(keep))
+    keep, thetas = theta_parameters(fit, model)
+    form = model_form(fit, keep=keep)
     names: dict[str, str] = {}
     taken: set[str] = set()
     for n, *_ in thetas:
@@ -197,10 +195,7 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
         taken.add(names[s.name])
     frame = _data_frame(fit)
     columns = [str(c).upper() for c in frame.columns]
-    for s in dict(form.pre.args).get("cov", ()):
-        if s.name.upper() not in columns:
-            raise ExportError(f"export to nlmixr2: the covariate {s.name} is not a data column")
-        names[s.name] = s.name.upper()
+    map_covariates(form, columns, names, "nlmixr2")
     taken |= set(columns)
     closed = form.closed_form
     if closed is not None and closed not in LINCMT:
@@ -253,19 +248,13 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
                 vals = ", ".join(_r_float(om[i, j]) for i in range(len(syms)) for j in range(i + 1))
                 ini.append(f"{lhs} ~ {'fix' if fixed else 'c'}({vals})")
         else:
-            sd = sp.sympify(dist).xreplace(
-                {
-                    s: sp.Float(float(np.asarray(fit.estimates[s.name])))
-                    for s in sp.sympify(dist).free_symbols
-                    if s.name in fit.estimates
-                }
-            )
-            if not sd.is_number or len(syms) != 1:
+            sd = fixed_sd(fit, name, dist, "nlmixr2")
+            if len(syms) != 1:
                 raise ExportError(
                     f"export to nlmixr2: the random effect {name} has the sd {dist}, which is "
                     "not a parameter or a number"
                 )
-            ini.append(f"{lhs} ~ fix({_r_float(float(sd) ** 2)})  # {name} (sd {float(sd):g})")
+            ini.append(f"{lhs} ~ fix({_r_float(sd**2)})  # {name} (sd {sd:g})")
 
     # model: individual parameters
     pk = _RBlock(printer, counter=counter)
@@ -276,10 +265,7 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
         if names.get(par) != lin:
             dyn.lines.append(f"{lin} <- {names[par]}")
     dose_names = {"lag": "alag", "bioav": "f", "rate": "rate", "duration": "dur"}
-    dose_out = []
-    for label, e in zip(form.dosing.names, form.dosing.outputs):
-        kind, state = label[:-1].split("[")
-        dose_out.append((f"{dose_names[kind]}({names[state]})", e))
+    dose_out = dosing_outputs(form, lambda k, s: f"{dose_names[k]}({names[s]})")
     init_out = [(f"{names[n]}(0)", e) for n, e in zip(form.init.names, form.init.outputs)]
     if closed is not None and init_out:
         raise ExportError(

@@ -19,9 +19,15 @@ import numpy as np
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p, log10
 
-from ..nn import MLP
 from ..symbolic import Program, model_form, real_symbol
-from ._common import TargetPrinter, fit_form
+from ._common import (
+    TargetPrinter,
+    dosing_outputs,
+    fit_form,
+    fixed_sd,
+    map_covariates,
+    theta_parameters,
+)
 from ._errors import ExportError
 
 # closed form -> (ADVAN, TRANS, (NONMEM name, deepnlme parameter) ...)
@@ -257,16 +263,8 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
             "Proportional, Combined, Normal) only"
         )
     # the scalar and vector parameters as THETA symbols, networks and matrices as numbers
-    keep, thetas = [], []
-    for p in model.params:
-        if isinstance(p.domain, MLP) or len(tuple(p.shape)) > 1:
-            continue
-        keep.append(p.name)
-        v = np.asarray(fit.estimates[p.name], dtype=float)
-        names = [p.name] if not p.shape else [f"{p.name}_{i}" for i in range(p.shape[0])]
-        for n, x in zip(names, v.ravel()):
-            thetas.append((n, float(x), getattr(p.domain, "lower", None), p.name in fit.fixed))
-    form = model_form(fit, keep=tuple(keep))
+    keep, thetas = theta_parameters(fit, model)
+    form = model_form(fit, keep=keep)
     names: dict[str, str] = {}
     for k, (n, *_) in enumerate(thetas, 1):
         names[n] = f"THETA({k})"
@@ -274,10 +272,7 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
         names[s.name] = f"ETA({k})"
     frame = _data_frame(fit)
     columns = [str(c).upper() for c in frame.columns]
-    for s in dict(form.pre.args).get("cov", ()):
-        if s.name.upper() not in columns:
-            raise ExportError(f"export to NONMEM: the covariate {s.name} is not a data column")
-        names[s.name] = s.name.upper()
+    map_covariates(form, columns, names, "NONMEM")
     for k, st in enumerate(form.states, 1):
         names[st] = f"A({k})"
     names["t"] = "T"
@@ -313,18 +308,12 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
 
     # $PK
     pk = _Block(printer)
-    pre_out = list(zip(form.pre.names, form.pre.outputs))
-    pk_assign = list(form.pre.assignments)
-    _emit(pk, pk_assign, [])
-    del pre_out
+    _emit(pk, list(form.pre.assignments), [])
     for nm, par in required:
         if names.get(par) != nm:
             pk.lines.append(f"{nm} = {names[par]}")
     dose_names = {"lag": "ALAG", "bioav": "F", "rate": "R", "duration": "D"}
-    dose_out = []
-    for label, e in zip(form.dosing.names, form.dosing.outputs):
-        kind, state = label[:-1].split("[")
-        dose_out.append((f"{dose_names[kind]}{form.states.index(state) + 1}", e))
+    dose_out = dosing_outputs(form, lambda k, s: f"{dose_names[k]}{form.states.index(s) + 1}")
     init_out = [
         (f"A_0({form.states.index(n) + 1})", e) for n, e in zip(form.init.names, form.init.outputs)
     ]
@@ -379,21 +368,8 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
                 for i in range(len(syms)):
                     lines.append("  " + " ".join(_fortran_float(om[i, j]) for j in range(i + 1)))
         else:
-            sd = sp.sympify(dist).xreplace(
-                {
-                    s: sp.Float(float(np.asarray(fit.estimates[s.name])))
-                    for s in sp.sympify(dist).free_symbols
-                    if s.name in fit.estimates
-                }
-            )
-            if not sd.is_number:
-                raise ExportError(
-                    f"export to NONMEM: the random effect {name} has the sd {dist}, which is not "
-                    "a parameter or a number"
-                )
-            lines.append(
-                f"$OMEGA {_fortran_float(float(sd) ** 2)} FIX  ; {name} (sd {float(sd):g})"
-            )
+            sd = fixed_sd(fit, name, dist, "NONMEM")
+            lines.append(f"$OMEGA {_fortran_float(sd**2)} FIX  ; {name} (sd {sd:g})")
     lines.append("$SIGMA 1 FIX  ; EPS(1): the residual SD is W")
     method = _METHODS.get(type(fit.method).__name__, "METHOD=COND INTER")
     lines += [
