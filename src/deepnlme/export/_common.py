@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +11,7 @@ from sympy.printing.str import StrPrinter
 
 from ..symbolic import ModelForm, SymbolicError, model_form
 from ._errors import ExportError
+from ._runtime import id_key  # (the key the exported module computes: one definition)
 
 
 class TargetPrinter(StrPrinter):
@@ -64,18 +64,6 @@ class TargetPrinter(StrPrinter):
 
     def _print_Piecewise(self, e: sp.Expr) -> str:  # lifted before printing
         raise ExportError(f"export to {self.target}: internal error: a branch was not lifted")
-
-
-def id_key(value: Any) -> str:
-    """The subject key of an ID (as the exported Python module computes it): ``1``, ``1.0``
-    and ``"1"`` are all ``"1"``."""
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return str(value).strip()
-    if math.isfinite(f) and f == int(f):
-        return str(int(f))
-    return repr(f)
 
 
 @dataclass(frozen=True)
