@@ -36,18 +36,20 @@ def _matching_ebes(init: Fit, problem) -> np.ndarray | None:
     return np.where(known[:, None], rows, 0.0)
 
 
-def _check_pair(model, population) -> None:
+def check_model_and_population(model, population, caller: str = "fit") -> None:
+    """An OptionError, in the words of `caller`, unless `model` is a Model and `population`
+    a Population."""
     from ..data import Population
     from ..model import Model
 
     if not isinstance(model, Model):
         raise OptionError(
-            f"fit: `model` must be a Model from deepnlme.load_model(...); got "
+            f"{caller}: `model` must be a Model from deepnlme.load_model(...); got "
             f"{type(model).__name__}. Load model text or a model file with load_model first."
         )
     if not isinstance(population, Population):
         raise OptionError(
-            f"fit: `population` must be a Population from deepnlme.read_data(...); got "
+            f"{caller}: `population` must be a Population from deepnlme.read_data(...); got "
             f"{type(population).__name__}. Read a CSV path or a DataFrame with read_data first."
         )
 
@@ -84,7 +86,7 @@ def fit(
         >>> fit.ofv, fit.estimates["tcl"]
     """
     check_keywords("fit", options, _OPTIONS)
-    _check_pair(model, population)
+    check_model_and_population(model, population)
     ode_options = ode_options or OdeOptions()
     problem, predictor = model_problem(model, population, ode_options=ode_options)
     ode_options = resolved_options(ode_options, predictor)  # the solver "auto" chose

@@ -127,21 +127,11 @@ def multistart(
         >>> ms = dn.multistart(model, pop, dn.FOCE(), n=20, seed=1)
         >>> ms.optima[["optimum", "ofv", "found"]]
     """
-    from ..data import Population
+    from ..estimation._fit import check_model_and_population
     from ..likelihood import Method
-    from ..model import Model
 
     check_keywords("multistart", options, FIT_OPTIONS)
-    if not isinstance(model, Model):
-        raise OptionError(
-            f"multistart: `model` must be a Model from deepnlme.load_model(...); got "
-            f"{type(model).__name__}"
-        )
-    if not isinstance(population, Population):
-        raise OptionError(
-            "multistart: `population` must be a Population from deepnlme.read_data(...); "
-            f"got {type(population).__name__}"
-        )
+    check_model_and_population(model, population, "multistart")
     if not isinstance(method, Method):
         raise OptionError(
             "multistart: `method` must be one of FO(), FOCE(), FOCEI(), LaplaceI(), "
