@@ -507,13 +507,14 @@ def _record(prob: _Problem, table: _SteadyStates, is_rec, d, xb, ok, fail_t):
     """The state after the event when it is dose record `d` (EVID 3/4 reset, SS state; `xb`
     otherwise), and the success flag and failure time: a bad record stops the solve."""
     res, x0 = prob.res, prob.x0
-    is_ss_rec = is_rec & res.is_ss[d] & prob.adm.live[d]
+    live_ss = res.is_ss[d] & prob.adm.live[d]
+    is_ss_rec = is_rec & live_ss
     # the record's steady state from the table (a live SS record missing from it fails the
     # subject rather than reading a wrong state; `features.ss_records` prevents that)
     hit = table.index == d
     found = jnp.any(hit)
     x_ss = jnp.where(found, jnp.sum(jnp.where(hit[:, None], table.state, 0.0), axis=0), x0)
-    ok_ss = jnp.where(found, jnp.any(hit & table.ok), ~(res.is_ss[d] & prob.adm.live[d]))
+    ok_ss = jnp.where(found, jnp.any(hit & table.ok), ~live_ss)
     rec_ok = ~is_rec | (ok_ss & ~res.bad[d])
     fail_t = jnp.where(ok & ~rec_ok, res.time[d], fail_t)
     ok = ok & rec_ok
