@@ -29,14 +29,7 @@ def python_module(fit: Any) -> str:
     """
     ff = fit_form(fit, "Python")
     form = ff.form
-    programs = {"pre": form.pre}
-    if form.dosing.outputs:
-        programs["dosing"] = form.dosing
-    if form.init.outputs:
-        programs["init"] = form.init
-    if form.rhs is not None:
-        programs["rhs"] = form.rhs
-    programs["derived"] = form.derived
+    programs = form.programs()
     doc = (
         "A fitted deepnlme model, exported: PRED and IPRED for a data set in NONMEM layout.\n\n"
         "Needs numpy only. Use: predict('data.csv') -> columns ID, TIME, DVID, PRED, IPRED;\n"
