@@ -3,6 +3,10 @@ at each subject's first value (constant covariates: the form `propagation_is_che
 warm.
 
     python benchmarks/bench_multidose_eval.py [--subjects 150] [--repeats 5]
+    python benchmarks/bench_multidose_eval.py --ode [--subjects 20] [--repeats 3]
+
+With ``--ode``: the ODE form of the model (`multidose_ode.model`, the default solver), CRCL
+changing only.
 """
 
 from __future__ import annotations
@@ -51,8 +55,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subjects", type=int, default=150)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--ode", action="store_true", help="the ODE form of the model")
     args = ap.parse_args()
-    model = dn.load_model(ROOT / "examples" / "multidose" / "multidose.model")
+    name = "multidose_ode.model" if args.ode else "multidose.model"
+    model = dn.load_model(ROOT / "examples" / "multidose" / name)
     with tempfile.TemporaryDirectory() as tmp:
         p_nm, _ = multidose_data.write(args.subjects, 1, Path(tmp))
         pop = dn.read_data(p_nm)
@@ -61,10 +67,10 @@ def main() -> None:
         frozen = dn.read_data(frame)
     print("| data | path | compile + first s | evaluation s | OFV |")
     print("|---|---|---|---|---|")
-    for label, data, path in (
-        ("CRCL changing", pop, "propagated"),
-        ("CRCL frozen", frozen, "automatic"),
-    ):
+    cases = [("CRCL changing", pop, "propagated"), ("CRCL frozen", frozen, "automatic")]
+    if args.ode:
+        cases = [("CRCL changing", pop, "ODE")]
+    for label, data, path in cases:
         tc, te, ofv = _evaluation_time(model, data, args.repeats)
         print(f"| {label} | {path} | {tc:.2f} | {te:.3f} | {ofv:.4f} |", flush=True)
 
