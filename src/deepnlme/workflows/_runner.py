@@ -337,6 +337,7 @@ def _worker_env(cache: str) -> dict[str, str]:
 def _run_on_dask(tasks, population, n, scheduler, counter, retries, widths, fn) -> list[Any]:
     import contextlib
     import uuid
+    from concurrent.futures import CancelledError
 
     from distributed import Client, LocalCluster, as_completed
 
@@ -361,16 +362,34 @@ def _run_on_dask(tasks, population, n, scheduler, counter, retries, widths, fn) 
             client = stack.enter_context(Client(scheduler))
             worker_cache = None  # not a folder of theirs: each worker keeps its own store
         shared = client.scatter(population, broadcast=True, hash=False)
-        futures = [
-            client.submit(
-                _on_worker, task, shared, widths, worker_cache, fn,
-                key=f"deepnlme-{counter.label}-{run}-{task.key}", retries=retries, pure=False,
+
+        def submit(i, attempt=0):
+            key = f"deepnlme-{counter.label}-{run}-{tasks[i].key}" + (
+                f"-{attempt}" if attempt else ""
             )
-            for task in tasks
-        ]  # fmt: skip
-        place = {f.key: i for i, f in enumerate(futures)}
+            return client.submit(
+                _on_worker, tasks[i], shared, widths, worker_cache, fn,
+                key=key, retries=retries, pure=False,
+            )  # fmt: skip
+
+        futures = [submit(i) for i in range(len(tasks))]
+        place = {f.key: (i, 0) for i, f in enumerate(futures)}
         results: list[Any] = [None] * len(tasks)
-        for future in as_completed(futures):
-            results[place[future.key]] = future.result()
-            counter.finished(results[place[future.key]])
+        pending = as_completed(futures)
+        for future in pending:
+            i, attempt = place[future.key]
+            try:
+                results[i] = future.result()
+            except CancelledError:
+                # a worker's death can make the scheduler forget a task that was waiting
+                # for it ("already forgotten"): submitted again, `retries` times at most
+                if attempt >= retries:
+                    raise
+                if not client.who_has(shared).get(shared.key):
+                    shared = client.scatter(population, broadcast=True, hash=False)
+                again = submit(i, attempt + 1)
+                place[again.key] = (i, attempt + 1)
+                pending.add(again)
+                continue
+            counter.finished(results[i])
         return results
