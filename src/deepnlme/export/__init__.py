@@ -9,6 +9,9 @@
   every block, the fitted values and the EBEs, which predicts PRED and IPRED for a data set
   (`python_module`).
 
+`from_nonmem(path_or_text)` goes the other way: a NONMEM control stream read (through
+pharmpy) as deepnlme model text, with its data file, `$INPUT` names and `$ESTIMATION` method.
+
 Importing this package imports nothing heavy; `export` imports SymPy when it runs.
 """
 
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import ExportError as ExportError
+from ._errors import NonmemImportError as NonmemImportError
 
 TARGETS = ("python", "nonmem", "nlmixr2")
 """The export targets `export` knows."""
@@ -95,4 +99,17 @@ def export(
     return {"module": path}
 
 
-__all__ = ["ExportError", "TARGETS", "export", "python_module"]
+def from_nonmem(path_or_text: str | os.PathLike) -> Any:
+    """Read a NONMEM control stream as a deepnlme model (a `NonmemImport`: `.text`, `.model`,
+    `.data`, `.method`, `.read_data()`, `.fit()`); see `_import_nonmem.from_nonmem`.
+
+    Example:
+        >>> imp = from_nonmem("run1.mod")
+        >>> fit = imp.fit()  # the data of $DATA, the method of $ESTIMATION
+    """
+    from ._import_nonmem import from_nonmem as read
+
+    return read(path_or_text)
+
+
+__all__ = ["ExportError", "NonmemImportError", "TARGETS", "export", "from_nonmem", "python_module"]

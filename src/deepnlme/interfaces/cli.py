@@ -468,6 +468,17 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--to", required=True, help="the target: nonmem, nlmixr2 or python")
     exp.add_argument("--out", required=True, help="output folder")
     exp.add_argument("--force", action="store_true", help="replace files already in --out")
+
+    imp = sub.add_parser(
+        "import",
+        help="read a NONMEM control stream as a deepnlme model",
+        description="Translate a NONMEM control stream ($PK/$DES/$ERROR or $PRED, $THETA, "
+        "$OMEGA, $SIGMA) into deepnlme model text: printed, or written to --out. The data "
+        "file of $DATA and the method of $ESTIMATION are printed as comments (stderr).",
+    )
+    imp.add_argument("control_stream", metavar="CONTROL_STREAM", help="NONMEM control stream")
+    imp.add_argument("--out", default=None, help="model file to write (default: print it)")
+    imp.add_argument("--force", action="store_true", help="replace the --out file")
     return p
 
 
@@ -709,6 +720,20 @@ def _export(args) -> None:
         print(f"wrote {path} ({role.replace('_', ' ')})")
 
 
+def _import(args) -> None:
+    from ..export import from_nonmem
+
+    imported = from_nonmem(args.control_stream)
+    method = type(imported.method).__name__ if imported.method is not None else "none"
+    print(f"# data: {imported.data}; method: {method}", file=sys.stderr)
+    for note in imported.notes:
+        print(f"# note: {note}", file=sys.stderr)
+    if args.out is None:
+        print(imported.text, end="")
+        return
+    print(f"wrote {imported.write(args.out, overwrite=args.force)}")
+
+
 def _bootstrap(args) -> None:
     import pandas as pd
 
@@ -843,6 +868,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _compare(args)
         elif args.command == "export":
             _export(args)
+        elif args.command == "import":
+            _import(args)
         elif args.command == "bootstrap":
             _bootstrap(args)
     except _USER_ERRORS as err:

@@ -1,0 +1,322 @@
+"""NONMEM control streams read by `from_nonmem`: the pheno control stream as NONMEM users write
+it fits to the OFV and estimates of examples/phenobarbital.model; an exported fit read back
+predicts what the fit predicts (1e-8); ADVAN3/4/13 and TRANS1 streams predict what the same
+deepnlme models predict; constructs with no translation are refused naming their line."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+from deepnlme.export import NonmemImportError, from_nonmem
+from deepnlme.interfaces.cli import main
+
+pytest.importorskip("pharmpy.modeling", reason="pharmpy-core (the dev extra) is needed")
+
+DATA = pathlib.Path(__file__).resolve().parent / "data"
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PHENO = DATA / "pheno.mod"
+TOL = 1e-8
+
+
+def _pheno_pop():
+    return from_nonmem(PHENO).read_data(dn.datasets.path("phenobarbital"))
+
+
+@pytest.fixture(scope="module")
+def pheno_import():
+    return from_nonmem(PHENO)
+
+
+@pytest.fixture(scope="module")
+def pheno_import_fit(pheno_import):
+    return pheno_import.fit(_pheno_pop(), progress=False)
+
+
+# -- (1) pheno as NONMEM users write it -------------------------------------------------------
+
+
+def test_pheno_control_stream_reads_as_the_pheno_model(pheno_import):
+    imp = pheno_import
+    text = imp.text
+    assert "theta1 = Positive(init=0.0047)" in text
+    assert "theta3 = Real(init=0.16, lower=-0.99)" in text
+    assert "omega = PDiag(init=[0.03, 0.03])" in text
+    assert "sigma = Positive(init=0.11)" in text  # $SIGMA 0.0121 is a variance: SD 0.11
+    assert "TVV = (TVV_1*(1 + theta3) if APGR < 5 else TVV_1)" in text
+    assert "dynamics: OneCompartment" in text and "cl = CL" in text and "v = V" in text
+    assert "DV ~ Proportional(F, sigma)" in text
+    assert type(imp.method).__name__ == "FOCEI" and not imp.evaluation
+    assert imp.data == DATA / "phenobarb_nm.csv"
+    assert imp.data_options == {"covariates": ["WGT", "APGR"], "ignore": ["@"]}
+    assert imp.columns[-3:] == ("WGT", "APGR", "APGRLT5")
+    assert imp.model.parameter_table().name.tolist() == [
+        "theta1",
+        "theta2",
+        "theta3",
+        "omega",
+        "sigma",
+    ]
+    pop = _pheno_pop()
+    assert (len(pop), pop.n_observations) == (59, 155)
+
+
+def test_pheno_import_fits_like_phenobarbital_model(pheno_import_fit, pheno_fit):
+    got, want = pheno_import_fit, pheno_fit
+    # the same parameters in the same order from the same initial values: the same fit
+    assert got.ofv == pytest.approx(want.ofv, abs=1e-6)
+    assert got.ofv == pytest.approx(586.2761, abs=1e-3)
+    pairs = {"theta1": "th_cl", "theta2": "th_v", "theta3": "th_apg", "sigma": "sigma"}
+    for mine, theirs in pairs.items():
+        assert got.estimates[mine] == pytest.approx(want.estimates[theirs], rel=1e-6), mine
+    assert got.estimates["theta1"] == pytest.approx(0.0046955, rel=1e-4)
+    assert got.estimates["theta2"] == pytest.approx(0.98424, rel=1e-4)
+    np.testing.assert_allclose(got.estimates["omega"], want.estimates["omega"], rtol=1e-6)
+
+
+def test_pheno_ipred_times_one_plus_eps_is_the_same_model(pheno_import):
+    text = PHENO.read_text().replace("W=F\nY=F+W*EPS(1)\nIPRED=F", "IPRED=F\nY=IPRED*(1+EPS(1))")
+    imp = from_nonmem(text)
+    assert "DV ~ Proportional(IPRED, sigma)" in imp.text
+    pop = _pheno_pop()
+    eta = np.tile([0.1, -0.2], (len(pop), 1))
+    a = dn.model_predict(imp.model, pop, etas=eta)
+    b = dn.model_predict(pheno_import.model, pop, etas=eta)
+    np.testing.assert_allclose(a.IPRED, b.IPRED, rtol=TOL, atol=TOL)
+
+
+def test_data_ignore_and_accept_pass_to_read_data():
+    base = PHENO.read_text()
+    imp = from_nonmem(base.replace("IGNORE=@", "IGNORE=@ IGNORE=(ID.EQ.1, ID.EQ.2)"))
+    assert imp.data_options["ignore"] == ["@", "ID.EQ.1", "ID.EQ.2"]
+    assert len(imp.read_data(dn.datasets.path("phenobarbital"))) == 57
+    imp = from_nonmem(base.replace("IGNORE=@", "IGNORE=@ ACCEPT=(APGR.GE.5)"))
+    pop = imp.read_data(dn.datasets.path("phenobarbital"))
+    frame = pd.read_csv(dn.datasets.path("phenobarbital"))
+    assert imp.data_options["accept"] == ["APGR.GE.5"]
+    assert len(pop) == frame[frame.APGR >= 5].ID.nunique() == 49
+
+
+# -- (2) export, then import ------------------------------------------------------------------
+
+
+def _roundtrip(fit, name, tmp_path):
+    files = dn.export(fit, to="nonmem", out=tmp_path / "nm")
+    imp = from_nonmem(files["control_stream"])
+    assert imp.data == files["data"] and imp.evaluation  # $ESTIMATION MAXEVAL=0
+    pop = imp.read_data()
+    # the exported THETAs, OMEGAs are the estimates: the imported model's initial values
+    got = dn.model_predict(imp.model, pop, etas=np.asarray(fit.ebes))
+    want = dn.predict(fit)
+    assert len(got) == len(want)
+    np.testing.assert_allclose(got.PRED, want.PRED, rtol=TOL, atol=TOL)
+    np.testing.assert_allclose(got.IPRED, want.IPRED, rtol=TOL, atol=TOL)
+    return imp, pop
+
+
+def test_exported_pheno_reads_back_with_the_same_predictions(pheno_fit, tmp_path):
+    imp, pop = _roundtrip(pheno_fit, "pheno", tmp_path)
+    assert "DV ~ Proportional(IPRED, theta4)" in imp.text
+    est = pheno_fit.estimates
+    params = dict(imp.model.parameter_table()[["name", "init"]].values)
+    assert params["theta1"] == est["th_cl"] and params["theta4"] == est["sigma"]
+    again = imp.fit(pop, progress=False, covariance=None)  # MAXEVAL=0: an evaluation
+    assert again.ofv == pytest.approx(pheno_fit.ofv, abs=1e-6)
+
+
+def test_exported_theophylline_reads_back_with_the_same_predictions(theoph_fit, tmp_path):
+    imp, _ = _roundtrip(theoph_fit, "theoph", tmp_path)
+    assert "dynamics: OneCompartmentOral" in imp.text and "ka = KA" in imp.text
+    assert "DV ~ Additive(IPRED, theta4)" in imp.text
+
+
+# -- (3) ADVAN3, ADVAN4, ADVAN13 and TRANS1 ---------------------------------------------------
+
+
+TWO_ORAL = """
+param:
+    tka = Positive(init=1.5)
+    tcl = Positive(init=2.8)
+    tv1 = Positive(init=30.0)
+    tq = Positive(init=1.2)
+    tv2 = Positive(init=15.0)
+    sa = Positive(init=0.5)
+    sp = Positive(init=0.1)
+    om1 = PSD(init=[[0.4, 0.05], [0.05, 0.1]])
+    om2 = PDiag(init=[0.05])
+random:
+    e1 ~ MvNormal(om1)
+    e2 ~ MvNormal(om2)
+covariates: WT
+pre:
+    ka = tka * exp(e1[0])
+    cl = tcl * (WT / 70) ** 0.75 * exp(e1[1])
+    v1 = tv1 * exp(e2[0])
+    q = tq
+    v2 = tv2
+dynamics: TwoCompartmentOral
+derived:
+    DV ~ Combined(Central / v1, sa, sp)
+"""
+
+
+def _etas(n, q, seed=0):
+    return np.random.default_rng(seed).normal(0.0, 0.2, (n, q))
+
+
+def test_advan4_trans4_predicts_as_two_compartment_oral():
+    imp = from_nonmem(DATA / "advan4.mod")
+    assert "dynamics: TwoCompartmentOral" in imp.text and "v1 = V2" in imp.text
+    assert "omega1 = PSD(init=[[0.4, 0.05], [0.05, 0.1]])" in imp.text
+    assert "DV ~ Combined(IPRED, theta6, theta7)" in imp.text
+    assert type(imp.method).__name__ == "FOCE"
+    pop = imp.read_data(dn.datasets.path("theophylline"))
+    assert len(pop) == 11  # IGNORE=(ID.EQ.12)
+    eta = _etas(len(pop), 3)
+    got = dn.model_predict(imp.model, pop, etas=eta)
+    want = dn.model_predict(dn.load_model(TWO_ORAL), pop, etas=eta)
+    np.testing.assert_allclose(got.IPRED, want.IPRED, rtol=TOL, atol=TOL)
+
+
+def test_advan3_trans4_predicts_as_two_compartment():
+    imp = from_nonmem(DATA / "advan3.mod")
+    assert "dynamics: TwoCompartment" in imp.text
+    assert "DV ~ Combined(IPRED, sigma2, sigma1)" in imp.text  # EPS(2) additive, EPS(1) prop
+    assert "sigma1 = Positive(init=0.1)" in imp.text and "sigma2 = Positive(init=0.5)" in imp.text
+    assert type(imp.method).__name__ == "FO"
+    pop = imp.read_data(dn.datasets.path("phenobarbital"))
+    model = dn.load_model(
+        "param:\n    a = Positive(init=0.005)\n    b = Positive(init=1.0)\n"
+        "    c = Positive(init=0.02)\n    d = Positive(init=0.5)\n"
+        "    om = PDiag(init=[0.03, 0.03])\n    s1 = Positive(init=0.1)\n"
+        "    s2 = Positive(init=0.5)\nrandom:\n    eta ~ MvNormal(om)\ncovariates: WT\n"
+        "pre:\n    cl = a * WT * exp(eta[0])\n    v1 = b * WT * exp(eta[1])\n"
+        "    q = c * WT\n    v2 = d * WT\ndynamics: TwoCompartment\n"
+        "derived:\n    DV ~ Combined(Central / v1, s2, s1)\n"
+    )
+    eta = _etas(len(pop), 2)
+    got = dn.model_predict(imp.model, pop, etas=eta)
+    want = dn.model_predict(model, pop, etas=eta)
+    assert len(pop) < 59  # ACCEPT=(WT.GT.1)
+    np.testing.assert_allclose(got.IPRED, want.IPRED, rtol=TOL, atol=TOL)
+
+
+def test_advan2_trans1_rate_constants_predict_as_theophylline():
+    text = (DATA / "advan13.mod").read_text()
+    text = text.replace("$SUBROUTINES ADVAN13 TOL=9", "$SUBROUTINES ADVAN2 TRANS1")
+    text = text.replace("$MODEL COMP=(DEPOT DEFDOSE) COMP=(CENTRAL DEFOBS)\n", "")
+    text = text.replace("K  = CL/V\n", "K  = CL/V\nS2 = V\n")
+    text = text.replace("DADT(1) = -KA*A(1)\nDADT(2) =  KA*A(1) - K*A(2)\n", "")
+    text = text.replace("$DES\n", "").replace("IPRED = A(2)/V", "IPRED = F")
+    imp = from_nonmem(text)
+    assert "dynamics: OneCompartmentOral" in imp.text
+    assert "cl = K" in imp.text and "v = 1" in imp.text and "F = Central/S2" in imp.text
+    pop = dn.datasets.load("theophylline")
+    eta = _etas(len(pop), 3)
+    got = dn.model_predict(imp.model, pop, etas=eta)
+    want = dn.model_predict(dn.load_model(ROOT / "examples" / "theophylline.model"), pop, etas=eta)
+    np.testing.assert_allclose(got.IPRED, want.IPRED, rtol=TOL, atol=TOL)
+
+
+def test_advan13_des_reads_as_odes():
+    imp = from_nonmem(DATA / "advan13.mod")
+    text = imp.text
+    assert "dynamics:\n    Depot' = -Depot*KA\n    Central' = Depot*KA - Central*K" in text
+    assert "IPRED = Central/V" in text and "DV ~ Additive(IPRED, theta4)" in text
+    assert type(imp.method).__name__ == "LaplaceI"
+    assert imp.model.states == ("Depot", "Central")
+    ref = dn.load_model(ROOT / "examples" / "theophylline_ode.model")
+    mine = dict(imp.model.parameter_table()[["name", "init"]].values)
+    theirs = dict(ref.parameter_table()[["name", "init"]].values)
+    pairs = {"theta1": "tka", "theta2": "tcl", "theta3": "tv", "omega": "omega", "theta4": "sigma"}
+    assert sorted(mine) == sorted(pairs)
+    for a, b in pairs.items():
+        np.testing.assert_array_equal(np.asarray(mine[a]), np.asarray(theirs[b]))
+
+
+def test_if_then_else_blocks_and_dosing_records():
+    text = (
+        (DATA / "advan13.mod")
+        .read_text()
+        .replace(
+            "KA = EXP(THETA(1) + ETA(1))",
+            "IF (WT.GT.70) THEN\n  TVKA = 1.1\nELSE IF (WT.GT.60) THEN\n  TVKA = 1.0\nELSE\n"
+            "  TVKA = 0.9\nENDIF\nKA = TVKA*EXP(THETA(1) + ETA(1))\nALAG1 = 0.25\nF1 = 0.9\n"
+            "A_0(2) = 0",
+        )
+    )
+    imp = from_nonmem(text)
+    assert "TVKA = (1.1 if WT > 70 else (1.0 if WT > 60 else 0.9))" in imp.text
+    assert "lag[Depot] = ALAG1" in imp.text and "bioav[Depot] = F1" in imp.text
+    assert "init:\n    Central = 0" in imp.text and "covariates: WT" in imp.text
+
+
+# -- (4) what is refused ----------------------------------------------------------------------
+
+
+def _error(text: str) -> str:
+    with pytest.raises(NonmemImportError) as info:
+        from_nonmem(text)
+    assert isinstance(info.value, dn.ModelError)
+    return str(info.value)
+
+
+BASE = PHENO.read_text()
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("$ESTIMATION", "$MIX\nNSPOP=2\n$ESTIMATION", "a mixture model ($MIX) on line 30"),
+        ("ADVAN1 TRANS2", "ADVAN5", "$SUBROUTINES ADVAN5 TRANS1 on line 5"),
+        ("ADVAN1 TRANS2", "ADVAN1 TRANS4", "$SUBROUTINES ADVAN1 TRANS4 on line 5"),
+        ("S1=V", "S1=V\nMTIME(1)=10", "model event times (MTIME, MNOW, ...) in $PK on line 14"),
+        ("S1=V", "S1=V\nCALLFL=-2", "CALLFL in $PK on line 14"),
+        ("W=F", "IF (F.LE.0) EXIT 1 100\nW=F", "EXIT in $ERROR on line 16"),
+        ("S1=V", "S1=V\nX=TIME", "the data item TIME in $PK on line 14"),
+        ("S1=V", "S1=V\nX=Q+1", "the name Q, used before it is assigned, on line 14"),
+        ("$SIGMA 0.0121", "$SIGMA BLOCK(1) 0.0121", "$SIGMA BLOCK (correlated residual"),
+        (
+            " 0.03  ;        IVV",
+            " 0.03  ;        IVV\n$OMEGA BLOCK(1) SAME",
+            "SAME (inter-occasion variability) on line 28",
+        ),
+        ("$ESTIMATION METHOD=1 INTERACTION", "$ESTIMATION METHOD=1 LAPLACE", "LAPLACE without"),
+        ("Y=F+W*EPS(1)", "Y=F+W*EPS(1)+PHI(F)*EPS(1)", "the function PHI in $ERROR on line 17"),
+    ],
+)
+def test_unsupported_constructs_are_named_with_their_line(old, new, message):
+    assert old in BASE
+    text = BASE.replace(old, new)
+    msg = _error(text)
+    assert message in msg, msg
+    assert "Supported:" in msg
+
+
+def test_an_if_without_a_value_before_it_is_refused():
+    text = BASE.replace("TVV=THETA(2)*WGT\n", "").replace("V=TVV*EXP", "V=THETA(2)*TVV*EXP")
+    msg = _error(text)
+    assert "TVV, assigned inside an IF without a value before it" in msg and "line 9" in msg
+
+
+# -- the command line -------------------------------------------------------------------------
+
+
+def test_cli_import_prints_writes_and_refuses_to_overwrite(tmp_path, capsys):
+    assert main(["import", str(PHENO)]) == 0
+    out = capsys.readouterr()
+    assert out.out == from_nonmem(PHENO).text and "method: FOCEI" in out.err
+    target = tmp_path / "pheno.model"
+    assert main(["import", str(PHENO), "--out", str(target)]) == 0
+    assert dn.load_model(target).outputs == ("DV",)
+    assert main(["import", str(PHENO), "--out", str(target)]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert main(["import", str(PHENO), "--out", str(target), "--force"]) == 0
+    bad = tmp_path / "bad.mod"
+    bad.write_text(BASE.replace("ADVAN1 TRANS2", "ADVAN7"))
+    assert main(["import", str(bad)]) == 2
+    assert "ADVAN7" in capsys.readouterr().err
