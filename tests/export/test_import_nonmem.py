@@ -320,3 +320,21 @@ def test_cli_import_prints_writes_and_refuses_to_overwrite(tmp_path, capsys):
     bad.write_text(BASE.replace("ADVAN1 TRANS2", "ADVAN7"))
     assert main(["import", str(bad)]) == 2
     assert "ADVAN7" in capsys.readouterr().err
+
+
+def test_pred_exponential_error_icall_and_zero_omega():
+    pred = (
+        "$PROBLEM biexponential\n$INPUT ID TIME DV\n$DATA indometh.csv IGNORE=@\n$PRED\n"
+        "A1 = THETA(1)*EXP(ETA(1))\nIPRED = A1*EXP(-THETA(2)*TIME)\nY = IPRED*EXP(EPS(1))\n"
+        "$THETA 2 (0, 0.5)\n$OMEGA 0.1\n$SIGMA 0.01\n$EST METHOD=0\n"
+    )
+    imp = from_nonmem(pred)
+    assert "derived:\n    A1 = theta1*exp(eta[0])\n    IPRED = A1*exp(-t*theta2)" in imp.text
+    assert "DV ~ Proportional(IPRED, sigma)" in imp.text  # linearised at EPS = 0
+    assert any("linearised" in n for n in imp.notes)
+    text = BASE.replace("S1=V", "S1=V\nIF (ICALL.EQ.4) CL=CL*2").replace(
+        " 0.03  ;        IVV", " 0 FIX"
+    )
+    imp = from_nonmem(text)
+    assert "omega = PDiag(init=[0.03])" in imp.text and "V = TVV\n" in imp.text
+    assert "CL = CL_1\n" in imp.text
