@@ -4,6 +4,8 @@ data say; the augmented model is the base model with eta = g(x) + eta' and refit
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -129,6 +131,11 @@ def test_posterior_table_summaries_and_unknown_names(base_fit):
         posterior_table(base_fit, covariates=["WTT"])
     with pytest.raises(dn.OptionError, match="unknown summary 'median' of covariate 'WT'"):
         posterior_table(base_fit, summaries={"WT": "median"})
+    joint = dataclasses.replace(
+        base_fit, method=dn.JointMAP(), eta_cov=np.full_like(base_fit.eta_cov, np.nan)
+    )
+    with pytest.raises(dn.OptionError, match="this JointMAP fit has no conditional covariance"):
+        posterior_table(joint)
 
 
 # --------------------------------------------------------------------------- the network

@@ -136,8 +136,9 @@ def posterior_table(
 
     **Arguments**
 
-    - `fit`: a Fit from `deepnlme.fit` with random effects (FOCE, FOCEI or LaplaceI give a
-      conditional covariance; so does JointMAP, from the Hessian of the joint density).
+    - `fit`: a Fit from `deepnlme.fit` with random effects by a method with a conditional
+      covariance (FO, FOCE, FOCEI, LaplaceI; JointMAP and NaivePooled have none: refit by
+      FOCE from such a fit, `dn.fit(model, pop, dn.FOCE(), init=fit)`).
     - `covariates`: the covariates to include, by name, at their baseline (first-record)
       value; default: every covariate column of the fit's population.
     - `summaries`: `{name: how}` or `{name: [how, ...]}` for time-varying covariates, `how`
@@ -193,6 +194,14 @@ def posterior_table(
     omega = np.asarray(cm.omega(cm.unpack(jnp.asarray(fit.u))), dtype=np.float64)
     cov = np.asarray(fit.eta_cov, dtype=np.float64)
     cov = 0.5 * (cov + np.swapaxes(cov, 1, 2))
+    method = getattr(fit.method, "name", type(fit.method).__name__)
+    usable = fit.method.random_effects and not fit.method.joint
+    if not usable or not np.all(np.isfinite(cov)) or np.linalg.eigvalsh(cov).min() <= 0:
+        raise OptionError(
+            f"posterior_table: this {method} fit has no conditional covariance of the random "
+            "effects (FO, FOCE, FOCEI and LaplaceI have one); refit from it by FOCE, e.g. "
+            "dn.fit(model, pop, dn.FOCE(), init=fit)"
+        )
     return PosteriorTable(frame, cov, omega, etas, tuple(names))
 
 
