@@ -38,7 +38,9 @@ with _gc_paused():
     from .estimation import fit as fit
     from .estimation import load_fit as load_fit
     from .estimation import save_fit as save_fit
+    from .export import NonmemImportError as NonmemImportError
     from .export import export as export
+    from .export import from_nonmem as from_nonmem
     from .interfaces.report import write_report as write_report
     from .likelihood import FO as FO
     from .likelihood import FOCE as FOCE
@@ -64,10 +66,23 @@ with _gc_paused():
     from .results import simulate as simulate
     from .results import vpc as vpc
     from .solve import OdeOptions as OdeOptions
+    from .workflows import Augmented as Augmented
     from .workflows import Bootstrap as Bootstrap
+    from .workflows import Choice as Choice
+    from .workflows import CovariateNetwork as CovariateNetwork
+    from .workflows import CrossValidation as CrossValidation
+    from .workflows import LogUniform as LogUniform
     from .workflows import Multistart as Multistart
+    from .workflows import PosteriorTable as PosteriorTable
+    from .workflows import Tuning as Tuning
+    from .workflows import Uniform as Uniform
+    from .workflows import augment as augment
     from .workflows import bootstrap as bootstrap
+    from .workflows import cross_validate as cross_validate
+    from .workflows import fit_covariate_network as fit_covariate_network
     from .workflows import multistart as multistart
+    from .workflows import posterior_table as posterior_table
+    from .workflows import tune as tune
 
     _freeze_imported()
 
@@ -104,6 +119,21 @@ __all__ = [
     "Subject",
     "__version__",
     "bootstrap",
+    "Augmented",
+    "augment",
+    "CovariateNetwork",
+    "fit_covariate_network",
+    "PosteriorTable",
+    "posterior_table",
+    "NonmemImportError",
+    "from_nonmem",
+    "Choice",
+    "CrossValidation",
+    "cross_validate",
+    "LogUniform",
+    "Tuning",
+    "tune",
+    "Uniform",
     "datasets",
     "export",
     "fit",

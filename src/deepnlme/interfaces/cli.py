@@ -455,6 +455,48 @@ def _parser() -> argparse.ArgumentParser:
     boot.add_argument("--out", default=None, help="output folder (default FIT_DIR/bootstrap)")
     boot.add_argument("--quiet", action="store_true", help="no progress display")
 
+    for name in ("cv", "tune"):
+        tuning = name == "tune"
+        cv = sub.add_parser(
+            name,
+            help=(
+                "search model variants, scored by cross-validated held-out -2LL"
+                if tuning
+                else "K-fold cross-validation by subjects: held-out -2LL, PRED/IPRED errors"
+            ),
+            description=(
+                "Fill TEMPLATE (model text with a {name} for each dimension of the search "
+                "space) with each trial's values, cross-validate each variant on the same "
+                "folds and write trials.csv (one row per trial, ranked), folds.csv and "
+                "best.model. SPACE: a JSON file or text, name -> a list of values, or "
+                '{"uniform": [lo, hi]}, {"log_uniform": [lo, hi]}, {"int": [lo, hi]}.'
+                if tuning
+                else "Deal the subjects of DATA to K folds, fit MODEL to all but each fold "
+                "and score the held-out subjects at those estimates (their -2LL by the "
+                "method, LaplaceI for JointMAP; PRED and IPRED errors); write folds.csv."
+            ),
+        )
+        if tuning:
+            cv.add_argument("template", help="model template file ({name} per dimension)")
+        else:
+            cv.add_argument("model", help=_MODEL_HELP)
+        cv.add_argument("data", help=_DATA_HELP)
+        if tuning:
+            cv.add_argument("--space", required=True, help="the search space (JSON file/text)")
+            cv.add_argument("--trials", type=int, default=20, help="trials (default 20)")
+        cv.add_argument("--method", default="FOCEI", help="estimation method (default FOCEI)")
+        cv.add_argument("--folds", type=int, default=5, help="folds K (default 5)")
+        cv.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+        cv.add_argument("--stratify", default=None, help="a covariate every fold shares")
+        cv.add_argument(
+            "--workers", type=int, default=None, help="worker processes (default one per core)"
+        )
+        cv.add_argument("--scheduler", default=None, help="address of a running Dask cluster")
+        cv.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
+        cv.add_argument("--out", required=True, help="output folder")
+        cv.add_argument("--quiet", action="store_true", help="no progress display")
+        _row_options(cv)
+
     exp = sub.add_parser(
         "export",
         help="write a saved fit for another tool: NONMEM, nlmixr2 or a Python module",
@@ -734,6 +776,79 @@ def _import(args) -> None:
     print(f"wrote {imported.write(args.out, overwrite=args.force)}")
 
 
+def _space(text: str) -> dict:
+    """The search space of `deepnlme tune --space` (a JSON file or JSON text)."""
+    import json
+
+    from ..workflows import LogUniform, Uniform
+
+    source = Path(text).read_text(encoding="utf-8") if Path(text).is_file() else text
+    try:
+        raw = json.loads(source)
+    except json.JSONDecodeError as err:
+        raise OptionError(
+            f"--space: not a JSON file or JSON text ({err.msg} at line {err.lineno}, column "
+            f'{err.colno}); write e.g. {{"width": [4, 8], "lam": {{"log_uniform": [0.001, 1]}}}}'
+        ) from None
+    if not isinstance(raw, dict) or not raw:
+        raise OptionError("--space: a JSON object of name -> values; got " + repr(raw)[:80])
+    kinds = {"uniform": Uniform, "log_uniform": LogUniform, "int": Uniform}
+    space = {}
+    for name, dim in raw.items():
+        if isinstance(dim, dict):
+            if len(dim) != 1 or next(iter(dim)) not in kinds:
+                raise OptionError(
+                    f"--space: {name!r} must be a list of values or one of "
+                    f'{{"uniform": [lo, hi]}}, {{"log_uniform": [lo, hi]}}, {{"int": [lo, hi]}}; '
+                    f"got {dim!r}"
+                )
+            ((kind, ends),) = dim.items()
+            if not (isinstance(ends, list) and len(ends) == 2):
+                raise OptionError(f"--space: {name!r}: give [low, high]; got {ends!r}")
+            space[name] = kinds[kind](float(ends[0]), float(ends[1]), integer=kind == "int")
+        elif isinstance(dim, list):
+            space[name] = dim
+        else:
+            raise OptionError(f"--space: {name!r} must be a list of values or a range; got {dim!r}")
+    return space
+
+
+def _cross_validate(args) -> None:
+    import pandas as pd
+
+    from ..model import load_model
+    from ..workflows import cross_validate, tune
+
+    method = _method(args.method)
+    pop = _read_population(args.data, args)
+    workers = 1 if args.scheduler is not None and args.workers is None else args.workers
+    common = {
+        "folds": args.folds, "seed": args.seed, "stratify": args.stratify, "workers": workers,
+        "scheduler": args.scheduler, "progress": not args.quiet, "max_iter": args.max_iter,
+    }  # fmt: skip
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    show = pd.option_context("display.width", 200, "display.max_columns", None)
+    if args.command == "cv":
+        cv = cross_validate(load_model(_model_source(args.model)), pop, method, **common)
+        cv.folds.to_csv(out / "folds.csv", index=False)
+        with show:
+            print(cv.folds.iloc[:, :10].to_string(index=False))
+        print(cv)
+        print(f"wrote {out / 'folds.csv'}")
+        return
+    space = _space(args.space)
+    template = Path(args.template).read_text(encoding="utf-8")
+    t = tune(template, space, pop, method, trials=args.trials, **common)
+    t.trials.to_csv(out / "trials.csv", index=False)
+    t.folds.to_csv(out / "folds.csv", index=False)
+    (out / "best.model").write_text(str(t.best_model), encoding="utf-8")
+    with show:
+        print(t.trials.sort_values("rank").to_string(index=False))
+    print(t)
+    print(f"wrote {out / 'trials.csv'}, {out / 'folds.csv'}, {out / 'best.model'}")
+
+
 def _bootstrap(args) -> None:
     import pandas as pd
 
@@ -872,6 +987,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _import(args)
         elif args.command == "bootstrap":
             _bootstrap(args)
+        elif args.command in ("cv", "tune"):
+            _cross_validate(args)
     except _USER_ERRORS as err:
         print(f"deepnlme: error: {err}", file=sys.stderr)
         return 2

@@ -162,6 +162,11 @@ def _population_of(task: FitTask, population, widths):
 def run_fit(task: FitTask, population, widths: Mapping[str, int] | None = None) -> FitOutcome:
     """Run one `FitTask` on `population` (in whatever process this is) and return its
     outcome; an error of the fit (a failed solve, ...) is returned as the outcome's `error`."""
+    return fit_task(task, population, widths)[1]
+
+
+def fit_task(task: FitTask, population, widths: Mapping[str, int] | None = None):
+    """`run_fit`, and the `Fit` itself (None where the fit failed)."""
     from ..estimation import fit
 
     t0 = time.perf_counter()
@@ -170,12 +175,12 @@ def run_fit(task: FitTask, population, widths: Mapping[str, int] | None = None) 
         init = None if task.init is None else dict(task.init)
         f = fit(_model(task.model_text), pop, task.method, init=init, **dict(task.options))
     except Exception as err:  # noqa: BLE001  (one failed fit is a result of the workflow)
-        return FitOutcome(
+        return None, FitOutcome(
             task.key, np.nan, np.nan, False, "", 0, {}, time.perf_counter() - t0,
             error=f"{type(err).__name__}: {err}",
         )  # fmt: skip
     estimates = {k: _plain(v) for k, v in f.estimates.items()}
-    return FitOutcome(
+    return f, FitOutcome(
         task.key,
         float(f.ofv),
         float(f.m2ll),
@@ -248,6 +253,11 @@ class FitCounter:
 
 
 def _note(outcome: Any) -> str:
+    held = getattr(outcome, "held_out_m2ll", None)  # (a cross-validation fold)
+    if held is not None:
+        if outcome.error:
+            return f"; #{outcome.key}: failed ({outcome.error.split(':')[0]})"
+        return f"; #{outcome.key}: held-out -2LL {held:.3f}"
     if not isinstance(outcome, FitOutcome):
         return ""
     if outcome.error:

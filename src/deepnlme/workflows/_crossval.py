@@ -1,0 +1,326 @@
+"""`deepnlme.cross_validate`: K-fold cross-validation by subjects, each fold's held-out
+subjects scored by their marginal likelihood at the population parameters fitted without them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import OptionError, check_keywords, check_range
+from ._runner import FitOutcome, FitTask, _model, fit_task, renumbered, run_tasks
+from ._tables import FIT_OPTIONS, element_names, estimates_row
+
+_MARGINAL = ("FO", "FOCE", "FOCEI", "LaplaceI", "NaivePooled")
+"""Methods whose objective is a (approximate) marginal likelihood of a subject's data."""
+
+
+def fold_assignment(population, folds: int, seed: int, stratify: str | None = None) -> np.ndarray:
+    """The fold (0..folds-1) of each subject of `population`, in its order: the subjects in
+    the order of ``numpy.random.default_rng(seed).permutation`` dealt to the folds in turn,
+    so fold sizes differ by one at most. With `stratify` (a covariate: its baseline value),
+    each stratum (in the order of first appearance) is dealt in turn after the last, so every
+    fold gets its share of each stratum."""
+    n = len(population.ids)
+    order = np.random.default_rng(int(seed)).permutation(n)
+    if stratify is not None:
+        strata = population.covariates_frame()[stratify].to_numpy()[order]
+        order = np.concatenate([order[strata == v] for v in pd.unique(strata)])
+    out = np.empty(n, dtype=np.int64)
+    out[order] = np.arange(n) % folds
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class FoldTask(FitTask):
+    """A `FitTask` on the training subjects of a fold (`subjects`), and the held-out subjects
+    its estimates are scored on (`held_out`, IDs of the shared population) by `score`."""
+
+    held_out: tuple = ()
+    score: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FoldOutcome:
+    """What a worker sends back of one fold: the training fit's outcome (`train`) and the
+    held-out subjects' scores at its estimates (NaN, with `error`, where they failed)."""
+
+    train: FitOutcome
+    held_out_m2ll: float
+    pred_rmse: float
+    ipred_rmse: float
+    n_obs: int
+    error: str | None = None
+
+    @property
+    def key(self) -> int:
+        return self.train.key
+
+    @property
+    def seconds(self) -> float:
+        return self.train.seconds
+
+
+def run_fold(task: FoldTask, population, widths: Mapping[str, int] | None = None) -> FoldOutcome:
+    """Fit a fold's training subjects, then evaluate the held-out subjects at those estimates
+    (the `score` method, no iterations: their EBEs found, the population parameters kept)."""
+    from ..estimation import fit
+    from ..results import predict
+
+    trained, train = fit_task(task, population, widths)
+    if trained is None:
+        return FoldOutcome(train, np.nan, np.nan, np.nan, 0, error=f"training fit: {train.error}")
+    t0 = time.perf_counter()
+    try:
+        model = _model(task.model_text)  # (its networks' scale written in: `scaled_text`)
+        held = renumbered(population, task.held_out)
+        options = {k: v for k, v in task.options.items() if k in ("ode_options", "fixed")}
+        scored = fit(
+            model, held, task.score, init=dict(train.estimates), max_iter=0, covariance=None,
+            progress=False, **options,
+        )  # fmt: skip
+        table = predict(scored)
+        dv = table["DV"].to_numpy(dtype=float)
+        ok = np.isfinite(dv)
+        if "CENS" in table:
+            ok &= table["CENS"].to_numpy() == 0
+        dv, pred, ipred = (
+            dv[ok],
+            table["PRED"].to_numpy(float)[ok],
+            table["IPRED"].to_numpy(float)[ok],
+        )
+        out = FoldOutcome(
+            train,
+            float(scored.m2ll),
+            float(np.sqrt(np.mean((dv - pred) ** 2))),
+            float(np.sqrt(np.mean((dv - ipred) ** 2))),
+            int(ok.sum()),
+        )
+    except Exception as err:  # noqa: BLE001  (a fold that cannot be scored is a result)
+        out = FoldOutcome(train, np.nan, np.nan, np.nan, 0, error=f"{type(err).__name__}: {err}")
+    spent = train.seconds + time.perf_counter() - t0
+    return dataclasses.replace(out, train=dataclasses.replace(train, seconds=spent))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CrossValidation:
+    """The result of `deepnlme.cross_validate`.
+
+    - `folds`: one row per fold: ``fold``, ``n_train``, ``n_held_out`` (subjects), ``n_obs``
+      (held-out observations), the training fit's ``ofv``, ``converged`` and ``error``, the
+      held-out subjects' ``held_out_m2ll`` (-2 log-likelihood by `score_method` at the
+      training estimates), ``pred_rmse`` and ``ipred_rmse`` (root mean squared DV - PRED and
+      DV - IPRED of the held-out observations), and a column per parameter element.
+    - `assignment`: subject ID -> fold.
+    - `held_out_m2ll`: the sum over folds (every subject held out once): the criterion to
+      compare models by (lower is better); NaN when a fold failed.
+    - `per_subject`: that sum over the number of subjects.
+    - `pred_rmse`, `ipred_rmse`: over all held-out observations.
+    """
+
+    folds: pd.DataFrame
+    assignment: pd.Series = dataclasses.field(repr=False)
+    method: Any
+    score_method: Any
+    seed: int
+    stratify: str | None
+    seconds: tuple[float, ...] = dataclasses.field(repr=False, default=())
+
+    @property
+    def held_out_m2ll(self) -> float:
+        return float(self.folds["held_out_m2ll"].sum(min_count=len(self.folds)))
+
+    @property
+    def per_subject(self) -> float:
+        return self.held_out_m2ll / float(self.folds["n_held_out"].sum())
+
+    def _pooled(self, column: str) -> float:
+        f = self.folds
+        return float(math.sqrt((f[column] ** 2 * f["n_obs"]).sum() / f["n_obs"].sum()))
+
+    @property
+    def pred_rmse(self) -> float:
+        return self._pooled("pred_rmse")
+
+    @property
+    def ipred_rmse(self) -> float:
+        return self._pooled("ipred_rmse")
+
+    def __repr__(self) -> str:
+        return (
+            f"CrossValidation({len(self.folds)} folds, seed={self.seed}, held-out -2LL "
+            f"{self.held_out_m2ll:.3f} ({self.score_method.name}), PRED RMSE "
+            f"{self.pred_rmse:.4g}, IPRED RMSE {self.ipred_rmse:.4g})"
+        )
+
+
+def check_score_method(owner: str, method, score_method):
+    """The method held-out subjects are scored by: `score_method`, or `method` itself where
+    its objective is a marginal likelihood, LaplaceI otherwise (JointMAP)."""
+    from ..likelihood import LaplaceI, Method
+
+    if not isinstance(method, Method):
+        raise OptionError(
+            f"{owner}: `method` must be one of FO(), FOCE(), FOCEI(), LaplaceI(), JointMAP(), "
+            f"NaivePooled(); got {method!r}"
+        )
+    if score_method is None:
+        return method if method.name in _MARGINAL else LaplaceI()
+    if not isinstance(score_method, Method) or score_method.name not in _MARGINAL:
+        raise OptionError(
+            f"{owner}: `score_method` must be a method whose objective is a marginal "
+            f"likelihood ({', '.join(m + '()' for m in _MARGINAL)}); got {score_method!r}"
+        )
+    return score_method
+
+
+def fold_tasks(
+    model_text: str, population, method, score, folds: int, seed: int, stratify, options, init,
+    key0: int = 0,
+) -> tuple[list[FoldTask], np.ndarray]:  # fmt: skip
+    """The tasks of one cross-validation (keys from `key0`) and the fold of each subject."""
+    where = fold_assignment(population, folds, seed, stratify)
+    ids = list(population.ids)
+    tasks = [
+        FoldTask(
+            key0 + k,
+            model_text,
+            method,
+            options,
+            init,
+            subjects=tuple(i for i, f in zip(ids, where) if f != k),
+            held_out=tuple(i for i, f in zip(ids, where) if f == k),
+            score=score,
+        )  # fmt: skip
+        for k in range(folds)
+    ]
+    return tasks, where
+
+
+def scaled_text(model, population, ode_options=None) -> str:
+    """The text of `model` with its networks' data scale written in: the scale it has (a
+    model fitted before), or the one `population` gives it. Every fold's fits use it, so a
+    network means the same function in every fold, whichever worker fits it."""
+    from ..likelihood._from_model import model_problem
+    from ..nn import networks, resolved_model
+
+    if any(d.needs_data for d in networks(model).values()):
+        model_problem(model, population, ode_options=ode_options)
+    return str(resolved_model(model))
+
+
+def fold_table(
+    outcomes: Sequence[FoldOutcome], tasks: Sequence[FoldTask], order: Sequence[str] = ()
+) -> pd.DataFrame:
+    """The `CrossValidation.folds` table of `outcomes` (in fold order), the parameters in
+    `order` (a model's `param_names`) first."""
+    found = next((o.train.estimates for o in outcomes if o.train.estimates), {})
+    first = [k for k in order if k in found]
+    names = element_names({k: found[k] for k in first + sorted(set(found) - set(first))})
+    rows = []
+    for k, (o, t) in enumerate(zip(outcomes, tasks)):
+        row: dict[str, Any] = {
+            "fold": k,
+            "n_train": len(t.subjects),
+            "n_held_out": len(t.held_out),
+            "n_obs": o.n_obs,
+            "ofv": o.train.ofv,
+            "converged": o.train.converged,
+            "held_out_m2ll": o.held_out_m2ll,
+            "pred_rmse": o.pred_rmse,
+            "ipred_rmse": o.ipred_rmse,
+            "error": o.error,
+        }
+        row.update(estimates_row(o.train.estimates, names))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def check_folds(owner: str, population, folds: int, seed, stratify) -> None:
+    check_range(owner, "folds", folds, 2, 10**6, integer=True)
+    if folds > len(population.ids):
+        raise OptionError(
+            f"{owner}: `folds` ({folds}) must not exceed the number of subjects "
+            f"({len(population.ids)}); every fold holds out one subject at least"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise OptionError(f"{owner}: `seed` must be an integer >= 0; got {seed!r}")
+    if stratify is not None and stratify not in population.covariate_names:
+        raise OptionError(
+            f"{owner}: `stratify` must name a covariate of the population; got {stratify!r}; "
+            f"the covariates are: {', '.join(population.covariate_names) or '(none)'}"
+        )
+
+
+def cross_validate(
+    model,
+    population,
+    method,
+    folds: int = 5,
+    *,
+    seed: int,
+    stratify: str | None = None,
+    score_method=None,
+    init: Mapping[str, Any] | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+    progress: bool = True,
+    **options: Any,
+) -> CrossValidation:
+    """K-fold cross-validation by subjects: each fold's subjects held out, the model fitted
+    to the others, the held-out subjects scored at those estimates.
+
+    **Arguments**
+
+    - `model`, `population`, `method`: as for `deepnlme.fit`.
+    - `folds`: K (2 or more, at most the number of subjects); `seed`: the subjects are dealt
+      to the folds in the order of ``numpy.random.default_rng(seed).permutation``;
+      `stratify`: a covariate (its baseline value) whose strata every fold shares.
+    - `score_method`: the held-out subjects' objective, evaluated at the training fit's
+      population parameters with their own EBEs: default `method` itself (FO, FOCE, FOCEI,
+      LaplaceI, NaivePooled), LaplaceI for JointMAP (not a marginal likelihood).
+    - `init`: the start of every training fit (default the model's initial values).
+    - `workers`, `scheduler`, `progress`: as for `deepnlme.bootstrap` (each fold is a task:
+      its training fit and its scoring).
+    - `options`: options of every training fit: `max_iter`, `time_limit`, `gtol`, `ftol`,
+      `xtol`, `optimizer`, `fixed`, `covariance` (default None), `network_se`,
+      `ode_options`.
+
+    Returns a `CrossValidation`: `folds` (a row per fold), `held_out_m2ll` (the sum over the
+    folds: lower is better), `pred_rmse`, `ipred_rmse`, `assignment`.
+
+    Example:
+        >>> cv = dn.cross_validate(model, pop, dn.FOCE(), folds=5, seed=1)
+        >>> cv.held_out_m2ll, cv.folds[["fold", "held_out_m2ll", "pred_rmse"]]
+    """
+    from ..estimation._fit import check_model_and_population
+
+    check_keywords("cross_validate", options, FIT_OPTIONS)
+    check_model_and_population(model, population, "cross_validate")
+    score = check_score_method("cross_validate", method, score_method)
+    check_folds("cross_validate", population, folds, seed, stratify)
+    fit_options = {"covariance": None, "progress": False, **options}
+    text = scaled_text(model, population, options.get("ode_options"))
+    tasks, where = fold_tasks(
+        text, population, method, score, int(folds), int(seed), stratify, fit_options,
+        None if init is None else dict(init),
+    )  # fmt: skip
+    outcomes = run_tasks(
+        tasks, population, workers=workers, scheduler=scheduler, progress=progress,
+        label="cross-validation", fn=run_fold,
+    )  # fmt: skip
+    return CrossValidation(
+        folds=fold_table(outcomes, tasks, model.param_names),
+        assignment=pd.Series(where, index=pd.Index(population.ids, name="ID"), name="fold"),
+        method=method,
+        score_method=score,
+        seed=int(seed),
+        stratify=stratify,
+        seconds=tuple(o.seconds for o in outcomes),
+    )
