@@ -56,6 +56,47 @@ def dynamics_fit(dynamics_data):
     )
 
 
+NETWORKS_EVERYWHERE = """
+# a network in the individual parameters, one in the dynamics, one in the observation model
+param:
+    tcl = Real(init=-1.0)
+    tv = Real(init=2.3)
+    omega = PDiag(init=[0.04, 0.04])
+    sigma = Positive(init=0.1)
+    NP = MLP(1, 3, (1, identity), seed=2)
+    ND = MLP(2, 4, (1, softplus), seed=1, scale=zscore)
+    NO = MLP(1, 3, (1, softplus), seed=3)
+random:
+    eta ~ MvNormal(omega)
+pre:
+    cl = exp(tcl + eta[0] + 0.1 * NP(eta[1])[0])
+    v = exp(tv + eta[1])
+dynamics:
+    Central' = -(cl + ND(Central / v, eta[0])[0]) / v * Central
+derived:
+    conc = Central / v
+    y = conc * (0.5 + NO(conc)[0])
+    DV ~ Proportional(y, sigma)
+"""
+
+
+@pytest.fixture(scope="session")
+def networks_fit(dynamics_data):
+    """An ODE model with a network in `pre:`, in the dynamics and in the observation model, at
+    its initial values on the first 4 subjects of the dynamics study (EBEs found there)."""
+    pop = dn.read_data(str(dynamics_data))
+    options = dn.OdeOptions(rtol=1e-12, atol=1e-12, steady_state=False)
+    return dn.fit(
+        dn.load_model(NETWORKS_EVERYWHERE),
+        pop.subset(pop.ids[:4]),
+        dn.FOCEI(),
+        max_iter=0,
+        ode_options=options,
+        progress=False,
+        covariance=None,
+    )
+
+
 @pytest.fixture(scope="session")
 def numpy_only(tmp_path_factory) -> pathlib.Path:
     """A folder holding numpy alone (links), to put on PYTHONPATH of `python -S`."""
