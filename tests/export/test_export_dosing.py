@@ -12,7 +12,7 @@ For each case (a row of `CASES`: a model at fixed values, a small synthetic popu
   (1e-10);
 - the whole model evaluated outside deepnlme (`_nm_eval`: pharmpy's reading of the ADVAN as a
   compartmental ODE system, integrated by scipy through the data file's records with NONMEM's
-  dose semantics) gives deepnlme's PRED and IPRED (1e-6; seen: below 1e-9).
+  dose semantics) gives deepnlme's PRED and IPRED (1e-6).
 """
 
 from __future__ import annotations
@@ -250,3 +250,20 @@ def test_nlmixr2_refuses_initial_amounts_of_a_closed_form(tmp_path):
         dn.export(fit, to="nlmixr2", out=tmp_path / "r")
     nm = dn.export(fit, to="nonmem", out=tmp_path / "nm")["control_stream"].read_text()
     assert "A_0(1) = 5.0" in nm
+
+
+def test_endpoint_labels_are_dropped_from_input(tmp_path):
+    """A DVID column of labels (text) is kept in the data file but read by NONMEM as DROP."""
+    case = CASES[4]
+    frame = _population(case).to_dataframe()
+    frame["DVID"] = 1
+    pop = dn.read_data(frame, endpoints={1: "DV"})
+    assert set(pop.to_dataframe().DVID.dropna()) == {"DV"}  # (labels, as text)
+    model = dn.load_model(_model(case.closed))
+    fit = dn.fit(model, pop, dn.FO(), max_iter=0, covariance=None, progress=False)
+    files = dn.export(fit, to="nonmem", out=tmp_path)
+    text = files["control_stream"].read_text()
+    data = pd.read_csv(files["data"])
+    assert "DVID" in data.columns
+    assert text.split("\n")[1].split()[1:] == ["DROP" if c == "DVID" else c for c in data.columns]
+    assert len(pm.read_model(str(files["control_stream"])).dataset) == len(data)

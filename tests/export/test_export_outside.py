@@ -10,7 +10,7 @@
 The models: the dynamics study's DeepNLME model (a network in the dynamics, its random effect
 only in the network) and a model with a network in ``pre:``, in the dynamics and in the
 observation model. Both solve the ODE to rtol 1e-10 or tighter, so the comparisons hold to
-1e-6 (seen: about 1e-11).
+1e-6.
 """
 
 from __future__ import annotations

@@ -252,6 +252,19 @@ def _data_frame(fit: Any):
     return pop.to_dataframe()
 
 
+def _input_item(name: str, values) -> str:
+    """The `$INPUT` name of a data column: ``DROP`` for one NONMEM cannot read as numbers (the
+    endpoint labels of DVID, ENDPOINT), kept in the file for the reader."""
+    if name == "ENDPOINT":
+        return "DROP"
+    import pandas as pd
+
+    if pd.api.types.is_numeric_dtype(values):
+        return name
+    numbers = pd.to_numeric(pd.Series(values).dropna(), errors="coerce")
+    return name if numbers.notna().all() else "DROP"
+
+
 def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
     """The control stream of `fit` and the data frame it reads (`$INPUT` its columns)."""
     ff = fit_form(fit, "NONMEM")
@@ -294,7 +307,7 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
     printer = _Printer(names)
 
     lines = [f"$PROBLEM deepnlme export ({type(fit.method).__name__} fit, OFV {fit.ofv:.6f})"]
-    lines.append("$INPUT " + " ".join("DROP" if c == "ENDPOINT" else c for c in columns))
+    lines.append("$INPUT " + " ".join(_input_item(c, frame[k]) for c, k in zip(columns, frame)))
     lines.append(f"$DATA {data_file} IGNORE=@")
     if closed is not None:
         advan, trans, _ = ADVANS[closed]
