@@ -4,6 +4,7 @@ problem and kept in the program store (`_programs`) between processes."""
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import time
 import weakref
@@ -20,6 +21,28 @@ from ..likelihood._linalg import unrolled
 from ._programs import compile_and_store, program_path, read_program
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+# Compiled programs shared by problems of one `Problem.shape_token` (the same model, binding
+# and data shapes: a bootstrap's resamples, cross-validation folds of one size), the ones used
+# last kept. Measured: a pheno FOCEI resample fit took 4.3 s with its own tracing and
+# compilation, 0.3 s sharing (benchmarks/RESULTS_workflows.md).
+_SHARED: collections.OrderedDict = collections.OrderedDict()
+_SHARED_SIZE = 16
+
+
+def _shared(key: tuple | None, make: Callable[[], Any]) -> Any:
+    """The program of `key` made once (`make()`) and kept among the last `_SHARED_SIZE`;
+    `key` None (a problem without a `shape_token`): made, not kept."""
+    if key is None or key[0] is None:
+        return make()
+    hit = _SHARED.get(key)
+    if hit is None:
+        hit = _SHARED[key] = make()
+        while len(_SHARED) > _SHARED_SIZE:
+            _SHARED.popitem(last=False)
+    else:
+        _SHARED.move_to_end(key)
+    return hit
 
 
 def problem_cache(problem: Problem) -> dict:
@@ -76,6 +99,15 @@ def compiled_evaluation(
         and not any(p.kind == "network" for p in problem.param_info)
     )
     unroll = written_out(problem, serial)
+    flags = (optimise, serial, unroll, structure.n_cens > 0, structure.n_other > 0)
+    share = (problem.shape_token, "eval", method, free, flags, _shapes(args))
+    hit = _SHARED.get(share) if problem.shape_token is not None else None
+    if hit is not None:
+        _SHARED.move_to_end(share)
+        if ahead is not None:
+            ahead()
+        cache[key] = hit
+        return hit, time.perf_counter() - t0
 
     def build(stage, stage_args, path, pool):
         # trace the stage here; compile (and store) it on `pool`
@@ -122,7 +154,7 @@ def compiled_evaluation(
     if not method.has_search(problem):
         compiled = finished(*whole, pool)
         pool.shutdown()
-        cache[key] = compiled
+        cache[key] = _shared(share, lambda: compiled)
         return compiled, time.perf_counter() - t0
     search = finished(*search_future, pool)
     t_search = time.perf_counter() - t0
@@ -139,7 +171,7 @@ def compiled_evaluation(
         return rest[0](z, base_u, searched, subjects)
 
     compiled.waited = 0.0
-    cache[key] = compiled
+    cache[key] = _shared(share, lambda: compiled)
     return compiled, t_search
 
 
@@ -150,8 +182,35 @@ def penalty_hessian(problem: Problem, free: tuple[int, ...]):
     key = ("penalty_hessian", free)
     if key not in cache:
         store = (problem.cache_token, f"penalty_hessian{free}")
-        cache[key] = run_once_jit(jax.hessian(free_penalty(problem, free)), store)
+        cache[key] = _shared(
+            (problem.shape_token, *key),
+            lambda: run_once_jit(jax.hessian(free_penalty(problem, free)), store),
+        )
     return cache[key]
+
+
+def omega_jacobian(problem: Problem):
+    """`u -> d Omega / d u` (``[q, q, len(u)]``), the Jacobian of the random effects' covariance
+    in the whole unconstrained vector: what each entry of Omega depends on (a structural zero
+    on nothing). One small program per problem, kept in the program store (op by op, a fresh
+    process took 1.2 s for pheno's)."""
+    cache = problem_cache(problem)
+    if "omega_jacobian" not in cache:
+
+        def omega_u(u):
+            return jax.jacfwd(lambda z: problem.omega(problem.unpack(z)))(u)
+
+        cache["omega_jacobian"] = _shared(
+            (problem.shape_token, "omega_jacobian"),
+            lambda: run_once_jit(omega_u, (problem.cache_token, "omega_jacobian")),
+        )
+    return cache["omega_jacobian"]
+
+
+def _shapes(args) -> tuple:
+    """The structure, shapes and types of `args` (a program's key beside its problem's)."""
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    return tree, tuple((np.shape(a), str(getattr(a, "dtype", type(a)))) for a in leaves)
 
 
 def _searched_shape(eta) -> Searched:
@@ -264,8 +323,11 @@ def post_functions(problem: Problem):
         def omega_jac(var_vals, other):
             return jax.jacfwd(lambda vv: problem.omega({**other, **vv}))(var_vals)
 
-        cache["post"] = tuple(
-            run_once_jit(f, (problem.cache_token, f.__name__))
-            for f in (values, declared_jac, omega_jac)
+        cache["post"] = _shared(
+            (problem.shape_token, "post"),
+            lambda: tuple(
+                run_once_jit(f, (problem.cache_token, f.__name__))
+                for f in (values, declared_jac, omega_jac)
+            ),
         )
     return cache["post"]

@@ -16,7 +16,13 @@ import pandas as pd
 
 from ..errors import DataError, OptionError
 from ..likelihood import LOG2PI, Method, Problem, multistart_points
-from ._compiled import compiled_evaluation, penalty_hessian, post_functions, structure_of
+from ._compiled import (
+    compiled_evaluation,
+    omega_jacobian,
+    penalty_hessian,
+    post_functions,
+    structure_of,
+)
 from ._covariance import Covariance, resolve_covariance
 from ._optimizers import Optimizer, OptResult, Progress, resolve_optimizer
 from ._options import check_stopping
@@ -203,6 +209,8 @@ class _Run:
         jac_args = omega_jac_args(problem, estimates_of(shapes))
         if jac_args is not None:
             omega_jac.prepare(*jac_args)
+        if problem.n_eta:
+            omega_jacobian(problem).prepare(u)
 
     def x0(self) -> np.ndarray:
         """The optimiser's start: the free parameters (JointMAP: and every subject's eta)."""

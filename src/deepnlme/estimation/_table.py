@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Mapping
 
 import jax
@@ -25,7 +26,7 @@ from ..model._ir import (
     to_source,
     walk,
 )
-from ._compiled import post_functions
+from ._compiled import omega_jacobian, post_functions, run_once_jit
 
 
 def flat_names(name: str, kind: str, shape: tuple[int, ...]) -> list[tuple[str, tuple]]:
@@ -533,7 +534,7 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
         for e, (_, name, idx) in enumerate(elems):
             grads[:, :, e] = d_all[name][(slice(None), slice(None), *idx)]
     # what Omega depends on at all (a structural zero depends on nothing)
-    d_u = np.asarray(jax.jacfwd(lambda z: problem.omega(problem.unpack(z)))(u))
+    d_u = np.asarray(omega_jacobian(problem)(u))
     elem_labels = [lab for lab, _, _ in elems]
     cov = None
     if fit.covariance is not None and elems:
@@ -791,18 +792,37 @@ def declared_se(fit) -> dict:
 # --------------------------------------------------------------------------- individual values
 
 
+_PRE: dict = {}
+
+
+def _pre_program(cm, ndim: int):
+    """`(theta, eta, cov) -> pre: values`, batched over subjects (and records, `ndim` 3): one
+    small program per model and shape (op by op, a fresh process compiled each operation:
+    0.46 s of pheno's report)."""
+    key = (id(cm), ndim)
+    hit = _PRE.get(key)
+    if hit is None or hit[0]() is not cm:
+        ref = weakref.ref(cm)  # (the program needs the model only while it is traced)
+
+        def one(theta, e, c):
+            return ref().pre(theta, e, c)
+
+        batched = jax.vmap(one, in_axes=(None, 0, 0))
+        if ndim == 3:
+            batched = jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(None, 0, 0))
+        for k in [k for k, v in _PRE.items() if v[0]() is None]:
+            del _PRE[k]
+        hit = _PRE[key] = (ref, run_once_jit(batched))
+    return hit[1]
+
+
 def pre_values(cm, theta, eta, cov) -> dict[str, np.ndarray]:
     """Every scalar `pre:` variable at the random effects `eta` ``[N, q]`` and covariates
     `cov` (``[N, K]``, or ``[N, M, K]`` for M records per subject); arrays ``[N]`` or
     ``[N, M]``."""
     eta = jnp.asarray(eta, dtype=jnp.float64)
     cov = jnp.asarray(cov, dtype=jnp.float64)
-
-    def one(e, c):
-        return cm.pre(theta, e, c)
-
-    f = jax.vmap(one) if cov.ndim == 2 else jax.vmap(jax.vmap(one, in_axes=(None, 0)))
-    values = f(eta, cov)  # (eagerly, as before: a jit would compile at every call)
+    values = _pre_program(cm, cov.ndim)(theta, eta, cov)
     shape = tuple(cov.shape[:-1])
     order = [a.name for a in cm.ir.pre if a.name in values]  # the model's order
     order += [k for k in values if k not in order]

@@ -119,6 +119,7 @@ def _bound(model, population, ode_options: OdeOptions):
 
     problem = Problem(
         cache_token=_cache_token(bound, binding, solver_options),
+        shape_token=_cache_token(bound, binding, solver_options, data=False),
         obs_kinds=obs_kinds,
         obs_terms=obs_terms,
         obs_terms_near=obs_terms_near if predictor.expandable else None,
@@ -262,9 +263,10 @@ def _observations(cm) -> list:
     return [s for s in cm.ir.derived if isinstance(s, Observation)]
 
 
-def _cache_token(model, binding, ode_options) -> str:
+def _cache_token(model, binding, ode_options, *, data: bool = True) -> str:
     """What determines a problem built here: the (scaling-resolved) model text, how it was bound
-    (features, time-varying covariates, ODE options) and every data array."""
+    (features, time-varying covariates, ODE options) and every data array; with `data` False
+    the arrays' shapes and types only (`Problem.shape_token`)."""
     import hashlib
 
     import numpy as np
@@ -283,7 +285,8 @@ def _cache_token(model, binding, ode_options) -> str:
     for leaf in jax.tree_util.tree_leaves(binding.data):
         a = np.asarray(leaf)
         h.update(f"{a.dtype}{a.shape}".encode())
-        h.update(np.ascontiguousarray(a).tobytes())
+        if data:
+            h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
 
 

@@ -103,6 +103,11 @@ class Problem:
       (set by `model_problem` from the model text, data and options); with it, a fit stores the
       traced evaluation program on disk and a later process reuses it instead of tracing the
       model again. None (the default) for problems built from arbitrary Python functions.
+    - `shape_token`: the same without the data's values (their shapes and types only).
+      Problems with one `shape_token` share their compiled programs within a process: the
+      data enter every program as arguments, never as constants (a bootstrap's resamples
+      of one padded shape trace and compile once; `tests/estimation/test_program_sharing.py`
+      checks that their programs are the same). None: nothing shared.
     """
 
     obs_terms: Callable[[Mapping[str, jax.Array], jax.Array, Any], ObsTerms]
@@ -116,6 +121,7 @@ class Problem:
     subject_ids: tuple
     penalty: Callable[[Mapping[str, jax.Array]], jax.Array] = _zero_penalty
     cache_token: str | None = None
+    shape_token: str | None = None
     obs_terms_near: Callable[..., ObsTerms] | None = None
     obs_terms_search: Callable[..., ObsTerms] | None = None
     solves_ode: bool = False

@@ -1,0 +1,77 @@
+"""Problems of one `shape_token` (one model, binding and data shapes: a bootstrap's resamples)
+share their compiled programs in a process. That is right only while the data enter every
+program as arguments, never as constants: the programs of two resamples must be the same
+text, and a fit that shares a program must give the numbers of one that compiled its own."""
+
+from __future__ import annotations
+
+import hashlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import deepnlme as dn
+from deepnlme.datasets import example_path
+from deepnlme.estimation import _compiled
+from deepnlme.estimation._compiled import structure_of
+from deepnlme.likelihood import make_evaluator
+from deepnlme.likelihood._from_model import model_problem
+from deepnlme.workflows._bootstrap import resample_subjects
+from deepnlme.workflows._runner import padded_widths, renumbered
+
+
+def _resamples(pop, n: int):
+    widths = padded_widths(pop)
+    return [
+        renumbered(pop, resample_subjects(pop, np.random.default_rng([5, k])), widths)
+        for k in range(n)
+    ]
+
+
+def _program_text(model, pop, method) -> str:
+    problem, _ = model_problem(model, pop)
+    free = tuple(range(len(problem.init_u())))
+    evaluate = make_evaluator(problem, method, free, structure_of(problem), "whole", False)
+    u = jnp.asarray(problem.init_u())
+    eta = jnp.zeros((problem.n_subjects, problem.n_eta))
+    return jax.jit(evaluate).lower(u, u, eta, problem.subjects).as_text()
+
+
+@pytest.mark.parametrize(
+    "model_file, data, method",
+    [
+        ("phenobarbital.model", "phenobarbital", dn.FOCEI()),  # closed form, many doses
+        ("theophylline_ode.model", "theophylline", dn.FOCE()),  # an ODE
+        ("deepnlme_theophylline.model", "theophylline", dn.FOCEI()),  # a network of WT
+    ],
+)
+def test_resamples_of_one_shape_have_one_program(model_file, data, method):
+    pop = dn.datasets.load(data)
+    model = dn.load_model(example_path(model_file))
+    a, b = _resamples(pop, 2)
+    pa, pb = model_problem(model, a)[0], model_problem(model, b)[0]
+    assert pa.cache_token != pb.cache_token  # other data
+    assert pa.shape_token == pb.shape_token  # one shape
+    ta, tb = _program_text(model, a, method), _program_text(model, b, method)
+    assert "__elided__" not in ta
+    # the same program: no datum of either resample is a constant in it
+    assert hashlib.sha256(ta.encode()).digest() == hashlib.sha256(tb.encode()).digest()
+
+
+def test_a_shared_program_gives_the_numbers_of_an_own_one(monkeypatch):
+    pop = dn.datasets.load("phenobarbital")
+    model = dn.load_model(example_path("phenobarbital.model"))
+    first, second = _resamples(pop, 2)
+    fit_a = dn.fit(model, first, dn.FOCEI(), progress=False, covariance=None)
+    shared = dn.fit(model, second, dn.FOCEI(), progress=False, covariance=None)
+    assert shared.timings["compile"] < 0.5 * fit_a.timings["compile"]  # nothing traced
+    monkeypatch.setattr(_compiled, "_SHARED_SIZE", 0)
+    _compiled._SHARED.clear()
+    own_model = dn.load_model(example_path("phenobarbital.model"))  # a problem of its own
+    own = dn.fit(own_model, second, dn.FOCEI(), progress=False, covariance=None)
+    assert not _compiled._SHARED
+    assert shared.ofv == pytest.approx(own.ofv, rel=1e-12, abs=1e-9)
+    np.testing.assert_allclose(shared.u, own.u, rtol=1e-9, atol=1e-12)
+    assert abs(shared.ofv - fit_a.ofv) > 1.0  # other data, other optimum
