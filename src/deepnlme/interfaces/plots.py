@@ -482,7 +482,8 @@ def vpc_plot(result, *, log_y: bool = False, endpoint_label: str = "DV"):
     confidence intervals (shaded), each named in the legend."""
     s = result.summary
     strata = list(pd.unique(s["stratum"]))
-    fig, ax = _figure(1, len(strata), (7 * len(strata), 4.8))
+    fig, ax = _figure(1, len(strata), (6 * len(strata) + 3.6, 4.8), constrained=False)
+    _margins(fig, left=0.8, right=3.4, bottom=0.6, top=0.4, wspace=0.25)
     three = ["tab:blue", "tab:red", "tab:blue"]
     ci = f"{100 * result.ci:g}% CI"
     for k, st in enumerate(strata):
@@ -525,7 +526,11 @@ def correlation_heatmap(corr: pd.DataFrame):
     c = np.asarray(corr, dtype=float)
     n = c.shape[0]
     size = min(11.0, 2.5 + 0.45 * n)
-    fig, ax = _figure(1, 1, (size + 1.2, size))
+    fig, ax = _figure(1, 1, (size + 1.2, size), constrained=False)
+    # room for the longest label (rotated 60 degrees below, level on the left)
+    chars = max((len(str(v)) for v in list(corr.columns) + list(corr.index)), default=1)
+    label = 0.08 * chars + 0.3
+    _margins(fig, left=label, right=1.4, bottom=0.87 * label, top=0.4)
     a = ax[0, 0]
     im = a.imshow(c, cmap="RdBu_r", vmin=-1.0, vmax=1.0)
     labels = [str(v) for v in corr.columns]
@@ -628,6 +633,120 @@ def network_curves(fit, network: str | None = None, *, n_points: int = 50) -> An
             ax[0, j].legend(fontsize=7)
     fig.suptitle(f"Network {name}: each input varied, the others at their means", fontsize=10)
     return fig
+
+
+# --------------------------------------------------------------------------- plain axes
+
+
+def _tick_values(lo: float, hi: float, scale: str, n: int) -> list[float]:
+    """About `n` intervals of "nice" tick positions within [lo, hi] (decades, or 1-2-5 steps
+    within them when fewer than two decades fit, on a logarithmic axis)."""
+    from matplotlib.ticker import LogLocator, MaxNLocator
+
+    if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
+        return []
+    if scale == "log":
+        if hi <= 0:
+            return []
+        lo = max(lo, hi * 1e-300)
+        for subs in ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0, 7.0)):
+            v = LogLocator(base=10.0, subs=subs, numticks=n + 2).tick_values(lo, hi)
+            v = [float(t) for t in v if lo <= t <= hi]
+            if len(v) >= 2:
+                return v
+        return v
+    span = hi - lo
+    v = MaxNLocator(nbins=n, steps=[1, 2, 5, 10]).tick_values(lo, hi)
+    return [float(t) for t in v if lo - 1e-9 * span <= t <= hi + 1e-9 * span]
+
+
+def _tick_labels(ticks: list[float], scale: str) -> list[str]:
+    """Tick labels with the fewest decimals that give every tick exactly (a step of 0.15 needs
+    two), no "-0"; scientific notation outside 1e-4..1e6."""
+    big = max((abs(v) for v in ticks), default=0.0)
+    if scale == "log" or not 1e-4 <= big < 1e6:
+        return ["0" if v == 0.0 else f"{v:.3g}" for v in ticks]
+    tol = 1e-9 * big
+    d = next((d for d in range(9) if all(abs(round(v, d) - v) <= tol for v in ticks)), 8)
+    return ["0" if abs(v) <= tol else f"{v:.{d}f}" for v in ticks]
+
+
+def _points(size: Any) -> float:
+    from matplotlib.font_manager import FontProperties
+
+    return float(FontProperties(size=size).get_size_in_points())
+
+
+def plain_axes(fig, *, n: int = 4) -> Any:
+    """Draw the tick marks, tick labels and axis labels of `fig`'s panels as a few plain
+    artists (one line of tick marks and one text per label) instead of matplotlib's axis
+    machinery, in place, and return `fig`.
+
+    Each matplotlib tick is five artists, built and measured again at every drawing; on the
+    report's ~45 small panels that was most of its rendering time (`benchmarks/
+    bench_report.py`). Only for finished figures with a fixed layout: the ticks are placed at
+    the axes' limits when this is called, so limits or scales changed afterwards leave them
+    wrong. Panels with fixed tick positions (categories) or a hidden axis keep theirs."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    for a in fig.axes:
+        if not a.get_visible() or not a.axison or a.get_label() == "<colorbar>":
+            continue
+        for k, axis in enumerate((a.xaxis, a.yaxis)):
+            scale = axis.get_scale()
+            fixed = isinstance(axis.get_major_locator(), FixedLocator | NullLocator)
+            if axis.get_visible() and not fixed and scale in ("linear", "log"):
+                _plain_axis(fig, a, axis, k, scale, n)
+                axis.set_visible(False)
+    return fig
+
+
+def _plain_axis(fig, a, axis, k: int, scale: str, n: int) -> None:
+    """`plain_axes` for one axis (`k`: 0 for x, 1 for y) of the axes `a`."""
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import ScaledTranslation
+
+    rc = _require_matplotlib().rcParams
+    x = k == 0
+    size = _points(axis.get_tick_params().get("labelsize", rc["xtick.labelsize"]))
+    length, pad = float(rc["xtick.major.size"]), float(rc["xtick.major.pad"])
+    lo, hi = sorted(float(v) for v in (a.get_xlim() if x else a.get_ylim()))
+    ticks = _tick_values(lo, hi, scale, n)
+    labels = _tick_labels(ticks, scale)
+    tr = a.get_xaxis_transform() if x else a.get_yaxis_transform(which="grid")
+    zeros = np.zeros(len(ticks))
+    a.add_artist(
+        Line2D(
+            ticks if x else zeros,
+            zeros if x else ticks,
+            transform=tr,
+            linestyle="none",
+            marker=3 if x else 0,  # TICKDOWN, TICKLEFT
+            markersize=length,
+            markeredgewidth=float(rc["xtick.major.width"]),
+            color="k",
+            clip_on=False,
+        )
+    )
+    away = (length + pad) / 72.0  # inches from the spine to the labels
+    shift = ScaledTranslation(0.0 if x else -away, -away if x else 0.0, fig.dpi_scale_trans)
+    where = {"ha": "center", "va": "top"} if x else {"ha": "right", "va": "center"}
+    for v, s in zip(ticks, labels):
+        a.text(v if x else 0.0, 0.0 if x else v, s, transform=tr + shift, fontsize=size,
+               clip_on=False, **where)  # fmt: skip
+    label = axis.get_label()
+    if not label.get_text():
+        return
+    gap = (length + pad + float(rc["axes.labelpad"])) / 72.0
+    if x:
+        off = ScaledTranslation(0.0, -gap - 1.25 * size / 72.0, fig.dpi_scale_trans)
+        spot, where = (0.5, 0.0), {"ha": "center", "va": "top"}
+    else:  # (left of the widest tick label, its width estimated from its characters)
+        width = 0.6 * size * max((len(s) for s in labels), default=1) / 72.0
+        off = ScaledTranslation(-gap - width, 0.0, fig.dpi_scale_trans)
+        spot, where = (0.0, 0.5), {"ha": "right", "va": "center", "rotation": 90}
+    a.text(*spot, label.get_text(), transform=a.transAxes + off, fontsize=label.get_fontsize(),
+           clip_on=False, **where)  # fmt: skip
 
 
 def to_png(fig, *, dpi: int = 80, compress_level: int = 1) -> bytes:

@@ -11,6 +11,7 @@ and the optimiser trace. Each section is a ``<section id="...">`` (the ids are `
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import dataclasses
 import datetime
 import hashlib
@@ -93,8 +94,10 @@ def _items(rows: list[tuple[str, str]], table_id: str) -> str:
 
 
 def _img(fig, alt: str, img_id: str | None = None) -> str:
-    from .plots import to_png
+    from .plots import plain_axes, to_png
 
+    if fig.get_layout_engine() is None:  # (a fixed layout: the figure is finished as it is)
+        plain_axes(fig)
     data = base64.b64encode(to_png(fig)).decode("ascii")
     ident = f' id="{img_id}"' if img_id else ""
     return f'<img{ident} alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
@@ -500,9 +503,7 @@ def report_html(
     grid_points: int = 150,
 ) -> str:
     """The HTML text of the report of `fit` (see `write_report`)."""
-    from ..results import ebe_table, predict, shrinkage
-    from ..results._vpc import vpc_of
-    from . import plots
+    from ..results import predict
 
     started = time.perf_counter()
     if getattr(fit, "model", None) is None or getattr(fit, "population", None) is None:
@@ -516,6 +517,30 @@ def report_html(
     name = getattr(fit.method, "name", type(fit.method).__name__)
     title = title or f"deepnlme fit report - {name}"
     table = predict(fit)
+    # the simulations and the dense curves (compiled and run by XLA, which frees the
+    # interpreter) on a thread of their own while this one draws the first figures
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="deepnlme-report")
+    try:
+        return _report_html(
+            fit, table, pool, title=title, name=name, vpc_sims=vpc_sims, npde_sims=npde_sims,
+            seed=seed, max_individual_pages=max_individual_pages, log_scale=log_scale,
+            data_file=data_file, grid_points=grid_points, started=started,
+        )  # fmt: skip
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _report_html(
+    fit, table, pool, *, title, name, vpc_sims, npde_sims, seed, max_individual_pages,
+    log_scale, data_file, grid_points, started,
+) -> str:  # fmt: skip
+    from ..results import ebe_table, shrinkage
+    from ..results._vpc import vpc_of
+    from . import plots
+
+    sims = pool.submit(_replicates, fit, vpc_sims, npde_sims, seed)
+    shown = list(dict.fromkeys(table["ID"]))[: max_individual_pages * _PER_PAGE]
+    curves = pool.submit(dense_predictions, fit, shown, n_points=grid_points) if shown else None
     pop = fit.population
     ep_label = _endpoint_label(fit.model, pop.endpoints)
     sections: list[str] = []
@@ -593,7 +618,7 @@ def report_html(
             ],
         )
     )
-    vpc_reps, npde_reps = _replicates(fit, vpc_sims, npde_sims, seed)
+    vpc_reps, npde_reps = sims.result()
     sections.append(
         _section("npde", "NPDE", _npde_body(fit, table, npde_reps, npde_sims, seed, ep_label))
     )
@@ -623,7 +648,7 @@ def report_html(
         _section(
             "individual-fits",
             "Individual fits",
-            _individual_body(fit, table, max_individual_pages, grid_points, log_scale, ep_label),
+            _individual_body(table, shown, curves, max_individual_pages, log_scale, ep_label),
         )
     )
     nets = [p.name for p in fit.model.compiled.params if p.kind == "network"]
@@ -734,25 +759,28 @@ def _eta_body(fit, ebes) -> list[str]:
     return body
 
 
-def _individual_body(fit, table, pages: int, grid_points: int, log_y: bool, ep_label: str):
+_PER_PAGE = 12  # subjects on a page of individual fits
+
+
+def _individual_body(table, shown, curves, pages: int, log_y: bool, ep_label: str):
+    """The individual fits of the subjects `shown`; `curves`: the future of their
+    `dense_predictions` (None when none are shown)."""
     from . import plots
 
-    per_page = 12
     keys = list(dict.fromkeys(table["ID"]))
-    shown = keys[: pages * per_page]
     body = []
-    curves = None
-    if shown:
+    if curves is not None:
         try:
-            curves = dense_predictions(fit, shown, n_points=grid_points)
+            curves = curves.result()
         except Exception as err:  # noqa: BLE001 (a report shows what it can)
+            curves = None
             body.append(
                 f'<p class="note">IPRED and PRED could not be simulated on a time grid '
                 f"({html.escape(type(err).__name__)}: {html.escape(str(err)[:300])}); the "
                 "predictions at the observation times are joined instead.</p>"
             )
     figs = plots.individual_fits(
-        table[table["ID"].isin(shown)], curves=curves, per_page=per_page, log_y=log_y,
+        table[table["ID"].isin(shown)], curves=curves, per_page=_PER_PAGE, log_y=log_y,
         max_pages=pages, endpoint_label=ep_label,
     )  # fmt: skip
     for k, fig in enumerate(figs):
