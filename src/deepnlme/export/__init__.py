@@ -58,10 +58,11 @@ def export(
       TIME, DVID, PRED, IPRED).
       ``"nonmem"``: ``model.ctl`` and ``data.csv`` (``$INPUT`` its columns, ``IGNORE=@``
       for the header): every block as explicit assignments with CSE temporaries, THETA(n),
-      ETA(n), A(n), DADT(n), ``Y = IPRED + W*EPS(1)`` with ``$SIGMA 1 FIX``.
+      ETA(n), A(n), DADT(n) (THETA and ETA reach ``$DES`` through ``$PK`` variables),
+      ``Y = IPRED + W*EPS(1)`` with ``$SIGMA 1 FIX``.
       ``"nlmixr2"``: ``model.R`` (a model function with ``ini({...})`` at the estimates and
-      ``model({...})`` with the same assignments) and ``data.csv``; parsed by R in the tests,
-      not run in nlmixr2 there (it is not installed).
+      ``model({...})`` with the same assignments) and ``data.csv``; the tests evaluate it in
+      plain R (`tests/export/_r_eval.R`), not in nlmixr2 (not installed there).
     - `out`: the folder to write into.
     - `overwrite`: replace files of those names already in `out` (default: refuse, naming
       them, before anything is written).

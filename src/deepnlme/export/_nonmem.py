@@ -12,6 +12,7 @@ estimates.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -235,6 +236,9 @@ def _emit(block: _Block, assigns, outputs: list[tuple[str, sp.Expr]]) -> None:
         block.assign(name, e)
 
 
+_PARAM_REF = re.compile(r"\b(THETA|ETA)\((\d+)\)")
+
+
 def _nm_name(name: str, taken: set[str]) -> str:
     up = name.upper()
     if up in RESERVED or up in taken or not up[0].isalpha():
@@ -344,6 +348,19 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
         des = _Block(printer, prefix="DSE")
         outs = [(f"DADT({k})", e) for k, e in enumerate(form.rhs.outputs, 1)]
         _emit(des, _live(form.rhs, [e for _, e in outs]), outs)
+        # $DES reads A(n), T, data items and $PK's variables, not THETA or ETA (NONMEM's
+        # help on $DES): those it uses are passed through $PK variables
+        passed: dict[str, str] = {}
+
+        def through_pk(m: re.Match) -> str:
+            ref = m.group(0)
+            if ref not in passed:
+                passed[ref] = _nm_name(f"D{m.group(1)}{m.group(2)}", taken)
+                taken.add(passed[ref])
+            return passed[ref]
+
+        des.lines = [_PARAM_REF.sub(through_pk, line) for line in des.lines]
+        lines += [f"{name} = {ref}" for ref, name in passed.items()]  # (the end of $PK)
         lines += ["", "$DES", *des.lines]
 
     # $ERROR
