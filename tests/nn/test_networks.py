@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import deepnlme as dn
+from deepnlme._config import compile_lowered
 from deepnlme.likelihood import FOCE, JointMAP, LaplaceI, NaivePooled, make_evaluator, probe
 from deepnlme.likelihood._from_model import model_problem
 from deepnlme.nn import MLP, model_penalty, networks, resolved_model
@@ -338,8 +339,11 @@ def test_switches_and_smoothness():
 
 def _fd_check(prob, method, rel=1e-6):
     u0 = prob.init_u() + 0.01
-    ev = jax.jit(make_evaluator(prob, method, tuple(range(u0.size)), probe(prob)))
+    fn = jax.jit(make_evaluator(prob, method, tuple(range(u0.size)), probe(prob)))
     eta = jnp.zeros((prob.n_subjects, prob.n_eta)) + 0.05
+    # compiled without LLVM optimisation (the same numbers: no fast math either way), for the
+    # seven evaluations below: XLA's optimised build of an ODE model took most of the test
+    ev = compile_lowered(fn.lower(jnp.asarray(u0), jnp.asarray(u0), eta, prob.subjects), False)
     out = ev(jnp.asarray(u0), jnp.asarray(u0), eta, prob.subjects)
     grad = np.asarray(out.grad_i.sum(axis=0) + out.penalty_grad)
     warm = eta if isinstance(method, JointMAP) else out.eta
