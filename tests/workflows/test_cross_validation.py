@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import deepnlme as dn
 from deepnlme.workflows import Choice, LogUniform, Uniform, cross_validate, tune
 from deepnlme.workflows._crossval import fold_assignment
-from deepnlme.workflows._tune import trial_values
+from deepnlme.workflows._tune import Tuning, rank_trials, trial_values
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = (ROOT / "examples" / "theophylline.model").read_text()
@@ -138,3 +139,15 @@ def test_jointmap_is_scored_by_laplace():
 
     assert check_score_method("x", dn.JointMAP(), None).name == "LaplaceI"
     assert check_score_method("x", dn.FOCE(), None).name == "FOCE"
+
+
+def test_failed_trials_rank_last_and_none_is_best_when_all_failed():
+    nan = float("nan")
+    rank, best = rank_trials(np.array([nan, 12.0, 3.0, nan]))
+    assert rank.tolist() == [3, 2, 1, 4] and best == 2
+    rank, best = rank_trials(np.array([nan, nan]))
+    assert rank.tolist() == [1, 2] and best is None
+    t = Tuning(pd.DataFrame({"trial": [0, 1], "held_out_m2ll": [nan, nan]}), pd.DataFrame(),
+               (None, None), best=None, seed=0)  # fmt: skip
+    assert t.best_model is None and t.best_values is None
+    assert "no trial scored" in repr(t)

@@ -114,6 +114,17 @@ def trial_values(space: Mapping[str, Any], trials: int, seed: int) -> list[dict[
     return out
 
 
+def rank_trials(scores: np.ndarray) -> tuple[np.ndarray, int | None]:
+    """The rank of each trial by its held-out -2LL (1 the lowest; failed trials, NaN, last,
+    in trial order) and the best trial, None when no trial has a score."""
+    finite = np.where(np.isfinite(scores), scores, np.inf)
+    order = np.argsort(finite, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(1, len(order) + 1)
+    ok = np.isfinite(scores)
+    return rank, (int(order[0]) if ok.any() else None)
+
+
 def _model_of(template, values: Mapping[str, Any], trial: int):
     from ..model import Model, load_model
 
@@ -145,18 +156,21 @@ class Tuning:
       ``converged_folds``, ``rank`` (1 the best) and ``seconds`` (its fits' wall time on
       the workers, compilation included).
     - `folds`: a row per (trial, fold) (`CrossValidation.folds`'s columns and ``trial``).
-    - `best`: the best trial's number; `best_values`, `best_model` (its `Model`).
+    - `best`: the best trial's number (None when no trial has a score: each had a fold that
+      failed); `best_values`, `best_model` (its `Model`).
     - `models`: the model of every trial (`models[t]`).
     """
 
     trials: pd.DataFrame
     folds: pd.DataFrame = dataclasses.field(repr=False)
     models: tuple = dataclasses.field(repr=False)
-    best: int
+    best: int | None
     seed: int
 
     @property
-    def best_values(self) -> dict[str, Any]:
+    def best_values(self) -> dict[str, Any] | None:
+        if self.best is None:
+            return None
         row = self.trials.loc[self.trials["trial"] == self.best].iloc[0]
         skip = {"trial", "held_out_m2ll", "per_subject", "pred_rmse", "ipred_rmse"}
         skip |= {"failed_folds", "converged_folds", "rank", "seconds"}
@@ -164,9 +178,14 @@ class Tuning:
 
     @property
     def best_model(self):
-        return self.models[self.best]
+        return None if self.best is None else self.models[self.best]
 
     def __repr__(self) -> str:
+        if self.best is None:
+            return (
+                f"Tuning({len(self.trials)} trials, seed={self.seed}; no trial scored: every "
+                "one had a fold that failed (see `trials['failed_folds']` and `folds['error']`))"
+            )
         row = self.trials.loc[self.trials["trial"] == self.best].iloc[0]
         return (
             f"Tuning({len(self.trials)} trials, seed={self.seed}; best trial {self.best}: "
@@ -276,16 +295,12 @@ def tune(
             }
         )
     trials_table = pd.DataFrame(rows)
-    score_col = trials_table["held_out_m2ll"].to_numpy(dtype=float)
-    finite = np.where(np.isfinite(score_col), score_col, np.inf)
-    order = np.argsort(finite, kind="stable")
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(1, len(order) + 1)
+    rank, best = rank_trials(trials_table["held_out_m2ll"].to_numpy(dtype=float))
     trials_table.insert(trials_table.columns.get_loc("seconds"), "rank", rank)
     return Tuning(
         trials=trials_table,
         folds=pd.concat(fold_rows, ignore_index=True),
         models=models,
-        best=int(order[0]),
+        best=best,
         seed=int(seed),
     )
