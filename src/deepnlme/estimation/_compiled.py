@@ -208,9 +208,17 @@ def omega_jacobian(problem: Problem):
 
 
 def _shapes(args) -> tuple:
-    """The structure, shapes and types of `args` (a program's key beside its problem's)."""
+    """The structure, shapes and types of `args`: what, beside its problem, decides a
+    program traced for them."""
     leaves, tree = jax.tree_util.tree_flatten(args)
-    return tree, tuple((np.shape(a), str(getattr(a, "dtype", type(a)))) for a in leaves)
+    return tree, tuple(
+        (
+            np.shape(a),
+            str(getattr(a, "dtype", type(a).__name__)),
+            getattr(a, "weak_type", isinstance(a, (int, float))),
+        )
+        for a in leaves
+    )
 
 
 def _searched_shape(eta) -> Searched:
@@ -269,18 +277,7 @@ def run_once_jit(fn, store: tuple[str | None, str] = (None, "")):
     compiled: dict = {}
 
     def program(args):
-        leaves, tree = jax.tree_util.tree_flatten(args)
-        key = (
-            tree,
-            tuple(
-                (
-                    np.shape(a),
-                    str(getattr(a, "dtype", type(a).__name__)),
-                    getattr(a, "weak_type", isinstance(a, (int, float))),
-                )
-                for a in leaves
-            ),
-        )
+        key = _shapes(args)
         if key not in compiled:
             token, name = store
             path = program_path(token, (name, key), args, optimise=False)

@@ -44,6 +44,25 @@ _SEP_NAMES = {",": "','", ";": "';'", "\t": "tab", " ": "whitespace"}
 _SEP_HELP = "auto, ',' (comma), ';' (semicolon), tab, whitespace"
 
 
+def _many_fits_options(parser: argparse.ArgumentParser, stratify: str) -> None:
+    """The options of the commands that run many fits (bootstrap, cv, tune): the seed, a
+    covariate to stratify on (`stratify`: what it does), the workers, each fit's iterations,
+    the progress display."""
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--stratify", default=None, help=stratify)
+    parser.add_argument(
+        "--workers", type=int, default=None, help="worker processes (default one per core)"
+    )
+    parser.add_argument("--scheduler", default=None, help="address of a running Dask cluster")
+    parser.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def _workers(args: argparse.Namespace) -> int | None:
+    """`--workers`, or 1 (no cluster of our own) when only `--scheduler` is given."""
+    return 1 if args.scheduler is not None and args.workers is None else args.workers
+
+
 def _row_options(parser: argparse.ArgumentParser) -> None:
     """The read_data options: `--ignore` and `--accept` (NONMEM's $DATA IGNORE= and ACCEPT=),
     the column mapping, the covariates and their rules, and the separator."""
@@ -445,15 +464,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     boot.add_argument("fit", metavar="FIT_DIR", help="saved fit folder (`deepnlme fit --out`)")
     boot.add_argument("-n", type=int, default=200, help="replicates (default 200)")
-    boot.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    boot.add_argument("--stratify", default=None, help="a covariate whose strata keep counts")
-    boot.add_argument(
-        "--workers", type=int, default=None, help="worker processes (default one per core)"
-    )
-    boot.add_argument("--scheduler", default=None, help="address of a running Dask cluster")
-    boot.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
+    _many_fits_options(boot, "a covariate whose strata keep counts")
     boot.add_argument("--out", default=None, help="output folder (default FIT_DIR/bootstrap)")
-    boot.add_argument("--quiet", action="store_true", help="no progress display")
 
     for name in ("cv", "tune"):
         tuning = name == "tune"
@@ -486,15 +498,8 @@ def _parser() -> argparse.ArgumentParser:
             cv.add_argument("--trials", type=int, default=20, help="trials (default 20)")
         cv.add_argument("--method", default="FOCEI", help="estimation method (default FOCEI)")
         cv.add_argument("--folds", type=int, default=5, help="folds K (default 5)")
-        cv.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-        cv.add_argument("--stratify", default=None, help="a covariate every fold shares")
-        cv.add_argument(
-            "--workers", type=int, default=None, help="worker processes (default one per core)"
-        )
-        cv.add_argument("--scheduler", default=None, help="address of a running Dask cluster")
-        cv.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
+        _many_fits_options(cv, "a covariate every fold shares")
         cv.add_argument("--out", required=True, help="output folder")
-        cv.add_argument("--quiet", action="store_true", help="no progress display")
         _row_options(cv)
 
     exp = sub.add_parser(
@@ -821,7 +826,7 @@ def _cross_validate(args) -> None:
 
     method = _method(args.method)
     pop = _read_population(args.data, args)
-    workers = 1 if args.scheduler is not None and args.workers is None else args.workers
+    workers = _workers(args)
     common = {
         "folds": args.folds, "seed": args.seed, "stratify": args.stratify, "workers": workers,
         "scheduler": args.scheduler, "progress": not args.quiet, "max_iter": args.max_iter,
@@ -855,7 +860,7 @@ def _bootstrap(args) -> None:
     import deepnlme as dn
 
     fit = dn.load_fit(_saved_fit_folder(args.fit))
-    workers = 1 if args.scheduler is not None and args.workers is None else args.workers
+    workers = _workers(args)
     boot = dn.bootstrap(
         fit,
         args.n,

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError, check_keywords, check_range
-from ._runner import FitTask, padded_widths, run_tasks
+from ._runner import FitTask, check_seed, check_stratify, padded_widths, run_tasks
 from ._tables import (
     FIT_OPTIONS,
     element_names,
@@ -139,16 +139,11 @@ def bootstrap(
             f"deepnlme.load_fit(path); got {type(fit).__name__}"
         )
     check_range("bootstrap", "n", n, 1, 10**7, integer=True)
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise OptionError(f"bootstrap: `seed` must be an integer >= 0; got {seed!r}")
+    check_seed("bootstrap", seed)
     population = fit.population if population is None else population
     if population is None:
         raise OptionError("bootstrap: this fit has no population; pass `population=`")
-    if stratify is not None and stratify not in population.covariate_names:
-        raise OptionError(
-            f"bootstrap: `stratify` must name a covariate of the population; got {stratify!r}; "
-            f"the covariates are: {', '.join(population.covariate_names) or '(none)'}"
-        )
+    check_stratify("bootstrap", population, stratify)
     fit_options: dict[str, Any] = {"covariance": None, "progress": False}
     if fit.fixed:
         fit_options["fixed"] = list(fit.fixed)

@@ -14,7 +14,17 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError, check_keywords, check_range
-from ._runner import FitOutcome, FitTask, _model, fit_task, renumbered, run_tasks
+from ._runner import (
+    FitOutcome,
+    FitTask,
+    _model,
+    check_method,
+    check_seed,
+    check_stratify,
+    fit_task,
+    renumbered,
+    run_tasks,
+)
 from ._tables import FIT_OPTIONS, element_names, estimates_row
 
 _MARGINAL = ("FO", "FOCE", "FOCEI", "LaplaceI", "NaivePooled")
@@ -140,17 +150,13 @@ class CrossValidation:
     def per_subject(self) -> float:
         return self.held_out_m2ll / float(self.folds["n_held_out"].sum())
 
-    def _pooled(self, column: str) -> float:
-        f = self.folds
-        return float(math.sqrt((f[column] ** 2 * f["n_obs"]).sum() / f["n_obs"].sum()))
-
     @property
     def pred_rmse(self) -> float:
-        return self._pooled("pred_rmse")
+        return pooled_rmse(self.folds, "pred_rmse")
 
     @property
     def ipred_rmse(self) -> float:
-        return self._pooled("ipred_rmse")
+        return pooled_rmse(self.folds, "ipred_rmse")
 
     def __repr__(self) -> str:
         return (
@@ -160,16 +166,18 @@ class CrossValidation:
         )
 
 
+def pooled_rmse(folds: pd.DataFrame, column: str) -> float:
+    """The RMSE over all held-out observations from the folds' RMSEs `column` and their
+    ``n_obs`` (a failed fold has none)."""
+    return float(math.sqrt((folds[column] ** 2 * folds["n_obs"]).sum() / folds["n_obs"].sum()))
+
+
 def check_score_method(owner: str, method, score_method):
     """The method held-out subjects are scored by: `score_method`, or `method` itself where
     its objective is a marginal likelihood, LaplaceI otherwise (JointMAP)."""
     from ..likelihood import LaplaceI, Method
 
-    if not isinstance(method, Method):
-        raise OptionError(
-            f"{owner}: `method` must be one of FO(), FOCE(), FOCEI(), LaplaceI(), JointMAP(), "
-            f"NaivePooled(); got {method!r}"
-        )
+    check_method(owner, method)
     if score_method is None:
         return method if method.name in _MARGINAL else LaplaceI()
     if not isinstance(score_method, Method) or score_method.name not in _MARGINAL:
@@ -249,13 +257,8 @@ def check_folds(owner: str, population, folds: int, seed, stratify) -> None:
             f"{owner}: `folds` ({folds}) must not exceed the number of subjects "
             f"({len(population.ids)}); every fold holds out one subject at least"
         )
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise OptionError(f"{owner}: `seed` must be an integer >= 0; got {seed!r}")
-    if stratify is not None and stratify not in population.covariate_names:
-        raise OptionError(
-            f"{owner}: `stratify` must name a covariate of the population; got {stratify!r}; "
-            f"the covariates are: {', '.join(population.covariate_names) or '(none)'}"
-        )
+    check_seed(owner, seed)
+    check_stratify(owner, population, stratify)
 
 
 def cross_validate(

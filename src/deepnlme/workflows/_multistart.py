@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError, check_keywords, check_range
-from ._runner import FitTask, run_tasks
+from ._runner import FitTask, check_method, check_seed, run_tasks
 from ._tables import FIT_OPTIONS, element_names, outcome_table
 
 
@@ -128,20 +128,14 @@ def multistart(
         >>> ms.optima[["optimum", "ofv", "found"]]
     """
     from ..estimation._fit import check_model_and_population
-    from ..likelihood import Method
 
     check_keywords("multistart", options, FIT_OPTIONS)
     check_model_and_population(model, population, "multistart")
-    if not isinstance(method, Method):
-        raise OptionError(
-            "multistart: `method` must be one of FO(), FOCE(), FOCEI(), LaplaceI(), "
-            f"JointMAP(), NaivePooled(); got {method!r}"
-        )
+    check_method("multistart", method)
     check_range("multistart", "n", n, 1, 10**7, integer=True)
     check_range("multistart", "spread", spread, 0.0, 100.0)
     check_range("multistart", "tol", tol, 0.0, math.inf)
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise OptionError(f"multistart: `seed` must be an integer >= 0; got {seed!r}")
+    check_seed("multistart", seed)
     known = {p.name for p in model.compiled.params}
     unknown = [k for k in (init or {}) if k not in known]
     if unknown:

@@ -286,6 +286,32 @@ def check_workers(owner: str, workers: int | None, scheduler: str | None) -> int
     return int(workers)
 
 
+def check_method(owner: str, method) -> None:
+    """`method` is an estimation method object (FO(), FOCE(), ...)."""
+    from ..likelihood import Method
+
+    if not isinstance(method, Method):
+        raise OptionError(
+            f"{owner}: `method` must be one of FO(), FOCE(), FOCEI(), LaplaceI(), JointMAP(), "
+            f"NaivePooled(); got {method!r}"
+        )
+
+
+def check_seed(owner: str, seed) -> None:
+    """`seed` is a whole number >= 0 (the workflows derive every draw from it)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise OptionError(f"{owner}: `seed` must be an integer >= 0; got {seed!r}")
+
+
+def check_stratify(owner: str, population, stratify: str | None) -> None:
+    """`stratify` is None or a covariate of `population`."""
+    if stratify is not None and stratify not in population.covariate_names:
+        raise OptionError(
+            f"{owner}: `stratify` must name a covariate of the population; got {stratify!r}; "
+            f"the covariates are: {', '.join(population.covariate_names) or '(none)'}"
+        )
+
+
 def _dask_available() -> bool:
     try:
         import dask  # noqa: F401

@@ -14,7 +14,14 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ModelError, OptionError, check_keywords, check_range
-from ._crossval import check_folds, check_score_method, fold_table, fold_tasks, run_fold
+from ._crossval import (
+    check_folds,
+    check_score_method,
+    fold_table,
+    fold_tasks,
+    pooled_rmse,
+    run_fold,
+)
 from ._runner import run_tasks
 from ._tables import FIT_OPTIONS
 
@@ -273,14 +280,11 @@ def tune(
         table = fold_table(mine, per_trial[t], models[t].param_names)
         table.insert(0, "trial", t)
         fold_rows.append(table)
-        n_obs = table["n_obs"].sum()
         failed = int(table["error"].notna().sum())
+        scored = failed == 0 and table["n_obs"].sum() > 0
         m2ll = float(table["held_out_m2ll"].sum()) if failed == 0 else math.nan
         rmse = {
-            c: float(math.sqrt((table[c] ** 2 * table["n_obs"]).sum() / n_obs))
-            if failed == 0 and n_obs
-            else math.nan
-            for c in ("pred_rmse", "ipred_rmse")
+            c: pooled_rmse(table, c) if scored else math.nan for c in ("pred_rmse", "ipred_rmse")
         }
         rows.append(
             {
