@@ -24,7 +24,14 @@ from deepnlme.likelihood import (
     newton_lm,
     probe,
 )
-from deepnlme.likelihood._inner import InnerResult, implicit_eta, keep_best, newton_lm_lanes
+from deepnlme.likelihood._inner import (
+    InnerResult,
+    duplicate_starts,
+    implicit_eta,
+    keep_best,
+    map_lanes,
+    newton_lm_lanes,
+)
 from deepnlme.likelihood._linalg import unrolled
 
 _EVALUATORS: dict = {}
@@ -322,6 +329,60 @@ def test_multistart_searches_can_be_warm_started_from_their_modes(oral):
     np.testing.assert_allclose(np.asarray(full.modes[:, 0]), np.asarray(full.eta), atol=1e-6)
     again = ev(jnp.asarray(u0), jnp.asarray(u0), full.modes, oral.subjects)
     np.testing.assert_allclose(np.asarray(again.m2ll_i), np.asarray(full.m2ll_i), rtol=1e-10)
+
+
+def test_tracked_searches_that_start_together_run_once(oral, monkeypatch):
+    # warm starts from the modes found: searches that ended at the same mode start together,
+    # and only the first of each group runs; the evaluation is the one where every search runs
+    from deepnlme.likelihood.methods import _conditional
+
+    method = FOCEI(inner=InnerOptions(multistart=True))
+    ev, u0 = _evaluator(oral, method)
+    n, q = oral.n_subjects, oral.n_eta
+    u = jnp.asarray(u0)
+    first = ev(u, u, jnp.zeros((n, q)), oral.subjects)
+    modes = np.asarray(first.modes)
+    groups = np.asarray(duplicate_starts(jnp.asarray(modes), jnp.ones(q)))
+    assert (groups != np.arange(2 * q + 2)).any()  # some searches met at the same mode
+    u2 = u + 0.01
+    dedup = ev(u2, u, first.modes, oral.subjects)
+    monkeypatch.setattr(
+        _conditional,
+        "duplicate_starts",
+        lambda starts, scale: jnp.broadcast_to(jnp.arange(starts.shape[1]), starts.shape[:2]),
+    )
+    every = jax.jit(make_evaluator(oral, method, tuple(range(u0.size)), probe(oral)))(
+        u2, u, first.modes, oral.subjects
+    )
+    np.testing.assert_allclose(np.asarray(dedup.m2ll_i), np.asarray(every.m2ll_i), rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(dedup.grad_i), np.asarray(every.grad_i), rtol=1e-10, atol=1e-12
+    )
+    np.testing.assert_allclose(np.asarray(dedup.modes), np.asarray(every.modes), atol=1e-12)
+
+
+def test_duplicate_starts_and_lanes_that_do_not_run():
+    starts = jnp.array([[[0.0, 1.0], [0.0, 1.0 + 1e-9], [2.0, 0.0], [2.0, 0.0], [0.0, 1.0]]])
+    np.testing.assert_array_equal(duplicate_starts(starts, jnp.ones(2)), [[0, 0, 2, 2, 0]])
+    # inactive lanes take no iteration; the active ones the iterations they take alone
+    target = jnp.arange(8.0)[:, None]
+    active = jnp.array([True, False, True, True, False, False, True, False])
+    res = newton_lm_lanes(
+        lambda e, t: jnp.sum((e - t) ** 2) + 0.1 * jnp.sum((e - t) ** 4),
+        jnp.zeros((8, 1)),
+        target,
+        InnerOptions(),
+        jnp.full((8, 1), 2.0),
+        chunk=3,
+        active=active,
+    )
+    assert (np.asarray(res.n_iter)[~np.asarray(active)] == 0).all()
+    np.testing.assert_array_equal(np.asarray(res.n_iter)[np.asarray(active)], [1, 5, 6, 8])
+    np.testing.assert_allclose(res.eta[active], target[active], atol=1e-8)
+    # a map over the active lanes only, 3 at a time
+    out = map_lanes(lambda x: (x**2, x + 1), target[:, 0], active, 3)
+    np.testing.assert_allclose(out[0][active], target[active, 0] ** 2)
+    np.testing.assert_allclose(out[1][active], target[active, 0] + 1)
 
 
 def test_multistart_option_validated():

@@ -32,7 +32,8 @@ class InnerOptions(KeywordChecked):
       density has several modes (networks that take random effects as inputs), a search from
       the previous EBEs alone can stay in a worse one.
       None (default): on for models with network parameters, off otherwise; True or False:
-      always or never. The inner solve costs 2q + 2 times as much with it.
+      always or never. The inner solve costs up to 2q + 2 times as much with it (in a fit,
+      searches that ended at the same mode run once the next time).
     """
 
     max_iter: int = 50
@@ -194,10 +195,14 @@ def newton_lm_lanes(
     max_step: jax.Array | None = None,
     chunk: int | None = None,
     serial: bool = False,
+    active: jax.Array | None = None,
 ) -> InnerResult:
     """`newton_lm` for L searches at once ("lanes"): lane l minimises ``fun(eta, x_l)`` from
     ``eta0[l]`` (`x`: a pytree of ``[L, ...]`` arrays; `max_step` ``[L, q]``). Each lane takes
     exactly the iterations `newton_lm` would; the results are ``[L, ...]``.
+
+    `active` (``[L]`` bool): lanes that are False are not searched at all (they start
+    finished; their results are meaningless, for the caller to replace).
 
     `serial`: the lanes one after the other (a loop over `newton_lm`), for programs whose
     tracing costs more than their running (see `make_evaluator`).
@@ -230,6 +235,8 @@ def newton_lm_lanes(
     ms_axis = None if max_step is None else 0
     run = jax.vmap(step, in_axes=(0, 0, ms_axis))
     state = jax.vmap(start, in_axes=(0, 0, ms_axis))(eta0, x, max_step)
+    if active is not None:
+        state = state[:7] + (state[7] | ~active,) + state[8:]
 
     def advance(st):
         if chunk is None or chunk >= n_lanes:
@@ -241,6 +248,43 @@ def newton_lm_lanes(
 
     state = jax.lax.while_loop(lambda st: jnp.any(pending(st)), advance, state)
     return _newton_result(state)
+
+
+def map_lanes(
+    fun: Callable[[Any], Any], x: Any, active: jax.Array | None, chunk: int | None
+) -> Any:
+    """``vmap(fun)(x)`` over L lanes (`x`: a pytree of ``[L, ...]``), computed on the `active`
+    lanes only, `chunk` at a time (a loop over as many chunks as the active lanes fill); the
+    results of inactive lanes are meaningless. `active` or `chunk` None: one `vmap` of all."""
+    if active is None or chunk is None:
+        return jax.vmap(fun)(x)
+    n_lanes = active.shape[0]
+    n_chunks = -(-n_lanes // chunk)
+    order = jnp.argsort(~active, stable=True)  # active lanes first
+    order = jnp.concatenate([order, jnp.broadcast_to(order[-1:], (n_chunks * chunk - n_lanes,))])
+    n_active = jnp.sum(active)
+    shapes = jax.eval_shape(jax.vmap(fun), jax.tree_util.tree_map(lambda a: a[:1], x))
+    out = jax.tree_util.tree_map(lambda s: jnp.zeros((n_lanes,) + s.shape[1:], s.dtype), shapes)
+
+    def body(carry):
+        c, acc = carry
+        idx = jax.lax.dynamic_slice_in_dim(order, c * chunk, chunk)
+        vals = jax.vmap(fun)(jax.tree_util.tree_map(lambda a: a[idx], x))
+        return c + 1, jax.tree_util.tree_map(lambda a, b: a.at[idx].set(b), acc, vals)
+
+    return jax.lax.while_loop(lambda cr: cr[0] * chunk < n_active, body, (0, out))[1]
+
+
+def duplicate_starts(starts: jax.Array, scale: jax.Array) -> jax.Array:
+    """For ``[N, K, q]`` search starts, ``[N, K]``: the first of each subject's starts within
+    1e-6 `scale` (``[q]``, max-norm) of that start (its own index when none before it is).
+    Searches that start together end together: only the first of each group need run."""
+    k = starts.shape[1]
+    close = jnp.all(
+        jnp.abs(starts[:, :, None, :] - starts[:, None, :, :]) <= 1e-6 * scale, axis=-1
+    )  # [N, K, K]
+    earlier = jnp.tril(jnp.ones((k, k), bool))
+    return jnp.argmax(close & earlier, axis=-1)
 
 
 def keep_best(found: InnerResult, values: jax.Array) -> tuple[InnerResult, jax.Array]:

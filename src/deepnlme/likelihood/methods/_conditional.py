@@ -14,7 +14,14 @@ import jax
 import jax.numpy as jnp
 
 from ...errors import OptionError
-from .._inner import InnerOptions, implicit_step, keep_best, newton_lm_lanes
+from .._inner import (
+    InnerOptions,
+    duplicate_starts,
+    implicit_step,
+    keep_best,
+    map_lanes,
+    newton_lm_lanes,
+)
 from .._linalg import logdet_inv
 from .._problem import Problem
 from .._terms import cond_parts, inner_value, obs_first
@@ -157,28 +164,47 @@ class Conditional(Method):
         x = (jax.tree_util.tree_map(lambda a: a[lane], subjects), None if v0 is None else v0[lane])
         search_obs = problem.obs_terms_search or problem.obs_terms
         sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
+        limit = max_step_of(sd)
+        starts = jax.lax.stop_gradient(starts)
+        # Tracked modes: a subject's searches that ended at the same mode last time start
+        # there together, and would end together again; only the first of each such group
+        # runs (and is scored), the others take its results (with one mode per subject, one
+        # search in 2q + 2). The fixed starts (every 10 accepted steps) all run.
+        source = duplicate_starts(starts, limit) if eta.ndim == 3 and k1 > 1 else None
+        active = None if source is None else (source == jnp.arange(k1)).reshape(-1)
         res = newton_lm_lanes(
             lambda e, xl: inner_value(search_obs, theta, om_inv, xl[1], e, xl[0], ctx.has_other),
-            jax.lax.stop_gradient(starts).reshape(n * k1, q),
+            starts.reshape(n * k1, q),
             x,
             self.inner,
-            jnp.broadcast_to(max_step_of(sd), (n * k1, q)),
+            jnp.broadcast_to(limit, (n * k1, q)),
             chunk,
             serial,
+            active,
         )
-        found = jax.tree_util.tree_map(lambda a: a.reshape((n, k1) + a.shape[1:]), res)
+
+        def per_subject(a):  # [N K1, ...] -> [N, K1, ...], each group given its first's values
+            a = a.reshape((n, k1) + a.shape[1:])
+            if source is None:
+                return a
+            return jnp.take_along_axis(a, source.reshape((n, k1) + (1,) * (a.ndim - 2)), axis=1)
+
+        found = jax.tree_util.tree_map(per_subject, res)
         if k1 == 1:
             first_found = jax.tree_util.tree_map(lambda a: a[:, 0], found)
             return Searched(first_found.eta, first_found.hess, first_found.converged, found.eta)
 
-        def choose(found_i, subj, v0_i):
-            def score(e):  # modes compete by their contribution to the objective
-                return self.laplace(ctx, theta, e, search_obs, subj, v0_i)[0]
+        def score(lane_x):  # modes compete by their contribution to the objective
+            e, (subj, v0_l) = lane_x
+            return self.laplace(ctx, theta, e, search_obs, subj, v0_l)[0]
 
-            kept, modes = keep_best(found_i, jax.vmap(score)(found_i.eta))
+        scores = per_subject(map_lanes(score, (res.eta, x), active, chunk))
+
+        def choose(found_i, scores_i):
+            kept, modes = keep_best(found_i, scores_i)
             return Searched(kept.eta, kept.hess, kept.converged, modes)
 
-        return jax.vmap(choose)(found, subjects, v0)
+        return jax.vmap(choose)(found, scores)
 
     def contribution(
         self, ctx: Context, searched: Searched, subj: Any
