@@ -1,0 +1,89 @@
+"""Where one FOCE evaluation of benchmark 3's network model spends its time.
+
+The evaluation is two compiled programs, the EBE search and the rest (Laplace's formula at
+the modes and its exact gradient); each is compiled and timed apart, at the model's initial
+estimates: once from eta = 0 (with multistart: and the fixed extra starts), then twice at a
+nearby point warm-started from what the first found (with multistart: the tracked modes, as
+a fit warm-starts them).
+
+    python benchmarks/bench_pkpd_evaluation.py [--subjects 50] [--multistart]
+        [--max-expansion 64]
+
+`--max-expansion`: the number of parameter and random-effect entries of an ODE solve up to
+which the rest expands the solve by forward sensitivities instead of differentiating it
+(`solve._subject._MAX_ODE_EXPANSION`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import deepnlme as dn
+import deepnlme.solve._subject as subject_module
+from deepnlme.estimation._compiled import structure_of
+from deepnlme.estimation._outer import _with_fixed_starts
+from deepnlme.likelihood import make_evaluator
+from deepnlme.likelihood._from_model import model_problem
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_deepnlme_pkpd as pkpd  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--subjects", type=int, default=50)
+    ap.add_argument("--multistart", action="store_true")
+    ap.add_argument("--max-expansion", type=int, default=subject_module._MAX_ODE_EXPANSION)
+    args = ap.parse_args()
+    subject_module._MAX_ODE_EXPANSION = args.max_expansion
+    with tempfile.TemporaryDirectory() as tmp:
+        train, _ = pkpd.make_data(args.subjects, 1, Path(tmp))
+        pop = dn.read_data(train)
+    model = dn.load_model(pkpd.HERE / "deepnlme.model")
+    problem, _ = model_problem(model, pop)
+    u = jnp.asarray(problem.init_u())
+    free = tuple(range(u.size))
+    method = dn.FOCE(inner=dn.InnerOptions(multistart=args.multistart))
+    structure = structure_of(problem)
+    n, q = problem.n_subjects, problem.n_eta
+    search = jax.jit(make_evaluator(problem, method, free, structure, stage="search"))
+    rest = jax.jit(make_evaluator(problem, method, free, structure, stage="rest"))
+    eta0 = np.zeros((n, q))
+    eta0 = jnp.asarray(
+        _with_fixed_starts(problem, np.asarray(u), eta0) if args.multistart else eta0
+    )
+
+    def timed(fn, *a):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(fn(*a))
+        return out, time.perf_counter() - t0
+
+    c_search, t_cs = timed(lambda: search.lower(u, u, eta0, problem.subjects).compile())
+    found, t_s0 = timed(c_search, u, u, eta0, problem.subjects)
+    c_rest, t_cr = timed(lambda: rest.lower(u, u, found, problem.subjects).compile())
+    ev, t_r0 = timed(c_rest, u, u, found, problem.subjects)
+    warm = ev.modes if args.multistart else ev.eta
+    u2 = u + 1e-3
+    runs = []
+    for _ in range(2):
+        found2, ts = timed(c_search, u2, u2, warm, problem.subjects)
+        _, tr = timed(c_rest, u2, u2, found2, problem.subjects)
+        runs.append((ts, tr))
+    print(
+        f"{n} subjects, multistart {args.multistart}, max expansion {args.max_expansion}: "
+        f"compile search {t_cs:.1f} s, rest {t_cr:.1f} s; from eta = 0: search {t_s0:.3f} s, "
+        f"rest {t_r0:.3f} s (OFV {float(jnp.sum(ev.m2ll_i)):.6f}); warm: "
+        + ", ".join(f"search {ts:.3f} s, rest {tr:.3f} s" for ts, tr in runs)
+    )
+
+
+if __name__ == "__main__":
+    main()
