@@ -171,7 +171,7 @@ def main() -> None:
         print(
             f"| {ep} | {dp:.4f} / {tp:.4f} | {dp / tp:.2f} | {di:.4f} / {ti:.4f} | {di / ti:.2f} |"
         )
-    print(f"\nJointMAP: {j['message']}\nFOCE: {f['message']}")
+    print(f"\nJointMAP: {j['message']}\nFOCE: {f['message']}\ntrue model: {ref.message}")
     print("FOCE timings:", {k: round(v, 2) for k, v in deep["timings"].items()})
 
 
