@@ -260,3 +260,47 @@ def test_used_rows_reads_static_indexing_and_is_conservative_otherwise():
     assert used_rows(*unused_read) == [2]  # v[3] is read but reaches no output
     assert used_rows(lambda v, a: jnp.sum(v) * a, (x, 2.0)) == [0, 1, 2, 3]
     assert used_rows(lambda v, a: (v, v[1] * a), (x, 2.0)) == [0, 1, 2, 3]  # returned whole
+
+
+_ODE_WIDE_NET = """
+param:
+    tcl = Real(init=-3.0)
+    tv = Real(init=-0.7)
+    omega = PDiag(init=[0.05])
+    sigma = Positive(init=0.5)
+    NN = MLP(1, 8, 8, (1, softplus), seed=3, out_scale=[0.1])
+random:
+    eta ~ MvNormal(omega)
+pre:
+    cl = exp(tcl + eta[0])
+    v = exp(tv)
+dynamics:
+    Central' = -(cl + NN(Central / v)[0]) / v * Central
+derived:
+    conc = Central / v
+    DV ~ Additive(conc, sigma)
+"""
+
+
+def test_first_order_solve_beyond_the_expansion_limit(monkeypatch):
+    """A network of 97 weights in the dynamics: past `_MAX_ODE_EXPANSION` entries JointMAP's
+    solve is differentiated in reverse mode (by diffrax's recursive checkpointing); its value
+    and gradient equal those of the forward-sensitivity expansion used below the limit."""
+    import deepnlme.solve._subject as subject_module
+
+    pop = dn.datasets.load("theophylline")
+    pop = pop.subset(pop.ids[:3])
+    problem, predictor = model_problem(dn.load_model(_ODE_WIDE_NET), pop)
+    assert predictor.reverse_only.ode_options.adjoint == "recursive"
+    assert problem.init_u().size > 64  # past the limit (`_MAX_ODE_EXPANSION`, 64)
+    u = jnp.asarray(problem.init_u())
+    eta = jnp.full((problem.n_subjects, problem.n_eta), 0.1)
+    outs = []
+    for limit in (subject_module._MAX_ODE_EXPANSION, 10_000):
+        monkeypatch.setattr(subject_module, "_MAX_ODE_EXPANSION", limit)
+        ev = make_evaluator(problem, dn.JointMAP(), tuple(range(u.size)), probe(problem))
+        outs.append(jax.jit(ev)(u, u, eta, problem.subjects))
+    np.testing.assert_allclose(outs[0].m2ll_i, outs[1].m2ll_i, rtol=1e-12)
+    scale = float(jnp.max(jnp.abs(outs[1].grad_i)))
+    np.testing.assert_allclose(outs[0].grad_i, outs[1].grad_i, rtol=1e-8, atol=1e-10 * scale)
+    np.testing.assert_allclose(outs[0].grad_eta, outs[1].grad_eta, rtol=1e-8, atol=1e-10)
