@@ -60,6 +60,26 @@ def test_the_first_evaluation_ends_an_open_phase_before_the_iterations():
     assert lines[2] == HEADER and len(lines) == 3 + res.n_iter + 1 + 1
 
 
+def test_a_long_first_evaluation_is_noted_in_the_compile_line(monkeypatch):
+    # the phase's clock: 130 s in all, 21 s of them compilation; then 0.5 s of 5 (noted not)
+    import deepnlme.estimation._optimizers as opt
+
+    clock = iter([100.0, 230.0, 300.0, 305.0])
+    monkeypatch.setattr(opt.time, "perf_counter", lambda: next(clock))
+    out = io.StringIO()
+    with Progress(out) as display:
+        display.start("compiling the FOCE objective")
+        display.end_split(21.0, "the first evaluation")
+        display.start("compiling the FOCE objective")
+        display.end_split(4.5, "the first evaluation")
+    lines = out.getvalue().split("\n")
+    assert (
+        lines[1]
+        == "compiling the FOCE objective ... 2 min 10 s (of which the first evaluation 1 min 49 s)"
+    )
+    assert lines[3] == "compiling the FOCE objective ... 5.0 s"
+
+
 def test_on_a_terminal_iterations_update_one_live_line():
     term = _Terminal()
     with Progress(term) as display:

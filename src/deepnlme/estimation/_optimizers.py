@@ -139,6 +139,18 @@ class Progress:
         self._finish_phase(seconds(elapsed) + (f" ({note})" if note else ""))
         return elapsed
 
+    def end_split(self, first_s: float, then: str) -> None:
+        """End the open phase, whose first `first_s` seconds were its own (compilation) and the
+        rest `then` (``the first evaluation``): the rest is noted when it took a second or more
+        and a tenth of the phase (``... 2 min 07 s (of which the first evaluation 1 min 46
+        s)``)."""
+        if self._phase is None:
+            return
+        elapsed = time.perf_counter() - self._phase[1]
+        other = elapsed - first_s
+        noted = other >= max(1.0, 0.1 * elapsed)
+        self._finish_phase(seconds(elapsed) + (f" (of which {then} {seconds(other)})" * noted))
+
     def header(self) -> None:
         """The column names of the iteration lines."""
         self.end()

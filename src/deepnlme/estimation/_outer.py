@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -95,9 +95,13 @@ def fit_problem(
     start = starting_point(problem, method, init, init_eta, fixed)
     cov_pos = _covariance_positions(problem, start, network_se) if covariance else []
     with Progress(enabled=progress) as display:
-        # a phase that the first evaluation ends (it waits for the rest to compile)
+        # a phase that the first evaluation ends (it waits for the rest to compile); where
+        # that evaluation itself takes long (EBE searches from many starts), its line says so
         display.start(f"compiling the {method.name} objective")
         run = _Run(problem, method, start, cov_pos)
+        run.on_first = lambda: display.end_split(
+            run.t_compile + getattr(run.compiled, "waited", 0.0), "the first evaluation"
+        )
         res = optimizer.minimize(
             run.fun,
             run.x0(),
@@ -196,6 +200,7 @@ class _Run:
         )
         self.t_run0 = time.perf_counter()
         self.t_run = 0.0
+        self.on_first: Callable[[], None] | None = None  # called after the first evaluation
 
     def _prepare_report(self, cov_pos: list[int]) -> None:
         """Compile the report's helper programs while the evaluation compiles."""
@@ -236,6 +241,8 @@ class _Run:
         if self.g_first is None:
             self.g_first = np.array(g[:p], dtype=np.float64)
             self.m2ll_first = np.array(ev.m2ll_i, dtype=np.float64)
+            if self.on_first is not None:
+                self.on_first()
         if self.joint:
             g = np.concatenate([g, ev.grad_eta.ravel()])
         return f, g
