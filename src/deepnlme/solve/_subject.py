@@ -419,21 +419,21 @@ class SubjectPredictor:
         """This predictor with ODE solves that support forward-mode derivatives only
         (diffrax's forward mode: cheaper to trace, compile and run than the default adjoint).
         One object per predictor, so that its nested jit is traced once."""
-        if self.ode_options.adjoint == "forward":
-            return self
-        return dataclasses.replace(
-            self, ode_options=dataclasses.replace(self.ode_options, adjoint="forward")
-        )
+        return self._with_adjoint("forward")
 
     @functools.cached_property
     def reverse_only(self) -> SubjectPredictor:
         """This predictor with ODE solves differentiated in reverse mode only (diffrax's
         recursive checkpointing) where its adjoint is the default ("direct"), for solves whose
         derivatives are taken by reverse mode alone. One object per predictor."""
-        if self.ode_options.adjoint != "direct":
+        return self if self.ode_options.adjoint != "direct" else self._with_adjoint("recursive")
+
+    def _with_adjoint(self, adjoint: str) -> SubjectPredictor:
+        """This predictor, its ODE solves with `adjoint` (itself when it has that one)."""
+        if self.ode_options.adjoint == adjoint:
             return self
         return dataclasses.replace(
-            self, ode_options=dataclasses.replace(self.ode_options, adjoint="recursive")
+            self, ode_options=dataclasses.replace(self.ode_options, adjoint=adjoint)
         )
 
     def _ode_flags(
