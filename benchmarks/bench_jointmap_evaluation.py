@@ -1,0 +1,67 @@
+"""One JointMAP evaluation of benchmark 3's network model (compiled as a fit compiles it), at
+the model's start: compile time and the median of 5 evaluations.
+
+    python benchmarks/bench_jointmap_evaluation.py [--subjects 200] [--max-expansion 64]
+        [--adjoint direct]
+
+For an A/B of deepnlme versions, run it with each version's `src` on PYTHONPATH, alternating
+fresh processes with empty caches (`DEEPNLME_CACHE_DIR=$(mktemp -d)`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import deepnlme as dn
+import deepnlme.solve._subject as subject_module
+from deepnlme.estimation._compiled import compiled_evaluation
+from deepnlme.estimation._start import starting_point
+from deepnlme.likelihood._from_model import model_problem
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_deepnlme_pkpd as pkpd  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--subjects", type=int, default=200)
+    ap.add_argument("--max-expansion", type=int, default=subject_module._MAX_ODE_EXPANSION)
+    ap.add_argument("--adjoint", default="direct")
+    args = ap.parse_args()
+    subject_module._MAX_ODE_EXPANSION = args.max_expansion
+    with tempfile.TemporaryDirectory() as tmp:
+        train, _ = pkpd.make_data(args.subjects, 1, Path(tmp))
+        pop = dn.read_data(train)
+    model = dn.load_model(pkpd.HERE / "deepnlme.model")
+    problem, _ = model_problem(model, pop, ode_options=dn.OdeOptions(adjoint=args.adjoint))
+    method = dn.JointMAP()
+    start = starting_point(problem, method, None, None, None)
+    z0 = start.u0[list(start.free)]
+    call = (jax.device_put(z0), jax.device_put(start.u0), jax.device_put(start.eta0))
+    call = (*call, problem.subjects)
+    t0 = time.perf_counter()
+    compiled, _ = compiled_evaluation(problem, method, start.free, call)
+    out = jax.block_until_ready(compiled(*call))
+    t_compile = time.perf_counter() - t0
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(compiled(*call))
+        times.append(time.perf_counter() - t0)
+    print(
+        f"{args.subjects} subjects, max expansion {args.max_expansion}, adjoint {args.adjoint}: "
+        f"compile {t_compile:.1f} s, evaluation {np.median(times):.3f} s, "
+        f"objective {float(np.sum(out.m2ll_i))!r}, max|gradient| "
+        f"{float(np.max(np.abs(np.sum(out.grad_i, axis=0))))!r}"
+    )
+
+
+if __name__ == "__main__":
+    main()
