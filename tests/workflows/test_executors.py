@@ -58,6 +58,26 @@ def _key(task, population, widths):
     return task.key
 
 
+def test_a_cluster_starts_while_another_holds_the_dashboard_port():
+    """Port 8787 (Dask's default HTTP port) held, as by a user's own cluster or a parallel
+    call: ours listens on a free port, with no warning (which the test settings raise)."""
+    import socket
+
+    cloudpickle = pytest.importorskip("cloudpickle")
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    held = socket.socket()
+    try:
+        held.bind(("127.0.0.1", 8787))
+        held.listen()
+    except OSError:
+        pass  # already held by something else: the case itself
+    try:
+        tasks = [_runner.FitTask(k, "", None) for k in range(2)]
+        assert _runner.run_tasks(tasks, None, workers=2, progress=False, fn=_key) == [0, 1]
+    finally:
+        held.close()
+
+
 def _dies_once(task, population, widths, *, marker):
     """Kill this worker process the first time task 1 runs (the marker file says whether it
     ran), as a crash or the out-of-memory killer would."""

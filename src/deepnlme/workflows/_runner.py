@@ -387,6 +387,9 @@ def _run_on_dask(tasks, population, n, scheduler, counter, retries, widths, fn) 
                     threads_per_worker=1,
                     processes=True,
                     dashboard_address=None,
+                    # the scheduler's HTTP routes still listen; on a free port, not 8787,
+                    # which another cluster on this machine (or another call) may hold
+                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
                     host="127.0.0.1",
                     env=_worker_env(cache),
                     silence_logs=40,
