@@ -304,3 +304,16 @@ def test_first_order_solve_beyond_the_expansion_limit(monkeypatch):
     scale = float(jnp.max(jnp.abs(outs[1].grad_i)))
     np.testing.assert_allclose(outs[0].grad_i, outs[1].grad_i, rtol=1e-8, atol=1e-10 * scale)
     np.testing.assert_allclose(outs[0].grad_eta, outs[1].grad_eta, rtol=1e-8, atol=1e-10)
+
+
+def test_batched_like_keeps_values_and_takes_the_batch_dimension():
+    """A loop's start made batched like the subject's data: the values are unchanged (a NaN
+    reference too), and under `vmap` an unbatched constant comes out batched."""
+    from deepnlme._autodiff import batched_like
+
+    values = (jnp.array(True), jnp.array(jnp.nan), jnp.zeros(2))
+    out = batched_like(jnp.array(jnp.nan), values)
+    assert bool(out[0]) and bool(jnp.isnan(out[1])) and out[2].tolist() == [0.0, 0.0]
+    flag, nan, zeros = jax.vmap(lambda r: batched_like(r, values))(jnp.arange(3.0))
+    assert flag.shape == (3,) and nan.shape == (3,) and zeros.shape == (3, 2)
+    assert bool(jnp.all(flag)) and bool(jnp.all(jnp.isnan(nan))) and not jnp.any(zeros)

@@ -261,3 +261,18 @@ def mixed_polynomial(coef, x: Any, x_c: Any, varying: Sequence[bool], second: Se
     # hess[..., i, j] = d2 f / dz_i dz_sec[j]; a pair of two `second` entries appears twice
     weight = jnp.asarray(np.where(is_second, 0.5, 1.0))
     return val + jac @ d + jnp.einsum("...ij,i,j->...", hess, weight * d, d[sec])
+
+
+def batched_like(ref: jax.Array, values: Any) -> Any:
+    """`values` unchanged, but batched under `vmap` wherever `ref` is: the start of a loop's
+    carry that its body makes batched anyway.
+
+    `vmap` of a `lax.scan` or `lax.while_loop` batches the loop body until the batched carries
+    are a fixed point: a carry that starts unbatched (a constant flag, a state of zeros) and
+    comes out batched costs one more pass over the body, and each pass batches again every
+    loop nested in it (an ODE solve inside a scan over events inside the EBE search), so the
+    cost of tracing doubles with each level of nesting. Started batched, the fixed point holds
+    at the first pass. `where(ref == ref, v, v)` is `v` for any `ref`, NaN included.
+    """
+    same = ref == ref
+    return jax.tree_util.tree_map(lambda v: jnp.where(same, v, v), values)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .._autodiff import batched_like
 from ..errors import OptionError
 from ..model.types import DosingParams
 from ._doses import DoseEvents, DoseFeatures, ResolvedDoses, resolve_doses
@@ -338,7 +339,9 @@ def ode_states(
     n_ss = res.time.shape[0] if features.ss_records is None else features.ss_records
     table = _steady_states(prob, min(n_ss, res.time.shape[0]) if options.steady_state else 0)
     step = functools.partial(_event_step, prob, events, table)
-    init = (t_first, x0, jnp.array(True), jnp.array(jnp.nan))
+    # every carry batched from the start (under `vmap`, like the subject's times): see
+    # `batched_like`
+    init = batched_like(t_first, (t_first, x0, jnp.array(True), jnp.array(jnp.nan)))
     (_, _, ok, fail_t), (xs, _) = jax.lax.scan(step, init, events.order)
     states = xs[events.inv[: obs_time.shape[0]]]
     return OdeSolution(states=states, ok=ok, fail_time=fail_t)
