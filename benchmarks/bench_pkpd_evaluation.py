@@ -37,6 +37,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_deepnlme_pkpd as pkpd  # noqa: E402
 
 
+def setup(subjects: int, multistart: bool):
+    """Benchmark 3's FOCE evaluation on `subjects` training subjects at the initial
+    estimates: (problem, u, free, method, structure, first EBE starts)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        train, _ = pkpd.make_data(subjects, 1, Path(tmp))
+        pop = dn.read_data(train)
+    model = dn.load_model(pkpd.HERE / "deepnlme.model")
+    problem, _ = model_problem(model, pop)
+    u = jnp.asarray(problem.init_u())
+    method = dn.FOCE(inner=dn.InnerOptions(multistart=multistart))
+    eta0 = np.zeros((problem.n_subjects, problem.n_eta))
+    eta0 = jnp.asarray(_with_fixed_starts(problem, np.asarray(u), eta0) if multistart else eta0)
+    return problem, u, tuple(range(u.size)), method, structure_of(problem), eta0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subjects", type=int, default=50)
@@ -44,22 +59,9 @@ def main() -> None:
     ap.add_argument("--max-expansion", type=int, default=subject_module._MAX_ODE_EXPANSION)
     args = ap.parse_args()
     subject_module._MAX_ODE_EXPANSION = args.max_expansion
-    with tempfile.TemporaryDirectory() as tmp:
-        train, _ = pkpd.make_data(args.subjects, 1, Path(tmp))
-        pop = dn.read_data(train)
-    model = dn.load_model(pkpd.HERE / "deepnlme.model")
-    problem, _ = model_problem(model, pop)
-    u = jnp.asarray(problem.init_u())
-    free = tuple(range(u.size))
-    method = dn.FOCE(inner=dn.InnerOptions(multistart=args.multistart))
-    structure = structure_of(problem)
-    n, q = problem.n_subjects, problem.n_eta
+    problem, u, free, method, structure, eta0 = setup(args.subjects, args.multistart)
     search = jax.jit(make_evaluator(problem, method, free, structure, stage="search"))
     rest = jax.jit(make_evaluator(problem, method, free, structure, stage="rest"))
-    eta0 = np.zeros((n, q))
-    eta0 = jnp.asarray(
-        _with_fixed_starts(problem, np.asarray(u), eta0) if args.multistart else eta0
-    )
 
     def timed(fn, *a):
         t0 = time.perf_counter()
@@ -78,7 +80,8 @@ def main() -> None:
         _, tr = timed(c_rest, u2, u2, found2, problem.subjects)
         runs.append((ts, tr))
     print(
-        f"{n} subjects, multistart {args.multistart}, max expansion {args.max_expansion}: "
+        f"{problem.n_subjects} subjects, multistart {args.multistart}, "
+        f"max expansion {args.max_expansion}: "
         f"compile search {t_cs:.1f} s, rest {t_cr:.1f} s; from eta = 0: search {t_s0:.3f} s, "
         f"rest {t_r0:.3f} s (OFV {float(jnp.sum(ev.m2ll_i)):.6f}); warm: "
         + ", ".join(f"search {ts:.3f} s, rest {tr:.3f} s" for ts, tr in runs)

@@ -15,23 +15,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax._src.interpreters import batching
 
-import deepnlme as dn
-from deepnlme.estimation._compiled import structure_of
-from deepnlme.estimation._outer import _with_fixed_starts
 from deepnlme.likelihood import make_evaluator
-from deepnlme.likelihood._from_model import model_problem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_deepnlme_pkpd as pkpd  # noqa: E402
+import bench_pkpd_evaluation as evaluation  # noqa: E402
 
 
 def _count_batching() -> list[int]:
@@ -52,17 +46,7 @@ def main() -> None:
     ap.add_argument("--subjects", type=int, default=20)
     ap.add_argument("--multistart", action="store_true")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        train, _ = pkpd.make_data(args.subjects, 1, Path(tmp))
-        pop = dn.read_data(train)
-    model = dn.load_model(pkpd.HERE / "deepnlme.model")
-    problem, _ = model_problem(model, pop)
-    u = jnp.asarray(problem.init_u())
-    free = tuple(range(u.size))
-    method = dn.FOCE(inner=dn.InnerOptions(multistart=args.multistart))
-    structure = structure_of(problem)
-    eta = np.zeros((problem.n_subjects, problem.n_eta))
-    arg = jnp.asarray(_with_fixed_starts(problem, np.asarray(u), eta) if args.multistart else eta)
+    problem, u, free, method, structure, arg = evaluation.setup(args.subjects, args.multistart)
     parts = []
     count = _count_batching()
     for stage in ("search", "rest"):
