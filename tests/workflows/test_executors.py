@@ -78,6 +78,39 @@ def test_a_cluster_starts_while_another_holds_the_dashboard_port():
         held.close()
 
 
+class _Scattered:
+    key = "data"
+
+    def __init__(self, status):
+        self.status = status
+
+    def cancelled(self):
+        return self.status == "cancelled"
+
+
+class _Client:
+    def __init__(self, holders):
+        self.holders = holders
+
+    def who_has(self, future):
+        if isinstance(self.holders, Exception):
+            raise self.holders
+        return {future.key: self.holders}
+
+
+def test_scattered_data_counts_as_lost_when_forgotten_or_held_by_no_worker():
+    """What the runner asks before submitting a dead worker's fit again: scatter the data
+    anew when no worker holds it, or when the scheduler forgot it (the worker that held it
+    died; asking who holds it then raises)."""
+    from concurrent.futures import CancelledError
+
+    assert not _runner._lost(_Client(["tcp://w1"]), _Scattered("finished"))
+    assert _runner._lost(_Client([]), _Scattered("finished"))
+    assert _runner._lost(_Client(["tcp://w1"]), _Scattered("cancelled"))
+    assert _runner._lost(_Client(["tcp://w1"]), _Scattered("lost"))
+    assert _runner._lost(_Client(CancelledError("already forgotten")), _Scattered("finished"))
+
+
 def _dies_once(task, population, widths, *, marker):
     """Kill this worker process the first time task 1 runs (the marker file says whether it
     ran), as a crash or the out-of-memory killer would."""

@@ -370,6 +370,19 @@ def _worker_env(cache: str) -> dict[str, str]:
     }
 
 
+def _lost(client, future) -> bool:
+    """Whether the scattered data `future` is gone: no worker holds it, or the scheduler has
+    forgotten it (the worker that held it died before it was copied to the others)."""
+    from concurrent.futures import CancelledError
+
+    if future.cancelled() or future.status != "finished":
+        return True
+    try:
+        return not client.who_has(future).get(future.key)
+    except CancelledError:
+        return True
+
+
 def _run_on_dask(tasks, population, n, scheduler, counter, retries, widths, fn) -> list[Any]:
     import contextlib
     import uuid
@@ -424,7 +437,7 @@ def _run_on_dask(tasks, population, n, scheduler, counter, retries, widths, fn) 
                 # for it ("already forgotten"): submitted again, `retries` times at most
                 if attempt >= retries:
                     raise
-                if not client.who_has(shared).get(shared.key):
+                if _lost(client, shared):
                     shared = client.scatter(population, broadcast=True, hash=False)
                 again = submit(i, attempt + 1)
                 place[again.key] = (i, attempt + 1)
