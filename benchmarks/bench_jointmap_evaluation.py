@@ -13,20 +13,17 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import jax
 import numpy as np
 
 import deepnlme as dn
 import deepnlme.solve._subject as subject_module
-from deepnlme.estimation._compiled import compiled_evaluation
-from deepnlme.estimation._start import starting_point
 from deepnlme.likelihood._from_model import model_problem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_deepnlme_pkpd as pkpd  # noqa: E402
+from bench_multidose_eval import evaluation_time  # noqa: E402
 
 
 def main() -> None:
@@ -41,23 +38,10 @@ def main() -> None:
         pop = dn.read_data(train)
     model = dn.load_model(pkpd.HERE / "deepnlme.model")
     problem, _ = model_problem(model, pop, ode_options=dn.OdeOptions(adjoint=args.adjoint))
-    method = dn.JointMAP()
-    start = starting_point(problem, method, None, None, None)
-    z0 = start.u0[list(start.free)]
-    call = (jax.device_put(z0), jax.device_put(start.u0), jax.device_put(start.eta0))
-    call = (*call, problem.subjects)
-    t0 = time.perf_counter()
-    compiled, _ = compiled_evaluation(problem, method, start.free, call)
-    out = jax.block_until_ready(compiled(*call))
-    t_compile = time.perf_counter() - t0
-    times = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(compiled(*call))
-        times.append(time.perf_counter() - t0)
+    t_compile, t_eval, out = evaluation_time(problem, dn.JointMAP(), 5)
     print(
         f"{args.subjects} subjects, max expansion {args.max_expansion}, adjoint {args.adjoint}: "
-        f"compile {t_compile:.1f} s, evaluation {np.median(times):.3f} s, "
+        f"compile {t_compile:.1f} s, evaluation {t_eval:.3f} s, "
         f"objective {float(np.sum(out.m2ll_i))!r}, max|gradient| "
         f"{float(np.max(np.abs(np.sum(out.grad_i, axis=0))))!r}"
     )

@@ -31,10 +31,9 @@ from deepnlme.estimation._start import starting_point  # noqa: E402
 from deepnlme.likelihood._from_model import model_problem  # noqa: E402
 
 
-def _evaluation_time(model, pop, repeats: int) -> tuple[float, float, float]:
-    """(compile s, median evaluation s, OFV) of the FOCE evaluation at the model's start."""
-    problem, _ = model_problem(model, pop)
-    method = dn.FOCE()
+def evaluation_time(problem, method, repeats: int):
+    """(compile s, median evaluation s, output) of `method`'s evaluation of `problem` at the
+    model's start, compiled as a fit compiles it (compile s: compilation and the first call)."""
     start = starting_point(problem, method, None, None, None)
     z0 = start.u0[list(start.free)]
     args = (jax.device_put(z0), jax.device_put(start.u0), jax.device_put(start.eta0))
@@ -48,7 +47,7 @@ def _evaluation_time(model, pop, repeats: int) -> tuple[float, float, float]:
         t = time.perf_counter()
         out = jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - t)
-    return t_compile, float(np.median(times)), float(np.sum(out.m2ll_i))
+    return t_compile, float(np.median(times)), out
 
 
 def main() -> None:
@@ -71,7 +70,8 @@ def main() -> None:
     if args.ode:
         cases = [("CRCL changing", pop, "ODE")]
     for label, data, path in cases:
-        tc, te, ofv = _evaluation_time(model, data, args.repeats)
+        tc, te, out = evaluation_time(model_problem(model, data)[0], dn.FOCE(), args.repeats)
+        ofv = float(np.sum(out.m2ll_i))
         print(f"| {label} | {path} | {tc:.2f} | {te:.3f} | {ofv:.4f} |", flush=True)
 
 
