@@ -63,7 +63,8 @@ def test_a_cluster_starts_while_another_holds_the_dashboard_port():
     call: ours listens on a free port, with no warning (which the test settings raise)."""
     import socket
 
-    cloudpickle = pytest.importorskip("cloudpickle")
+    import cloudpickle
+
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     held = socket.socket()
     try:
@@ -83,9 +84,6 @@ class _Scattered:
 
     def __init__(self, status):
         self.status = status
-
-    def cancelled(self):
-        return self.status == "cancelled"
 
 
 class _Client:

@@ -375,7 +375,7 @@ def _lost(client, future) -> bool:
     forgotten it (the worker that held it died before it was copied to the others)."""
     from concurrent.futures import CancelledError
 
-    if future.cancelled() or future.status != "finished":
+    if future.status != "finished":  # cancelled, lost or errored
         return True
     try:
         return not client.who_has(future).get(future.key)
