@@ -1,6 +1,7 @@
 """Multiple doses, steady state and a time-varying covariate: deepnlme FOCE against nlme.
 
-    python benchmarks/bench_multidose.py [--subjects 150,5000] [--seed 1] [--ode] [--out FILE]
+    python benchmarks/bench_multidose.py [--subjects 150,5000] [--seed 1] [--ode]
+        [--ode-solver auto] [--out FILE]
 
 For each size, `benchmarks/multidose_data.py` generates the data set (a temporary folder); then
 in the same run:
@@ -18,7 +19,9 @@ in the same run:
   CSV, building the model, compiling and fitting `examples/multidose/multidose.model` by FOCE
   from its initial values, covariance step included, as `deepnlme fit` does);
 - deepnlme warm: a second fit of the same model in that process (nothing compiled);
-- with ``--ode``: the same in the ODE form of the model (`multidose_ode.model`), warm.
+- with ``--ode``: the same in the ODE form of the model (`multidose_ode.model`), warm, with
+  ``OdeOptions(solver=...)`` of ``--ode-solver`` (default ``auto``, which solves these linear
+  dynamics exactly by matrix exponentials; ``tsit5`` integrates them).
 Printed: times, ratios to nlme (smaller is better), -2LL of both and each estimate's difference
 in units of nlme's standard error. Needs R with nlme (Debian: ``apt-get install r-base-core
 r-cran-nlme``).
@@ -71,10 +74,11 @@ PY_FIT = textwrap.dedent(
     t_import = time.perf_counter() - t0
     pop = dn.read_data(sys.argv[1])
     model = dn.load_model(sys.argv[2])
-    fit = dn.fit(model, pop, dn.FOCE(), progress=False)
+    ode = dn.OdeOptions(sys.argv[3] if len(sys.argv) > 3 else "auto")
+    fit = dn.fit(model, pop, dn.FOCE(), progress=False, ode_options=ode)
     total = time.perf_counter() - t0
     t2 = time.perf_counter()
-    warm = dn.fit(model, pop, dn.FOCE(), progress=False)
+    warm = dn.fit(model, pop, dn.FOCE(), progress=False, ode_options=ode)
     t_warm = time.perf_counter() - t2
     est = {k: (v if isinstance(v, float) else list(map(float, v.ravel())))
            for k, v in fit.estimates.items()}
@@ -83,7 +87,7 @@ PY_FIT = textwrap.dedent(
         covariance_s=warm.timings["covariance"], run_s=warm.timings["run"],
         total_s=total, warm_s=t_warm, m2ll=fit.m2ll, converged=bool(fit.converged),
         n_iter=fit.n_iter, n_eval=fit.n_eval, warm_m2ll=warm.m2ll, estimates=est,
-        message=fit.message)))
+        message=fit.message, solver=fit.ode_options.solver if fit.ode_options else None)))
     """
 )
 
@@ -124,8 +128,8 @@ def run_nlme(path: Path, nrep: int) -> dict | None:
     return None
 
 
-def run_deepnlme(data: Path, model: Path, cache: str) -> dict:
-    return _child(PY_FIT, [str(data), str(model)], cache)
+def run_deepnlme(data: Path, model: Path, cache: str, solver: str = "auto") -> dict:
+    return _child(PY_FIT, [str(data), str(model), solver], cache)
 
 
 def _child(code: str, args: list[str], cache: str) -> dict:
@@ -167,6 +171,7 @@ def main() -> None:
     ap.add_argument("--subjects", default="150")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ode", action="store_true")
+    ap.add_argument("--ode-solver", default="auto", help="OdeOptions(solver=...) of the ODE form")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     lines = [
@@ -184,7 +189,7 @@ def main() -> None:
             ode = None
             if args.ode:
                 with tempfile.TemporaryDirectory() as cache:
-                    ode = run_deepnlme(p_nm, MODEL_ODE, cache)
+                    ode = run_deepnlme(p_nm, MODEL_ODE, cache, args.ode_solver)
             if nl:
                 with tempfile.TemporaryDirectory() as cache:
                     at_nl = foce_at_nlme(p_nm, MODEL, nl, cache)
@@ -203,7 +208,7 @@ def main() -> None:
                 f"converged {cold['converged']} ({cold['message']})"
                 + (f"; vs nlme: {_compare(nl, cold)}" if nl else "")
                 + (f"; deepnlme FOCE -2LL at nlme's estimates {at_nl:.4f}" if nl else "")
-                + (f"; ODE -2LL {ode['m2ll']:.3f}" if ode else "")
+                + (f"; ODE ({ode['solver']}) -2LL {ode['m2ll']:.3f}" if ode else "")
             )
     table = "\n".join(lines + [""] + notes)
     print()

@@ -79,6 +79,120 @@ def dependent_leaves(fn: Callable[..., Any], args: Sequence[Any], dep: Sequence[
     return tuple(id(v) in dependent for v in jaxpr.outvars)
 
 
+# How an equation's output depends on its inputs when some depend on the variable x (the
+# others are constant): `_LINEAR` (homogeneous, ``A x``), `_AFFINE` (``A x + b``) or
+# `_NONLINEAR`. Sums and rearrangements are affine whatever their inputs (linear where no
+# constant enters); products with one x-free factor and quotients by an x-free divisor keep
+# the tag of their x-dependent operand; indexing is affine in its data when the indices are
+# x-free. Any other primitive with an x-dependent input is nonlinear.
+_AFFINE_ANY = frozenset(
+    {
+        "add",
+        "add_any",
+        "sub",
+        "neg",
+        "reshape",
+        "broadcast_in_dim",
+        "squeeze",
+        "expand_dims",
+        "slice",
+        "concatenate",
+        "stack",
+        "split",
+        "pad",
+        "transpose",
+        "copy",
+        "copy_p",
+        "reduce_sum",
+        "cumsum",
+        "rev",
+        "convert_element_type",
+    }
+)
+_AFFINE_ONE = frozenset({"mul", "dot_general"})
+_INDEXED = {  # the data operands (positions) of indexing primitives; the others are indices
+    "dynamic_slice": (0,),
+    "gather": (0,),
+    "dynamic_update_slice": (0, 1),
+    "scatter": (0, 2),
+    "scatter-add": (0, 2),
+}
+_CONST, _LINEAR, _AFFINE, _NONLINEAR = 0, 1, 2, 3
+
+
+def linearity(
+    fn: Callable[..., Any], args: Sequence[Any], pos: int, banned: Sequence[int] = ()
+) -> str | None:
+    """How the outputs of `fn(*args)` depend on the argument at `pos`, x: ``"linear"``
+    (``A x``), ``"affine"`` (``A x + b``), with ``A`` and ``b`` independent of x and of the
+    arguments at `banned` (a time, say), or None (anything else).
+
+    Read from the traced program (abstract values), conservatively: x-dependent values may be
+    combined only by sums, rearrangements (reshape, slice, concatenate, ...), products and
+    matrix products with one x-free factor, quotients by an x-free divisor, indexing with
+    x-free indices, selections whose condition is x-free, and nested jit calls of such
+    programs; anything else touching x, or any use of a `banned` argument, is nonlinear. It
+    never calls a nonlinear function affine (it may call an affine one nonlinear, and a
+    linear one affine where a constant that is zero enters).
+    """
+    jaxpr = _leaves_jaxpr(fn, args)
+    counts = [len(jax.tree_util.tree_leaves(a)) for a in args]
+    tags = []
+    for i, c in enumerate(counts):
+        tags += [_LINEAR if i == pos else _NONLINEAR if i in banned else _CONST] * c
+    worst = max(_affine_tags(jaxpr, tags), default=_CONST)
+    return {_CONST: "affine", _LINEAR: "linear", _AFFINE: "affine"}.get(worst)
+
+
+def _combined(tags: Sequence[int]) -> int:
+    """The tag of a sum (or rearrangement) of values with these tags."""
+    top = max(tags, default=_CONST)
+    if top == _LINEAR and _CONST in tags:
+        return _AFFINE
+    return top
+
+
+def _affine_tags(jaxpr, in_tags: Sequence[int]) -> list[int]:
+    """The tags (`_CONST` ... `_NONLINEAR`) of `jaxpr`'s outputs from those of its inputs."""
+    tag = {id(v): t for v, t in zip(jaxpr.invars, in_tags)}
+
+    def of(v):
+        return _CONST if hasattr(v, "val") else tag.get(id(v), _CONST)
+
+    for eqn in jaxpr.eqns:
+        ins = [of(v) for v in eqn.invars]
+        top = max(ins, default=_CONST)
+        name = eqn.primitive.name
+        n_out = len(eqn.outvars)
+        if top in (_CONST, _NONLINEAR):
+            outs = [top] * n_out
+        elif name in ("pjit", "jit", "closed_call", "core_call"):
+            sub = eqn.params.get("jaxpr") or eqn.params.get("call_jaxpr")
+            sub = getattr(sub, "jaxpr", sub)
+            outs = _affine_tags(sub, ins) if sub is not None else [_NONLINEAR] * n_out
+        elif name in _AFFINE_ANY:
+            outs = [_combined(ins)] * n_out
+        elif name in _AFFINE_ONE:
+            moving = [t for t in ins if t != _CONST]
+            outs = [moving[0] if len(moving) == 1 else _NONLINEAR] * n_out
+        elif name == "div":
+            outs = [ins[0] if ins[1] == _CONST else _NONLINEAR]
+        elif name == "select_n":  # (condition, *cases)
+            outs = [_combined(ins[1:]) if ins[0] == _CONST else _NONLINEAR]
+        elif name == "integer_pow" and eqn.params.get("y") == 1:
+            outs = [ins[0]]
+        elif name in _INDEXED:
+            data = _INDEXED[name]
+            index_free = all(t == _CONST for i, t in enumerate(ins) if i not in data)
+            kept = _combined([t for i, t in enumerate(ins) if i in data])
+            outs = [kept if index_free else _NONLINEAR] * n_out
+        else:
+            outs = [_NONLINEAR] * n_out
+        for v, t in zip(eqn.outvars, outs):
+            tag[id(v)] = t
+    return [of(v) for v in jaxpr.outvars]
+
+
 def taylor2(f: Callable[[Any], jax.Array], x: Any, x_c: Any, varying: Sequence[bool]) -> jax.Array:
     """`f(x)` replaced by its second-order Taylor polynomial about `x_c`.
 

@@ -78,3 +78,50 @@ def test_failed_ode_solve_names_subject_and_time():
     with pytest.raises(dn.SolveError, match="subject 7") as err:
         dn.model_predict(model, pop, ode_options=dn.OdeOptions(max_steps=200))
     assert "at time" in str(err.value)
+
+
+# linear dynamics: solved exactly, or refused where the exact solution is asked of others
+LINEAR_NETWORK = """
+param:
+    tka = Real(init=0.4)
+    tv = Real(init=3.4)
+    omega = PDiag(init=[0.1, 0.05])
+    sigma = Positive(init=0.5)
+    NN = MLP(1, 4, (1, softplus), seed=3)
+random:
+    eta ~ MvNormal(omega)
+covariates: WT
+pre:
+    ka = exp(tka + eta[0])
+    v = exp(tv + eta[1])
+    k = NN(WT / 70)[0] / 10
+dynamics:
+    Depot' = -ka * Depot
+    Central' = ka * Depot - k * Central
+derived:
+    DV ~ Additive(Central / v, sigma)
+"""
+
+
+def test_linear_dynamics_are_solved_exactly_and_a_network_of_covariates_stays_linear():
+    from deepnlme.likelihood._from_model import model_problem
+
+    pop = dn.datasets.load("theophylline")
+    model = dn.load_model(LINEAR_NETWORK)
+    _, predictor = model_problem(model, pop)
+    assert predictor.solves_exactly
+    exact = dn.model_predict(model, pop)
+    tight = dn.model_predict(
+        model, pop, ode_options=dn.OdeOptions("dopri8", rtol=1e-12, atol=1e-12)
+    )
+    np.testing.assert_allclose(exact["IPRED"], tight["IPRED"], rtol=1e-9, atol=1e-12)
+
+
+def test_the_exact_solution_is_refused_for_dynamics_that_are_not_linear():
+    text = LINEAR_NETWORK.replace("- k * Central", "- k * Central / (1 + Central)")
+    pop = dn.datasets.load("theophylline")
+    with pytest.raises(dn.ModelError, match="not linear in the states") as err:
+        dn.model_predict(dn.load_model(text), pop, ode_options=dn.OdeOptions("expm"))
+    assert "solver='auto'" in str(err.value)
+    with pytest.raises(dn.OptionError, match="must be one of"):
+        dn.OdeOptions("matrix-exponential")

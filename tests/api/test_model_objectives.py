@@ -58,12 +58,15 @@ def test_gradient_closed_form_proportional_error(method):
     _check_gradient(total, u, rel=2e-6 if isinstance(method, dn.LaplaceI) else 1e-6)
 
 
-def test_gradient_ode_model_focei():
-    """The theophylline model written as ODEs (diffrax), FOCEI."""
+@pytest.mark.parametrize("solver", ["auto", "tsit5"])
+def test_gradient_ode_model_focei(solver):
+    """The theophylline model written as ODEs, FOCEI: solved exactly ("auto": linear
+    dynamics) and integrated (diffrax)."""
     model = dn.load_model("examples/theophylline_ode.model")
     pop = dn.datasets.load("theophylline")
     pop = pop.subset(pop.ids[:4])
-    problem, _ = model_problem(model, pop)
+    problem, predictor = model_problem(model, pop, ode_options=dn.OdeOptions(solver))
+    assert predictor.solves_exactly == (solver == "auto")
     total = _objective(problem, dn.FOCEI())
     u = problem.init_u() + 0.03
     _check_gradient(total, u, rel=1e-5)

@@ -229,6 +229,8 @@ def test_ode_options_are_saved_with_the_solver_by_its_shorthand():
     rec = _ode_record(dn.OdeOptions(solver=diffrax.Kvaerno5(), rtol=1e-7))
     assert rec["solver"] == "kvaerno5" and rec["rtol"] == 1e-7
     assert dn.OdeOptions(**rec) == dn.OdeOptions(solver="kvaerno5", rtol=1e-7)
+    # the exact solution of linear dynamics, which "auto" may choose, by its shorthand too
+    assert dn.OdeOptions(**_ode_record(dn.OdeOptions("expm"))) == dn.OdeOptions("expm")
 
     class Custom(diffrax.Tsit5):
         pass

@@ -249,9 +249,11 @@ def test_solver_objects_give_the_states_of_their_shorthand():
 
 def test_bad_solvers_are_refused_with_a_message():
     with pytest.raises(
-        OptionError, match=r"solver must be one of \['auto', 'dopri5', 'dopri8', 'kv"
+        OptionError, match=r"solver must be one of \['auto', 'dopri5', 'dopri8', 'expm', 'kv"
     ):
         OdeOptions(solver="Tsit5")
+    with pytest.raises(OptionError, match="solves linear dynamics exactly and integrates"):
+        OdeOptions(solver="expm").solver_object  # noqa: B018 (no diffrax solver to give)
     with pytest.raises(OptionError, match=r"or a diffrax solver .*got int 5"):
         OdeOptions(solver=5)
     with pytest.raises(OptionError, match=r"or a diffrax solver .*got NoneType None"):

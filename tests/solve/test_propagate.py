@@ -566,8 +566,11 @@ def test_jit_matches_eager_and_vmap_matches_loop():
 
 @pytest.mark.parametrize("kind", ["OneCompartment", "TwoCompartmentOral"])
 def test_features_left_out_give_the_same_amounts(kind):
-    # each case with only the features it uses equals the full program
-    for name in ["bolus", "infusions overlapping", "SS1 bolus with lag", "resets EVID 3 and 4"]:
+    # each case with only the features it uses (and record events for its state-setting
+    # records alone: `state_records`) equals the full program
+    names = ["bolus", "infusions overlapping", "SS1 bolus with lag", "resets EVID 3 and 4"]
+    names += ["SS infusion wrapping around", "SS constant infusion", "records at the same time"]
+    for name in names:
         dose, dp, obs = build(kind, CASES[name])
         cfp = segments(kind, PARAMS[kind])
         feats = DoseFeatures.of(dose.rate, dose.ss, dose.evid, dose.mask)

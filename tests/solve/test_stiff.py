@@ -1,6 +1,7 @@
 """The default ODE solver ("auto") on a stiff model: a target-mediated drug disposition (TMDD)
 model that the explicit solver cannot integrate, solved by the stiff one it switches to and
-equal to a tight-tolerance reference; a non-stiff model keeps the explicit solver."""
+equal to a tight-tolerance reference; a non-stiff model keeps the explicit solver, and linear
+dynamics are solved exactly (no probe)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 TMDD = ROOT / "examples" / "tmdd" / "tmdd.model"
 pytestmark = pytest.mark.slow  # whole solves by an implicit solver (about a minute)
 TIMES = [0.1, 0.5, 1, 2, 4, 8, 24, 48, 96, 168, 336]
+
+
+# Theophylline's ODE model with saturable (Michaelis-Menten) elimination: nonlinear, not stiff
+THEO_MM = (
+    (ROOT / "examples" / "theophylline_ode.model")
+    .read_text()
+    .replace("cl / v * Central", "cl / v * Central / (1 + Central / (v * 20))")
+)
 
 
 def _population(doses) -> dn.Population:
@@ -62,10 +71,26 @@ def test_the_default_solver_switches_and_matches_a_tight_reference(tmdd):
 
 
 def test_a_non_stiff_model_keeps_the_explicit_solver():
+    pop = dn.datasets.load("theophylline")
+    _, ok, used = _states(dn.load_model(THEO_MM), pop, dn.OdeOptions())
+    assert ok.all() and used.solver == "tsit5" and used.max_steps == dn.OdeOptions().max_steps
+
+
+def test_linear_dynamics_are_solved_exactly_without_a_probe(monkeypatch):
+    from deepnlme.likelihood import _from_model
+
+    def no_probe(*args):
+        raise AssertionError("probed linear dynamics")
+
+    monkeypatch.setattr(_from_model, "_failed_solves", no_probe)
     model = dn.load_model(ROOT / "examples" / "theophylline_ode.model")
     pop = dn.datasets.load("theophylline")
-    _, ok, used = _states(model, pop, dn.OdeOptions())
-    assert ok.all() and used.solver == "tsit5" and used.max_steps == dn.OdeOptions().max_steps
+    x, ok, used = _states(model, pop, dn.OdeOptions())
+    assert ok.all() and used.solver == "expm"
+    # the integrator, named, integrates them (to its tolerance: the same amounts)
+    y, ok_y, named = _states(model, pop, dn.OdeOptions("tsit5"))
+    assert ok_y.all() and named.solver == "tsit5"
+    np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-8 * np.abs(x).max())
 
 
 def test_the_choice_is_kept_in_the_cache_and_a_damaged_entry_probes_again(tmp_path, monkeypatch):
@@ -73,7 +98,7 @@ def test_the_choice_is_kept_in_the_cache_and_a_damaged_entry_probes_again(tmp_pa
 
     monkeypatch.setenv("DEEPNLME_CACHE_DIR", str(tmp_path))
     pop = dn.datasets.load("theophylline")
-    text = (ROOT / "examples" / "theophylline_ode.model").read_text()
+    text = THEO_MM
     _, _, used = _states(dn.load_model(text), pop, dn.OdeOptions(rtol=1e-7))
     (entry,) = (tmp_path / "solver-choice").iterdir()
     assert used.solver == "tsit5" and entry.read_text() == "tsit5"

@@ -10,10 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import ModelError
 from ..model._distributions import DISTRIBUTIONS, FAMILIES, obs_logpdf, transform_obs
 from ..nn import model_penalty, resolve_scaling
-from ..solve._ode import STIFF_SOLVER, OdeOptions
-from ..solve._subject import SubjectData, SubjectPredictor, bind_population
+from ..solve._ode import EXACT_SOLVER, STIFF_SOLVER, OdeOptions
+from ..solve._subject import SubjectData, SubjectPredictor, bind_population, dynamics_linearity
 from ._problem import ObsTerms, ParamInfo, Problem
 
 _SAFE_Y = 0.5  # a value every transform accepts, used for padding entries
@@ -85,6 +86,8 @@ def _bound(model, population, ode_options: OdeOptions):
         solver_options = dataclasses.replace(ode_options, steady_state=False)
     if solver_options.solver == "auto":
         solver_options = _choose_solver(model, binding, solver_options)
+    elif solver_options.solver == EXACT_SOLVER:
+        _check_linear(model, binding)
     predictor = _predictor(model, binding, solver_options)
     bound = predictor.model
     cm = bound.compiled
@@ -160,8 +163,38 @@ def _predictor(model, binding, options: OdeOptions) -> SubjectPredictor:
     return make(resolve_scaling(model, binding, make))
 
 
+def _linear(model, binding) -> bool:
+    """Whether the dynamics of `model` are linear in the states with coefficients constant
+    between events (`dynamics_linearity`), at the shapes of `binding`'s first subject."""
+    cm = model.compiled
+    if cm.closed_form is not None or not cm.has_dynamics:
+        return False
+    estimated = [p for p in cm.params if p.size > 0]
+    theta = cm.unpack(cm.pack({p.name: p.init for p in estimated}))
+    eta = jnp.zeros(len(cm.eta_labels))
+    first = jax.tree_util.tree_map(lambda a: a[0], binding.data)
+    return dynamics_linearity(model, theta, eta, first) is not None
+
+
+def _check_linear(model, binding) -> None:
+    """Refuse ``OdeOptions(solver="expm")`` for dynamics that are not linear."""
+    cm = model.compiled
+    if cm.closed_form is not None or not cm.has_dynamics:
+        return  # (closed forms and models without dynamics never solve an ODE)
+    if not _linear(model, binding):
+        raise ModelError(
+            f"OdeOptions(solver={EXACT_SOLVER!r}) solves linear dynamics exactly, but this "
+            "model's `dynamics:` are not linear in the states with coefficients constant "
+            "between events (x' = K x + b, K and b free of the states and of t): a state "
+            "enters nonlinearly (a product of states, a function of a state, a network of a "
+            "state) or time appears. Use solver='auto' (it integrates such dynamics) or an "
+            "integrator such as 'tsit5'."
+        )
+
+
 def _choose_solver(model, binding, options: OdeOptions) -> OdeOptions:
-    """`OdeOptions` with the solver ``"auto"`` stands for: Tsit5, or `STIFF_SOLVER` (with
+    """`OdeOptions` with the solver ``"auto"`` stands for: `EXACT_SOLVER` where the dynamics
+    are linear (`_linear`: no probe, nothing to integrate); otherwise Tsit5, or `STIFF_SOLVER` (with
     `STIFF_STEPS_FACTOR` times the steps) when Tsit5 cannot integrate some subject at the
     model's initial estimates (eta = 0) and the stiff solver can (exhausted steps are the mark
     of stiffness; a failure both share, such as a non-finite parameter, is left to the fit to
@@ -178,6 +211,8 @@ def _choose_solver(model, binding, options: OdeOptions) -> OdeOptions:
     cm = model.compiled
     if cm.closed_form is not None or not cm.has_dynamics:
         return explicit
+    if _linear(model, binding):
+        return dataclasses.replace(options, solver=EXACT_SOLVER)
     stiff = dataclasses.replace(
         options, solver=STIFF_SOLVER, max_steps=STIFF_STEPS_FACTOR * options.max_steps
     )

@@ -15,6 +15,7 @@ from ._doses import resolve_doses as resolve_doses
 from ._ode import OdeOptions as OdeOptions
 from ._ode import OdeSolution as OdeSolution
 from ._ode import ode_states as ode_states
+from ._propagate import linear_ode_amounts as linear_ode_amounts
 from ._propagate import propagated_amounts as propagated_amounts
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "ResolvedDoses",
     "closed_form_amounts",
     "closed_form_rhs",
+    "linear_ode_amounts",
     "ode_states",
     "propagated_amounts",
     "resolve_doses",

@@ -38,12 +38,16 @@ class DoseFeatures(NamedTuple):
     keeps the compiled programs (and their derivatives) small; all are on by default.
     ``ss_records``: the most SS records one subject has (None: any number), so that the ODE
     path finds the steady states of those records only, not at every dose record.
+    ``state_records``: the most records one subject has that set the state at their time (SS
+    > 0, EVID 3 or 4; None: any number), so that the event-to-event propagation visits those
+    alone, not every dose record, as a record event.
     """
 
     infusion: bool = True
     steady_state: bool = True
     reset: bool = True
     ss_records: int | None = None
+    state_records: int | None = None
 
     @classmethod
     def of(cls, dose_rate, dose_ss, dose_evid, dose_mask) -> DoseFeatures:
@@ -52,12 +56,15 @@ class DoseFeatures(NamedTuple):
 
         m = np.asarray(dose_mask, bool)
         rate, ss, evid = (np.asarray(x)[m] for x in (dose_rate, dose_ss, dose_evid))
-        per_subject = ((np.asarray(dose_ss) > 0) & m).sum(axis=-1)
+        all_ss, all_evid = np.asarray(dose_ss), np.asarray(dose_evid)
+        per_subject = ((all_ss > 0) & m).sum(axis=-1)
+        setting = ((all_ss > 0) | (all_evid == 3) | (all_evid == 4)) & m
         return cls(
             infusion=bool((rate != 0).any()),
             steady_state=bool((ss > 0).any()),
             reset=bool(((evid == 3) | (evid == 4) | (ss == 1)).any()),
             ss_records=int(np.max(per_subject, initial=0)),
+            state_records=int(np.max(setting.sum(axis=-1), initial=0)),
         )
 
 

@@ -31,7 +31,13 @@ _SOLVERS = {
 """Shorthand -> diffrax solver class: the shorthand stands for the class's default instance
 (``"kvaerno5"`` is ``diffrax.Kvaerno5()``), both ways (`solver_name`, `solver_object`).
 ``"auto"`` integrates with Tsit5 too; binding a model to data (`likelihood.model_problem`)
-replaces it by ``"tsit5"`` or, for a stiff model, ``"kvaerno5"`` (`STIFF_SOLVER`)."""
+replaces it by `EXACT_SOLVER` for linear dynamics, else by ``"tsit5"`` or, for a stiff model,
+``"kvaerno5"`` (`STIFF_SOLVER`)."""
+
+EXACT_SOLVER = "expm"
+"""The shorthand of the exact solution of linear dynamics (``x' = K x + b`` with K and b
+constant between events) by matrix exponentials from event to event (`linear_ode_amounts`):
+no integrator, no tolerance."""
 
 STIFF_SOLVER = "kvaerno5"
 """The solver ``"auto"`` switches to when the non-stiff one cannot integrate a subject."""
@@ -48,13 +54,19 @@ class OdeOptions:
 
     **Arguments**
 
-    - `solver`: ``"auto"`` (default): Tsit5 (explicit, fast on non-stiff models), unless a
+    - `solver`: ``"auto"`` (default): where the dynamics are linear in the states with
+      coefficients that do not depend on time (``x' = K x + b``, K and b functions of the
+      parameters and covariates: any linear compartment model written as ODEs), ``"expm"``,
+      the exact solution by matrix exponentials (as NONMEM's ADVAN5/7); otherwise Tsit5
+      (explicit, fast on non-stiff models), unless a
       subject's Tsit5 solve at the initial estimates exhausts `max_steps` (the mark of a stiff
       system) where Kvaerno5 succeeds: then Kvaerno5, with 4 times `max_steps`, for the whole
       population (the choice is
       made once, when the model is bound to the data, and the fit records the solver used;
       a model that turns stiff only far from its initial estimates fails there with an error
-      naming the subject, and takes ``solver="kvaerno5"``). Or a diffrax solver (any
+      naming the subject, and takes ``solver="kvaerno5"``). ``"expm"`` asks for the exact
+      solution (a model whose dynamics are not linear is refused when it is bound to data);
+      an integrator named here integrates linear dynamics too. Or a diffrax solver (any
       ``diffrax.AbstractSolver`` instance, e.g. ``diffrax.Tsit5()`` or
       ``diffrax.Kvaerno5()``), or one of the shorthands ``"tsit5"`` (non-stiff),
       ``"dopri5"``, ``"dopri8"`` or ``"kvaerno5"`` (stiff, implicit; much slower on non-stiff
@@ -114,6 +126,12 @@ class OdeOptions:
 def solver_object(solver: str | diffrax.AbstractSolver) -> diffrax.AbstractSolver:
     """The diffrax solver of a shorthand (``"tsit5"`` -> ``diffrax.Tsit5()``), or `solver`
     itself when it is one already."""
+    if solver == EXACT_SOLVER:
+        raise OptionError(
+            f"OdeOptions(solver={EXACT_SOLVER!r}) solves linear dynamics exactly and integrates "
+            "nothing: it has no diffrax solver (ode_states integrates; give it an integrator "
+            "such as 'tsit5')"
+        )
     if isinstance(solver, str):
         import diffrax as dfx
 
@@ -123,14 +141,14 @@ def solver_object(solver: str | diffrax.AbstractSolver) -> diffrax.AbstractSolve
 
 def solver_names() -> tuple[str, ...]:
     """The solvers' shorthands."""
-    return tuple(_SOLVERS)
+    return (*_SOLVERS, EXACT_SOLVER)
 
 
 def solver_name(solver: str | diffrax.AbstractSolver) -> str | None:
     """The shorthand of `solver` (a shorthand, or a diffrax solver equal to a shorthand's default
     instance: ``diffrax.Kvaerno5()`` -> ``"kvaerno5"``); None for any other solver."""
     if isinstance(solver, str):
-        return solver if solver in _SOLVERS else None
+        return solver if solver in solver_names() else None
     import diffrax as dfx
 
     for name, cls in _SOLVERS.items():
@@ -152,9 +170,9 @@ def _normal_solver(solver: Any) -> str | diffrax.AbstractSolver:
     """`OdeOptions.solver` as stored: a shorthand for a shorthand or an object equal to its
     instance, else the diffrax solver object (checked to be one, and hashable)."""
     if isinstance(solver, str):
-        if solver not in _SOLVERS:
+        if solver not in solver_names():
             raise OptionError(
-                f"OdeOptions.solver must be one of {sorted(_SOLVERS)}; got {solver!r}"
+                f"OdeOptions.solver must be one of {sorted(solver_names())}; got {solver!r}"
             )
         return solver
     import diffrax as dfx
@@ -166,7 +184,7 @@ def _normal_solver(solver: Any) -> str | diffrax.AbstractSolver:
         )
     if not isinstance(solver, dfx.AbstractSolver):
         raise OptionError(
-            f"OdeOptions.solver must be one of {sorted(_SOLVERS)} or a diffrax solver (an "
+            f"OdeOptions.solver must be one of {sorted(solver_names())} or a diffrax solver (an "
             f"instance of diffrax.AbstractSolver, e.g. diffrax.Kvaerno5()); got "
             f"{type(solver).__name__} {solver!r}"
         )

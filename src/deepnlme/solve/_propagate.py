@@ -38,6 +38,7 @@ superposition, `resolve_doses`, finds each dose's first later reset with a ``[D,
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +47,7 @@ import numpy as np
 from ..model.types import DosingParams
 from ._closed_form import _check_kind, _Elementary, _newton_coeffs, _system, check_states
 from ._doses import DoseEvents, DoseFeatures, resolve_doses
+from ._expm import expm, expm_and_integral
 
 # event kinds, in their order at equal times: a segment change first (the parameters from
 # seg_time[c] on apply at that time), then observations (they see the amounts before any
@@ -124,6 +126,117 @@ def _systems(cf, p: dict[str, jax.Array], n: int):
     return ka, lam, jnp.stack(basis, axis=1)
 
 
+class _SteadyDoses(NamedTuple):
+    """What the steady state of each dose record depends on besides the system (``[D]``
+    each; zeros, or a safe interval of 1, where a record has no such part)."""
+
+    tau: jax.Array  # the interval of a periodic SS dose
+    lag: jax.Array  # from the record to the administration, in [0, tau]
+    u1: jax.Array  # an SS infusion's part from the administration to the period's end
+    u2: jax.Array  # ... and its wrap-around, running at the record time
+    amount: jax.Array  # a periodic SS bolus
+    rate: jax.Array  # a periodic SS infusion's rate
+    const_rate: jax.Array  # a constant SS infusion's rate
+    col: jax.Array  # the dosed compartment
+    periodic: jax.Array  # a periodic SS dose (live)
+    const: jax.Array  # a constant SS infusion (live)
+
+
+class _EigenSystem:
+    """The systems of a closed form, one per parameter set (``[B]``), with every matrix
+    function evaluated by Newton's divided-difference interpolation on the eigenvalues (exact
+    divided differences with the absorption node: exact at ``ka == k``)."""
+
+    def __init__(self, cf, p: dict[str, jax.Array], n: int):
+        self.ka, self.lam, self.basis = _systems(cf, p, n)
+
+    def _nodes(self, idx):
+        return (None if self.ka is None else -self.ka[idx]), [-x[idx] for x in self.lam]
+
+    def transitions(self, idx, dt, rate):
+        """``exp(K dt)`` ``[E, n, n]`` and ``J(K, dt) rate`` ``[E, n]`` (None without rates)
+        for the systems `idx` over the intervals `dt` (``[E]`` each)."""
+        ka_e, mus_e = self._nodes(idx)
+        basis_e = self.basis[idx]  # [E, n, n, n]
+        c_exp = _coefficients(_exp(dt), ka_e, mus_e)  # [E, n]
+        trans = jnp.einsum("ek,ekij->eij", c_exp, basis_e)
+        if rate is None:
+            return trans, None
+        c_int = _coefficients(_integral(dt), ka_e, mus_e)
+        return trans, jnp.einsum("ek,ekij,ej->ei", c_int, basis_e, rate)
+
+    def steady(self, idx, sd: _SteadyDoses, infusion: bool) -> jax.Array:
+        """The steady state ``[D, n]`` at each record time (`idx`: each record's system)."""
+        ka_d, mus_d = self._nodes(idx)
+        f = _periodic(sd.tau) * _exp(sd.tau - sd.lag).scale(sd.amount)
+        if infusion:
+            wrap = _exp(sd.tau - sd.lag - sd.u1) * _integral(sd.u1) + _exp(
+                sd.tau - sd.u2
+            ) * _integral(sd.u2)
+            f = f + _periodic(sd.tau) * wrap.scale(sd.rate)
+            f = f + _neg_inverse().scale(sd.const_rate)
+        c_ss = _coefficients(f, ka_d, mus_d)  # [D, n]
+        cols = jnp.take_along_axis(self.basis[idx], sd.col[:, None, None, None], axis=3)
+        return jnp.einsum("dk,dki->di", c_ss, cols[..., 0])
+
+
+class _MatrixSystem:
+    """Linear systems ``x' = K x + b`` given by their matrices (``[B, n, n]``, ``[B, n]``;
+    `b` None: no constant input), with every matrix function evaluated through the matrix
+    exponential (`expm`): any K, also singular or with repeated eigenvalues."""
+
+    def __init__(self, kmat: jax.Array, b: jax.Array | None, reverse: bool = True):
+        self.kmat = kmat
+        self.b = b
+        self.reverse = reverse  # (`expm`: whether reverse mode must differentiate it)
+
+    def transitions(self, idx, dt, rate):
+        k = self.kmat[idx]
+        u = rate
+        if self.b is not None:
+            u = self.b[idx] if u is None else u + self.b[idx]
+        if u is None:
+            return expm(k * dt[:, None, None], self.reverse), None
+        return expm_and_integral(k, u, dt, self.reverse)
+
+    def steady(self, idx, sd: _SteadyDoses, infusion: bool) -> jax.Array:
+        """As `_EigenSystem.steady`: the fixed point of one period ``x = exp(K tau) x + c``
+        (``c`` the period's doses and constant input, from 0 at the record), plus a constant
+        infusion's ``-K^-1 (rate + b)``."""
+        k = self.kmat[idx]  # [D, n, n]
+        n = k.shape[-1]
+        eye = jnp.eye(n)
+        onehot = (sd.col[:, None] == jnp.arange(n)[None, :]).astype(float)  # [D, n]
+
+        def e(w):
+            return expm(k * w[:, None, None], self.reverse)
+
+        def integral(u, w):
+            return expm_and_integral(k, u, w, self.reverse)[1]
+
+        def mv(a, v):
+            return jnp.einsum("dij,dj->di", a, v)
+
+        c = mv(e(sd.tau - sd.lag), sd.amount[:, None] * onehot)
+        if infusion:
+            dose = sd.rate[:, None] * onehot
+            for start, w in ((sd.tau - sd.lag - sd.u1, sd.u1), (sd.tau - sd.u2, sd.u2)):
+                c = c + mv(e(start), integral(dose, w))
+        if self.b is not None:
+            c = c + integral(self.b[idx], sd.tau)
+        # (records without a periodic part get a harmless system: no nan reaches a gradient)
+        a = jnp.where(sd.periodic[:, None, None], eye - e(sd.tau), eye)
+        x = jnp.linalg.solve(a, c[..., None])[..., 0]
+        if infusion:
+            u = sd.const_rate[:, None] * onehot
+            if self.b is not None:
+                u = u + self.b[idx]
+            kc = jnp.where(sd.const[:, None, None], k, -eye)
+            x_c = jnp.linalg.solve(kc, -u[..., None])[..., 0]
+            x = jnp.where(sd.const[:, None], x_c, x)
+        return x
+
+
 def propagated_amounts(
     kind: str,
     cfp: dict[str, jax.Array],
@@ -177,16 +290,105 @@ def propagated_amounts(
     cf = _check_kind(kind, cfp)
     names = cf.states
     check_states("propagated_amounts", kind, names, states)
-    features = features or DoseFeatures()
     n = len(names)
+    n_seg = jnp.shape(seg_time)[0]
+    p = {k: jnp.broadcast_to(jnp.asarray(cfp[k], float), (n_seg,)) for k in cf.params}
+    records = None
+    if record_cfp is not None:
+        n_dose = jnp.shape(doses.time)[0]
+        q = {k: jnp.broadcast_to(jnp.asarray(record_cfp[k], float), (n_dose,)) for k in cf.params}
+        records = _EigenSystem(cf, q, n)
+    return _propagate(
+        _EigenSystem(cf, p, n),
+        records,
+        None,
+        n,
+        dosing,
+        doses,
+        seg_time,
+        seg_mask,
+        obs_time,
+        features or DoseFeatures(),
+        states,
+    )
+
+
+def linear_ode_amounts(
+    kmat: jax.Array,
+    b: jax.Array | None,
+    x0: jax.Array,
+    dosing: DosingParams,
+    doses: DoseEvents,
+    seg_time: jax.Array,
+    seg_mask: jax.Array,
+    obs_time: jax.Array,
+    *,
+    features: DoseFeatures = _ALL_FEATURES,
+    record_k: jax.Array | None = None,
+    record_b: jax.Array | None = None,
+    reverse: bool = True,
+) -> jax.Array:
+    """States ``[T, S]`` of the linear ODE ``x' = K x + b`` (K, b constant between events),
+    exactly, by matrix exponentials from event to event (NONMEM's ADVAN5/7 way, for any K).
+
+    **Arguments**
+
+    - `kmat`, `b`: ``[C, S, S]`` and ``[C, S]`` (None: no constant input), in force on each
+      segment of constant covariates (`seg_time`, `seg_mask` as in `propagated_amounts`).
+    - `x0`: the initial state ``[S]`` at the subject's first event; EVID 3/4 and SS=1 resets
+      go back to it, and an SS=2 record adds ``x_ss - x0`` (as `ode_states`).
+    - `dosing`, `doses`, `obs_time`, `features`: as `propagated_amounts`.
+    - `record_k`, `record_b`: the system of each dose record's own covariates (``[D, S, S]``,
+      ``[D, S]``), which its steady state uses; default the segment in force at the record.
+    - `reverse`: False when no reverse-mode derivative is taken of the result (static): the
+      matrix exponentials then square as often as the batch needs rather than a fixed number
+      of times (`expm`), which is several times cheaper.
+
+    Semantics are those of `ode_states` for a right-hand side ``K x + b`` (to its tolerance:
+    tested to 1e-8); steady states are the fixed points of one period of the dose and the
+    constant input (a constant SS infusion: ``-K^-1 (rate + b)``). One subject; differentiable
+    in forward and reverse mode, to any order.
+    """
+    kmat = jnp.asarray(kmat, float)
+    n = kmat.shape[-1]
+    records = None
+    if record_k is not None:
+        records = _MatrixSystem(jnp.asarray(record_k, float), record_b, reverse)
+    return _propagate(
+        _MatrixSystem(kmat, b, reverse),
+        records,
+        jnp.asarray(x0, float),
+        n,
+        dosing,
+        doses,
+        seg_time,
+        seg_mask,
+        obs_time,
+        features or DoseFeatures(),
+        None,
+    )
+
+
+def _propagate(
+    system,
+    record_system,
+    x0: jax.Array | None,
+    n: int,
+    dosing: DosingParams,
+    doses: DoseEvents,
+    seg_time,
+    seg_mask,
+    obs_time,
+    features: DoseFeatures,
+    states: tuple[int, ...] | None,
+) -> jax.Array:
+    """The event-to-event propagation of `propagated_amounts` and `linear_ode_amounts`:
+    `system` gives the transitions of the segments (`record_system`, when given, the steady
+    states of the dose records); `x0` None is the zero initial state of a closed form."""
     seg_time = jnp.asarray(seg_time, float)
     seg_mask = jnp.asarray(seg_mask, bool)
     obs_time = jnp.asarray(obs_time, float)
     n_seg, n_obs = seg_time.shape[0], obs_time.shape[0]
-    p = {k: jnp.broadcast_to(jnp.asarray(cfp[k], float), (n_seg,)) for k in cf.params}
-
-    # --- the system on each segment: K, its eigenvalues, and the Newton basis prod (K - mu I)
-    ka, lam, basis = _systems(cf, p, n)
 
     # --- the doses
     res = resolve_doses(doses, dosing, n, features)
@@ -224,8 +426,16 @@ def propagated_amounts(
         (obs_time, _OBS, jnp.ones(n_obs, bool)),
     ]
     if use_rec:
-        does = res.is_reset | (live & res.is_ss)
-        sources.append((res.time, _REC, jnp.asarray(doses.mask, bool) & does))
+        # the records that set the state at their time (reset, steady state); with
+        # `features.state_records`, only that many rows, those records first (most dose
+        # records are plain doses: their record events would all be idle)
+        acts = jnp.asarray(doses.mask, bool) & (res.is_reset | (live & res.is_ss))
+        n_rec = features.state_records
+        rows = jnp.arange(n_dose)
+        if n_rec is not None and n_rec < n_dose:
+            rows = jnp.argsort(~acts, stable=True)[: max(n_rec, 1)]
+        n_rows = rows.shape[0]
+        sources.append((res.time[rows], _REC, acts[rows]))
     sources.append((res.start, _ADM, live & ~res.is_const))
     if use_inf:
         sources.append((end, _END, live & res.is_inf & jnp.isfinite(end)))
@@ -255,9 +465,6 @@ def propagated_amounts(
     seg_id = jnp.where((kind_s == _SEG) & valid_s, seg_ref[order], 0)
     seg_before = jnp.concatenate([jnp.zeros(1, int), jax.lax.cummax(seg_id)[:-1]])
 
-    def nodes(seg):
-        return (None if ka is None else -ka[seg]), [-x[seg] for x in lam]
-
     # --- the running infusions' total rate on each interval (cumulative sums over the sorted
     # events; a compartment with no infusion running gets exactly 0, not a rounding residue)
     def per_event(values: dict[int, jax.Array], fill: jax.Array) -> jax.Array:
@@ -269,6 +476,7 @@ def propagated_amounts(
         return jnp.concatenate(parts)
 
     zero_n = jnp.zeros(n)
+    rate = None
     if use_inf:
         r_vec = res.rate[:, None] * onehot
         one_vec = onehot.astype(int)
@@ -284,7 +492,8 @@ def propagated_amounts(
         if use_tail:
             deltas[_TAIL] = delta(tail, -1)
         if use_rec:  # a constant SS infusion, and an SS infusion's wrap-around, start here
-            deltas[_REC] = delta(live & res.is_ss & res.is_inf & (res.is_const | tail), 1)
+            starts = live & res.is_ss & res.is_inf & (res.is_const | tail)
+            deltas[_REC] = tuple(v[rows] for v in delta(starts, 1))
         d_rate = per_event({k: v[0] for k, v in deltas.items()}, zero_n)[order]
         d_count = per_event({k: v[1] for k, v in deltas.items()}, jnp.zeros(n, int))[order]
         rate = jnp.cumsum(jnp.where(valid_s[:, None], d_rate, 0.0), axis=0)
@@ -294,62 +503,54 @@ def propagated_amounts(
         rate = jnp.where(count > 0, rate, 0.0)  # [E, n] on the interval before each event
 
     # --- the transitions: E_i = exp(K dt_i), b_i = J(K, dt_i) R_i
-    ka_e, mus_e = nodes(seg_before)
-    basis_e = basis[seg_before]  # [E, n, n, n]
-    c_exp = _coefficients(_exp(dt), ka_e, mus_e)  # [E, n]
-    trans = jnp.einsum("ek,ekij->eij", c_exp, basis_e)
-    if use_inf:
-        c_int = _coefficients(_integral(dt), ka_e, mus_e)
-        forced = jnp.einsum("ek,ekij,ej->ei", c_int, basis_e, rate)
-    else:
+    trans, forced = system.transitions(seg_before, dt, rate)
+    if forced is None:
         forced = jnp.zeros((n_ev, n))
 
-    # --- the jumps at the events: x <- keep * x + add
+    # --- the jumps at the events: x <- keep * x + add (+ (1 - keep) x0 with an initial state)
     adds = {}
     keep = jnp.ones(n_ev)
     if use_rec:
-        rec = slice(offset[_REC], offset[_REC] + n_dose)
+        rec = slice(offset[_REC], offset[_REC] + n_rows)
         if features.steady_state:
-            if record_cfp is None:  # the segment in force at each record
-                seg_d = seg_before[inv[rec]]
-                ka_d, mus_d = nodes(seg_d)
-                basis_d = basis[seg_d]
+            steady = _SteadyDoses(
+                tau=tau,
+                lag=lag,
+                u1=u1,
+                u2=u2,
+                amount=jnp.where(ss_per & ~res.is_inf, res.amount, 0.0),
+                rate=jnp.where(ss_per & res.is_inf, res.rate, 0.0),
+                const_rate=jnp.where(live & res.is_const, res.rate, 0.0),
+                col=res.col,
+                periodic=ss_per,
+                const=live & res.is_const,
+            )
+            steady = jax.tree_util.tree_map(lambda a: a[rows], steady)
+            if record_system is None:  # the segment in force at each record
+                x_ss = system.steady(seg_before[inv[rec]], steady, use_inf)
             else:  # the record's own parameters
-                q = {
-                    k: jnp.broadcast_to(jnp.asarray(record_cfp[k], float), (n_dose,))
-                    for k in cf.params
-                }
-                ka_r, lam_r, basis_d = _systems(cf, q, n)
-                ka_d, mus_d = (None if ka_r is None else -ka_r), [-x for x in lam_r]
-            amount = jnp.where(ss_per & ~res.is_inf, res.amount, 0.0)
-            rate_d = jnp.where(ss_per & res.is_inf, res.rate, 0.0)
-            f = _periodic(tau) * _exp(tau - lag).scale(amount)
-            if use_inf:
-                wrap = _exp(tau - lag - u1) * _integral(u1) + _exp(tau - u2) * _integral(u2)
-                f = f + _periodic(tau) * wrap.scale(rate_d)
-                const = live & res.is_const
-                f = f + _neg_inverse().scale(jnp.where(const, res.rate, 0.0))
-            c_ss = _coefficients(f, ka_d, mus_d)  # [D, n]
-            cols = jnp.take_along_axis(
-                basis_d, res.col[:, None, None, None], axis=3
-            )  # [D, n, n, 1]
-            x_ss = jnp.einsum("dk,dki->di", c_ss, cols[..., 0])
-            adds[_REC] = jnp.where((live & res.is_ss)[:, None], x_ss, 0.0)
+                x_ss = record_system.steady(rows, steady, use_inf)
+            if x0 is not None:  # an SS=1 record resets to x0 first, SS=2 adds x_ss - x0
+                x_ss = x_ss - x0
+            adds[_REC] = jnp.where((live & res.is_ss)[rows][:, None], x_ss, 0.0)
         if features.reset:
-            reset_e = per_event({_REC: res.is_reset}, jnp.zeros((), bool))
+            reset_e = per_event({_REC: res.is_reset[rows]}, jnp.zeros((), bool))
             keep = jnp.where(reset_e, 0.0, 1.0)[order]
     bolus = live & ~res.is_inf
     adds[_ADM] = jnp.where(bolus[:, None], res.amount[:, None] * onehot, 0.0)
     add = per_event(adds, zero_n)[order]
     add = jnp.where(valid_s[:, None], add, 0.0)
     keep = jnp.where(valid_s, keep, 1.0)
+    if x0 is not None:
+        add = add + (1.0 - keep)[:, None] * x0
 
     def step(x, e):
         a, b, k, m = e
         seen = a @ x + b
         return k * seen + m, seen
 
-    _, seen = jax.lax.scan(step, jnp.zeros(n), (trans, forced, keep, add))
+    start = jnp.zeros(n) if x0 is None else x0
+    _, seen = jax.lax.scan(step, start, (trans, forced, keep, add))
     amounts = seen[inv[offset[_OBS] : offset[_OBS] + n_obs]]
     if states is not None:
         amounts = amounts[:, np.asarray(states)]
@@ -360,3 +561,5 @@ def propagated_amounts(
 propagated_amounts_jit = jax.jit(
     propagated_amounts, static_argnums=(0,), static_argnames=("features", "states")
 )
+
+linear_ode_amounts_jit = jax.jit(linear_ode_amounts, static_argnames=("features", "reverse"))

@@ -20,6 +20,7 @@ import numpy as np
 
 from .._autodiff import (
     dependent_leaves,
+    linearity,
     mixed_coefficients,
     mixed_polynomial,
     taylor2,
@@ -30,8 +31,8 @@ from ..errors import DataError, ModelError, SolveError
 from ..model._distributions import ObsDist
 from ._closed_form import closed_form_amounts_jit
 from ._doses import DoseEvents, DoseFeatures
-from ._ode import OdeOptions, ode_states
-from ._propagate import propagated_amounts_jit
+from ._ode import EXACT_SOLVER, OdeOptions, ode_states
+from ._propagate import linear_ode_amounts_jit, propagated_amounts_jit
 
 
 class SubjectData(NamedTuple):
@@ -316,7 +317,15 @@ class SubjectPredictor:
         # tracing the solve again
         return jax.jit(self._ode_solve)
 
+    @property
+    def solves_exactly(self) -> bool:
+        """True for an ODE model solved exactly by matrix exponentials (``OdeOptions(solver=
+        "expm")``: linear dynamics), not integrated."""
+        return not self.use_closed_form and self.ode_options.solver == EXACT_SOLVER
+
     def _ode_solve(self, theta, eta, sd: SubjectData):
+        if self.solves_exactly:
+            return self._exact_solve(theta, eta, sd)
         cm = self.model.compiled
         cov0 = sd.cov_value[0]
         ind0 = cm.pre(theta, eta, cov0)
@@ -346,6 +355,58 @@ class SubjectPredictor:
             lag=cm.has_lag,
         )
         return sol.states, sol.ok, sol.fail_time
+
+    def _exact_solve(self, theta, eta, sd: SubjectData):
+        """`states` of linear dynamics ``x' = K x + b``: K (the Jacobian of the right-hand side
+        in the states) and b (its value at x = 0) on every segment of constant covariates, and
+        the exact propagation from event to event (`linear_ode_amounts`)."""
+        cm = self.model.compiled
+        cov0 = sd.cov_value[0]
+        ind0 = cm.pre(theta, eta, cov0)
+        dosing = cm.dosing(theta, eta, cov0, ind0)
+        x0 = jnp.asarray(cm.init(theta, eta, cov0, ind0), float)
+        zero = jnp.zeros_like(x0)
+        kind = self._linearity(theta, eta, sd)
+        if kind is None:  # (binding refuses such a model first: `model_problem`)
+            raise ModelError(
+                f"OdeOptions(solver={EXACT_SOLVER!r}) needs dynamics linear in the states; "
+                "this model's are not: use solver='auto' or an integrator such as 'tsit5'"
+            )
+        constant_input = kind == "affine"
+
+        def system(cov):
+            ind = cm.pre(theta, eta, cov)
+
+            def rhs(x):
+                return cm.rhs(jnp.zeros(()), x, theta, eta, cov, ind)
+
+            return jax.jacfwd(rhs)(zero), (rhs(zero) if constant_input else None)
+
+        kmat, b = jax.vmap(system)(sd.cov_value)
+        record_k = record_b = None
+        if self.time_varying and self.features.steady_state:  # each SS record's own system
+            record_k, record_b = jax.vmap(system)(sd.dose_cov)
+        x = linear_ode_amounts_jit(
+            kmat,
+            b,
+            x0,
+            dosing,
+            sd.doses,
+            sd.cov_time,
+            sd.cov_mask,
+            sd.obs_time,
+            features=self.features,
+            record_k=record_k,
+            record_b=record_b,
+            reverse=self.ode_options.adjoint != "forward",
+        )
+        return x, self._solve_ok(x, sd), jnp.asarray(jnp.nan)
+
+    def _linearity(self, theta, eta, sd: SubjectData) -> str | None:
+        """`dynamics_linearity` of the model, found once per predictor."""
+        if "_linear" not in self.__dict__:  # (a frozen dataclass: set as cached_property does)
+            self.__dict__["_linear"] = dynamics_linearity(self.model, theta, eta, sd)
+        return self.__dict__["_linear"]
 
     @property
     def expandable(self) -> bool:
@@ -575,6 +636,23 @@ class SubjectPredictor:
         return jax.vmap(one, in_axes=(0, 0, 0, 0 if per_obs else None))(
             sd.obs_time, x, sd.obs_cov, ind
         )
+
+
+def dynamics_linearity(model, theta, eta, sd: SubjectData) -> str | None:
+    """How the `dynamics:` of `model` depend on the states (`_autodiff.linearity`):
+    ``"linear"`` (``x' = K x``), ``"affine"`` (``x' = K x + b``), with K and b functions of the
+    parameters, random effects and covariates only (not of time), or None. `theta`, `eta` and
+    one subject's `sd` give the shapes (abstract values: works inside a trace)."""
+    cm = model.compiled
+    if cm.closed_form is not None or not cm.has_dynamics:
+        return None
+    cov = sd.cov_value[0]
+
+    def rhs(t, x, th, e, c):
+        return cm.rhs(t, x, th, e, c, cm.pre(th, e, c))
+
+    x = jnp.zeros(len(cm.states), float)
+    return linearity(rhs, (jnp.zeros(()), x, theta, eta, cov), pos=1, banned=(0,))
 
 
 def _select(per_output: tuple[ObsDist, ...], idx: jax.Array) -> ObsDist:
