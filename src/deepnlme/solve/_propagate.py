@@ -29,10 +29,16 @@ tau)`` from the previous cycle, which is then also running at ``t``), so ``x_ss 
 are scalar functions of ``mu`` (products of ``exp``, ``J``, ``G``, ``-1/mu``) applied to the dosed
 compartment, with the parameters of the segment in force at the record.
 
-Cost: one transition per event (``T`` observations, ``D`` records, ``D`` administrations, ``2D``
-infusion ends, ``C`` segment changes), each a few scalar functions and ``S x S`` products, and
-one sort of the events; not doses x observations. (The dose resolution shared with the
+Cost: one transition per event (``T`` observations, ``D`` administrations, ``2D`` infusion
+ends, ``C`` segment changes, and the records that set the state: SS and resets, at most
+``DoseFeatures.state_records`` of them), each a few scalar functions and ``S x S`` products,
+and one sort of the events; not doses x observations. (The dose resolution shared with the
 superposition, `resolve_doses`, finds each dose's first later reset with a ``[D, D]`` comparison.)
+
+The same propagation solves any linear ODE ``x' = K x + b`` exactly (`linear_ode_amounts`: an
+ODE model whose dynamics are linear): the transitions and steady states are then computed with
+matrix exponentials (`_MatrixSystem`, `_expm`) instead of the eigenvalue formulas of a closed
+form (`_EigenSystem`), and the state starts from the model's initial state instead of zero.
 """
 
 from __future__ import annotations
