@@ -125,3 +125,17 @@ def test_the_exact_solution_is_refused_for_dynamics_that_are_not_linear():
     assert "solver='auto'" in str(err.value)
     with pytest.raises(dn.OptionError, match="must be one of"):
         dn.OdeOptions("matrix-exponential")
+
+
+@pytest.mark.slow
+def test_the_ode_form_of_a_linear_model_fits_as_its_closed_form():
+    # Theophylline written as ODEs (linear: solved exactly) and as OneCompartmentOral: the
+    # same FOCEI fit
+    pop = dn.datasets.load("theophylline")
+    ode = dn.fit(dn.load_model("examples/theophylline_ode.model"), pop, dn.FOCEI(), progress=False)
+    closed = dn.fit(dn.load_model("examples/theophylline.model"), pop, dn.FOCEI(), progress=False)
+    assert ode.ode_options.solver == "expm" and ode.converged and closed.converged
+    assert ode.ofv == pytest.approx(closed.ofv, rel=1e-10)
+    for name in ("tka", "tcl", "tv", "sigma"):
+        assert ode.estimates[name] == pytest.approx(closed.estimates[name], rel=1e-6)
+    np.testing.assert_allclose(ode.estimates["omega"], closed.estimates["omega"], rtol=1e-6)
