@@ -163,25 +163,26 @@ def _predictor(model, binding, options: OdeOptions) -> SubjectPredictor:
     return make(resolve_scaling(model, binding, make))
 
 
+def _initial_theta(cm) -> dict:
+    """The model's parameters at their initial values (declared scale, by name)."""
+    return cm.unpack(cm.pack({p.name: p.init for p in cm.params if p.size > 0}))
+
+
 def _linear(model, binding) -> bool:
     """Whether the dynamics of `model` are linear in the states with coefficients constant
-    between events (`dynamics_linearity`), at the shapes of `binding`'s first subject."""
+    between events (`dynamics_linearity`; False for a closed form or no dynamics), at the
+    shapes of `binding`'s first subject."""
     cm = model.compiled
-    if cm.closed_form is not None or not cm.has_dynamics:
-        return False
-    estimated = [p for p in cm.params if p.size > 0]
-    theta = cm.unpack(cm.pack({p.name: p.init for p in estimated}))
     eta = jnp.zeros(len(cm.eta_labels))
     first = jax.tree_util.tree_map(lambda a: a[0], binding.data)
-    return dynamics_linearity(model, theta, eta, first) is not None
+    return dynamics_linearity(model, _initial_theta(cm), eta, first) is not None
 
 
 def _check_linear(model, binding) -> None:
-    """Refuse ``OdeOptions(solver="expm")`` for dynamics that are not linear."""
+    """Refuse ``OdeOptions(solver="expm")`` for dynamics that are not linear (closed forms
+    and models without dynamics solve no ODE: nothing to refuse)."""
     cm = model.compiled
-    if cm.closed_form is not None or not cm.has_dynamics:
-        return  # (closed forms and models without dynamics never solve an ODE)
-    if not _linear(model, binding):
+    if cm.closed_form is None and cm.has_dynamics and not _linear(model, binding):
         raise ModelError(
             f"OdeOptions(solver={EXACT_SOLVER!r}) solves linear dynamics exactly, but this "
             "model's `dynamics:` are not linear in the states with coefficients constant "
@@ -281,8 +282,7 @@ def _failed_solves(model, binding, options: OdeOptions) -> np.ndarray:
     """Which subjects' solves fail at the initial estimates with `options` (``[N]`` bool)."""
     predictor = _predictor(model, binding, options)
     cm = predictor.model.compiled
-    estimated = [p for p in cm.params if p.size > 0]
-    theta = cm.unpack(cm.pack({p.name: p.init for p in estimated}))
+    theta = _initial_theta(cm)
     q = len(cm.eta_labels)
 
     def ok(subj):
