@@ -32,8 +32,14 @@ from ._start import Start, starting_point
 from ._table import add_shrinkage, build_table, estimates_of, omega_jac_args, shrinkage
 from ._why_not_finite import explain_start
 
-# accepted steps between restarts of the extra EBE searches from their fixed points
+# accepted steps before the first restart of the extra EBE searches from their fixed points;
+# the gap doubles after each (restarts after 10, 30, 70, 150, ... accepted steps), and a
+# converged fit restarts them once more at its end (`_Run.lower_modes`)
 _RESEED = 10
+# restarts at the end of a fit that found lower modes and went on, at most
+_END_CHECKS = 3
+# an OFV drop (-2LL units) by which the restarted searches count as having found lower modes
+_LOWER_MODE_OFV = 1e-3
 
 
 def fit_problem(
@@ -102,19 +108,38 @@ def fit_problem(
         run.on_first = lambda: display.end_split(
             run.t_compile + getattr(run.compiled, "waited", 0.0), "the first evaluation"
         )
-        res = optimizer.minimize(
-            run.fun,
-            run.x0(),
-            max_iter=max_iter,
-            time_limit=time_limit,
-            gtol=gtol,
-            ftol=ftol,
-            xtol=xtol,
-            progress=display,
-            t_start=run.t_run0,
-            hessian_guess=run.hessian_guess,
-            on_accept=run.on_accept,
-        )
+
+        def minimize(x0, iterations):
+            return optimizer.minimize(
+                run.fun,
+                x0,
+                max_iter=iterations,
+                time_limit=time_limit,
+                gtol=gtol,
+                ftol=ftol,
+                xtol=xtol,
+                progress=display,
+                t_start=run.t_run0,
+                hessian_guess=run.hessian_guess,
+                on_accept=run.on_accept,
+            )
+
+        res = minimize(run.x0(), max_iter)
+        for _ in range(_END_CHECKS if run.tracked else 0):
+            if not res.converged:
+                break
+            display.start("restarting the EBE searches from their fixed points")
+            moved = run.lower_modes(res)
+            if not moved:
+                display.end("no lower modes")
+                break
+            display.end(f"{moved} subject(s) with a lower mode: the fit goes on")
+            if res.n_iter >= max_iter:
+                res = dataclasses.replace(
+                    res, converged=False, message=_lower_modes_message(moved, res.message)
+                )
+                break
+            res = _continued(res, minimize(res.x, max_iter - res.n_iter))
         ev = run.final(res)
         unmoved = _unmoved(problem, start, run.g_first, res)
 
@@ -171,9 +196,10 @@ class _Run:
 
     With a multistart EBE search every search is warm-started where it ended at the last
     accepted point (`Evaluation.modes`), not from the same fixed points each time (from those,
-    every evaluation runs its searches from scratch). Every `_RESEED` accepted steps the extra
-    searches restart from eta = 0 and +-1.5 SD of Omega, so a mode that all of them left can
-    be found again.
+    every evaluation runs its searches from scratch). After `_RESEED` accepted steps, then after
+    gaps that double, the extra searches restart from eta = 0 and +-1.5 SD of Omega, so a mode
+    that all of them left can be found again; a converged fit restarts them at its end
+    (`lower_modes`).
     """
 
     def __init__(self, problem: Problem, method: Method, start: Start, cov_pos: list[int]):
@@ -186,6 +212,7 @@ class _Run:
         if self.tracked:
             self.eta = _with_fixed_starts(problem, start.u0, self.eta)
         self.accepted = 0
+        self.reseed_at, self.reseed_gap = _RESEED, _RESEED  # (tracked multistart)
         self.ev_last = self.z_last = None  # the last evaluation, and its point
         self.g_first = None  # the gradient of the free parameters at the start
         self.m2ll_first = None  # and the subjects' objective terms there
@@ -257,10 +284,36 @@ class _Run:
             return
         self.eta = _carried(self.eta, self.ev, self.tracked)
         self.accepted += 1
-        if self.tracked and self.accepted % _RESEED == 0:
-            u = self.start.u0.copy()
-            u[list(self.start.free)] = self.z_last
-            self.eta = _with_fixed_starts(self.problem, u, self.eta[:, 0])
+        if self.tracked and self.accepted >= self.reseed_at:
+            self.reseed_gap *= 2
+            self.reseed_at = self.accepted + self.reseed_gap
+            self._restart_searches(self.z_last)
+
+    def _restart_searches(self, z: np.ndarray) -> None:
+        """The extra EBE searches of the next evaluations start from their fixed points
+        (Omega at the free parameters `z`); the first from the kept modes."""
+        u = self.start.u0.copy()
+        u[list(self.start.free)] = z
+        self.eta = _with_fixed_starts(self.problem, u, self.eta[:, 0])
+
+    def lower_modes(self, res: OptResult) -> int:
+        """At the converged point of `res` (the last accepted one): every subject's extra EBE
+        searches restarted from their fixed points. A mode that appeared since the last
+        restart (the parameters moved) and lies lower than the one kept lowers the OFV: the
+        number of subjects with such a mode is returned, and that evaluation becomes the
+        accepted point the fit goes on from. With none, nothing changes (0)."""
+        kept = (self.eta, self.ev_last, self.z_last)
+        before = np.asarray(self.ev.m2ll_i, dtype=np.float64)
+        self._restart_searches(res.x)
+        f_new, g_new = self.fun(res.x)
+        after = np.asarray(self.ev_last.m2ll_i, dtype=np.float64)
+        if not (np.isfinite(f_new) and np.all(np.isfinite(g_new))) or not (
+            f_new < res.f - _LOWER_MODE_OFV
+        ):
+            self.eta, self.ev_last, self.z_last = kept
+            return 0
+        self.on_accept()
+        return max(1, int(np.sum(after < before - _LOWER_MODE_OFV)))
 
     def hessian_guess(self) -> np.ndarray | None:
         """BHHH at the accepted point: 1/2 sum_i (g_i - mean g) (g_i - mean g)' approximates
@@ -426,6 +479,26 @@ def _result(
         _table=table,
         timings={},
         covariance_status=cov_status,
+    )
+
+
+def _continued(first: OptResult, then: OptResult) -> OptResult:
+    """One result of a minimisation (`first`) and its continuation from its end (`then`,
+    whose iteration 0 is `first`'s end point evaluated again)."""
+    history = first.history + [(it + first.n_iter, *rest) for it, *rest in then.history[1:]]
+    return dataclasses.replace(
+        then,
+        n_iter=first.n_iter + then.n_iter,
+        n_eval=first.n_eval + 1 + then.n_eval,
+        history=history,
+    )
+
+
+def _lower_modes_message(moved: int, message: str) -> str:
+    return (
+        f"{message}; but restarted from their fixed points, the EBE searches of {moved} "
+        "subject(s) found lower modes, and the maximum number of iterations was reached: not "
+        "converged"
     )
 
 

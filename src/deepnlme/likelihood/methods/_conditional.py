@@ -169,7 +169,7 @@ class Conditional(Method):
         # Tracked modes: a subject's searches that ended at the same mode last time start
         # there together, and would end together again; only the first of each such group
         # runs (and is scored), the others take its results (with one mode per subject, one
-        # search in 2q + 2). The fixed starts (every 10 accepted steps) all run.
+        # search in 2q + 2). The fixed starts (at the restarts: `estimation._outer`) all run.
         source = duplicate_starts(starts, limit) if eta.ndim == 3 and k1 > 1 else None
         active = None if source is None else (source == jnp.arange(k1)).reshape(-1)
         res = newton_lm_lanes(
