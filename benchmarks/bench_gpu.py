@@ -1,0 +1,198 @@
+"""Issue 25's GPU check: benchmark 1's and benchmark 3's designs at 60,000 subjects, one script.
+
+    PYTHONUNBUFFERED=1 PYTHONPATH=src python3 benchmarks/bench_gpu.py [--subjects 60000]
+        [--designs multidose,pkpd] [--repeats 3] [--fit-limit 60] [--out DIR]
+
+For each design, at `--subjects` subjects (benchmark 3's: `--pkpd-subjects`, default the same):
+- the data generated as the CPU benchmarks generate it (`multidose_data.write`,
+  `bench_deepnlme_pkpd.make_data`), and its time;
+- one FOCE evaluation at the model's start compiled as a fit compiles it (the EBE search and
+  the rest, `estimation._compiled.compiled_evaluation`): compile + first call (with the
+  network model's multistart search: every search from the fixed starts, as a fit's first
+  evaluation), then the median of `--repeats` evaluations warm-started from what the last
+  found (the tracked modes), what each outer iteration costs once or a few times (its line
+  search);
+- a fit from the model's start, stopped at `--fit-limit` seconds: benchmark 1's FOCE
+  (covariance step left out); benchmark 3's JointMAP, then FOCE from it (each with that
+  limit): time, iterations, converged, OFV. The fits find the evaluation's programs compiled
+  (the same model, data and free parameters): their times are warm.
+
+Prints the device, the versions and a table, and writes `gpu_results.json` (and the table,
+`gpu_results.md`) to `--out`. On the device machine (`run`): ``PYTHONUNBUFFERED=1
+PYTHONPATH=src python3 benchmarks/bench_gpu.py --out $OUT`` with `timeout_s` 600; the three
+fits stop after about `--fit-limit` each (default 60 s), besides the data, the compilations and the
+first evaluations, whose times on a GPU are not known yet: where one call cannot hold both
+designs, run `--designs multidose` and `--designs pkpd` apart. On a CPU, `--subjects 150
+--pkpd-subjects 20 --fit-limit 30` checks that it runs (about 2.5 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+
+def _evaluations(problem, method, repeats: int) -> dict:
+    """Compile + first evaluation, and the median of `repeats` warm-started evaluations."""
+    import jax
+    import numpy as np
+
+    from deepnlme.estimation._compiled import compiled_evaluation
+    from deepnlme.estimation._outer import _with_fixed_starts
+    from deepnlme.estimation._start import starting_point
+
+    start = starting_point(problem, method, None, None, None)
+    multistart = method.uses_multistart(problem)
+    eta = start.eta0
+    if multistart:  # as a fit's first evaluation: the fixed starts too
+        eta = _with_fixed_starts(problem, start.u0, eta)
+    z0 = start.u0[list(start.free)]
+    args = (jax.device_put(z0), jax.device_put(start.u0), jax.device_put(eta), problem.subjects)
+    t0 = time.perf_counter()
+    compiled, _ = compiled_evaluation(problem, method, start.free, args)
+    out = jax.block_until_ready(compiled(*args))
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(repeats):
+        warm = out.modes if multistart else out.eta
+        t = time.perf_counter()
+        out = jax.block_until_ready(compiled(args[0], args[1], warm, args[3]))
+        times.append(time.perf_counter() - t)
+    return {
+        "compile_and_first_s": first,
+        "evaluation_s": float(np.median(times)),
+        "ofv_start": float(np.sum(out.m2ll_i)),
+        "multistart": bool(multistart),
+    }
+
+
+def _fit_summary(fit, seconds: float) -> dict:
+    return {
+        "s": seconds,
+        "iterations": int(fit.n_iter),
+        "converged": bool(fit.converged),
+        "ofv": float(fit.ofv),
+        "message": fit.message,
+    }
+
+
+def multidose(n: int, folder: Path, repeats: int, fit_limit: float) -> dict:
+    """Benchmark 1's design (`benchmarks/bench_multidose.py`) at `n` subjects."""
+    import multidose_data
+
+    import deepnlme as dn
+    from deepnlme.likelihood._from_model import model_problem
+
+    t = time.perf_counter()
+    path, _ = multidose_data.write(n, 1, folder)
+    pop = dn.read_data(path)
+    out = {"data_s": time.perf_counter() - t, "subjects": len(pop.ids)}
+    model = dn.load_model(ROOT / "examples" / "multidose" / "multidose.model")
+    out["evaluation"] = _evaluations(model_problem(model, pop)[0], dn.FOCE(), repeats)
+    print("multidose evaluation:", out["evaluation"], flush=True)
+    t = time.perf_counter()
+    fit = dn.fit(model, pop, dn.FOCE(), covariance=None, time_limit=fit_limit)
+    out["foce"] = _fit_summary(fit, time.perf_counter() - t)
+    print("multidose FOCE:", out["foce"], flush=True)
+    return out
+
+
+def pkpd(n: int, folder: Path, repeats: int, fit_limit: float) -> dict:
+    """Benchmark 3's design (`benchmarks/bench_deepnlme_pkpd.py`) at `n` subjects."""
+    import bench_deepnlme_pkpd as design
+
+    import deepnlme as dn
+    from deepnlme.likelihood._from_model import model_problem
+
+    t = time.perf_counter()
+    path, _ = design.make_data(n, 1, folder)
+    pop = dn.read_data(path)
+    out = {"data_s": time.perf_counter() - t, "subjects": len(pop.ids)}
+    model = dn.load_model(design.HERE / "deepnlme.model")
+    out["evaluation"] = _evaluations(model_problem(model, pop)[0], dn.FOCE(), repeats)
+    print("pkpd evaluation:", out["evaluation"], flush=True)
+    t = time.perf_counter()
+    jm = dn.fit(model, pop, dn.JointMAP(), covariance=None, time_limit=fit_limit)
+    out["jointmap"] = _fit_summary(jm, time.perf_counter() - t)
+    print("pkpd JointMAP:", out["jointmap"], flush=True)
+    t = time.perf_counter()
+    fo = dn.fit(model, pop, dn.FOCE(), init=jm, covariance=None, time_limit=fit_limit)
+    out["foce"] = _fit_summary(fo, time.perf_counter() - t)
+    print("pkpd FOCE:", out["foce"], flush=True)
+    return out
+
+
+def table(results: dict) -> str:
+    rows = [
+        "| design | subjects | data s | compile + first evaluation s | evaluation s (warm) | "
+        "fit | fit s | iterations | converged | OFV |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---|---:|",
+    ]
+    for name, r in results["designs"].items():
+        ev = r["evaluation"]
+        fits = [k for k in ("jointmap", "foce") if k in r]
+        for k in fits:
+            f = r[k]
+            rows.append(
+                f"| {name} | {r['subjects']} | {r['data_s']:.1f} | "
+                f"{ev['compile_and_first_s']:.1f} | {ev['evaluation_s']:.3f} | {k} | "
+                f"{f['s']:.1f} | {f['iterations']} | {f['converged']} | {f['ofv']:.2f} |"
+            )
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--subjects", type=int, default=60000)
+    ap.add_argument("--pkpd-subjects", type=int, default=None)
+    ap.add_argument("--designs", default="multidose,pkpd")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--fit-limit", type=float, default=60.0, help="seconds, per fit")
+    ap.add_argument("--out", default=None, help="folder for gpu_results.json and .md")
+    args = ap.parse_args()
+    designs = [d for d in args.designs.split(",") if d]
+    unknown = sorted(set(designs) - {"multidose", "pkpd"})
+    if unknown:
+        ap.error(f"--designs: unknown {unknown}; choose from multidose, pkpd")
+
+    t0 = time.perf_counter()
+    import jax
+
+    import deepnlme as dn
+
+    results = {
+        "devices": [str(d) for d in jax.devices()],
+        "jax": jax.__version__,
+        "deepnlme": dn.__version__,
+        "import_s": time.perf_counter() - t0,
+        "designs": {},
+    }
+    print("devices:", results["devices"], "jax", results["jax"], flush=True)
+    runs = {"multidose": (multidose, args.subjects)}
+    runs["pkpd"] = (pkpd, args.pkpd_subjects or args.subjects)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in designs:
+            fn, n = runs[name]
+            results["designs"][name] = fn(n, Path(tmp), args.repeats, args.fit_limit)
+    results["total_s"] = time.perf_counter() - t0
+    text = table(results)
+    print()
+    print(text)
+    print(f"\ntotal {results['total_s']:.1f} s")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "gpu_results.json").write_text(json.dumps(results, indent=1))
+        (out / "gpu_results.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
