@@ -84,24 +84,43 @@ def _fit_summary(fit, seconds: float) -> dict:
     }
 
 
+def _design(label: str, write, model_path: Path, repeats: int) -> tuple[dict, object, object]:
+    """The data `write()` generates (its CSV path) and one FOCE evaluation of the model at
+    `model_path` on it: (results so far, model, population)."""
+    import deepnlme as dn
+    from deepnlme.likelihood._from_model import model_problem
+
+    t = time.perf_counter()
+    pop = dn.read_data(write())
+    out = {"data_s": time.perf_counter() - t, "subjects": len(pop.ids)}
+    model = dn.load_model(model_path)
+    out["evaluation"] = _evaluations(model_problem(model, pop)[0], dn.FOCE(), repeats)
+    print(f"{label} evaluation:", out["evaluation"], flush=True)
+    return out, model, pop
+
+
+def _timed_fit(out: dict, key: str, label: str, *args, **kwargs):
+    """`dn.fit(*args, **kwargs)` (no covariance step), its summary stored as `out[key]`."""
+    import deepnlme as dn
+
+    t = time.perf_counter()
+    fit = dn.fit(*args, covariance=None, **kwargs)
+    out[key] = _fit_summary(fit, time.perf_counter() - t)
+    print(f"{label} {key}:", out[key], flush=True)
+    return fit
+
+
 def multidose(n: int, folder: Path, repeats: int, fit_limit: float) -> dict:
     """Benchmark 1's design (`benchmarks/bench_multidose.py`) at `n` subjects."""
     import multidose_data
 
     import deepnlme as dn
-    from deepnlme.likelihood._from_model import model_problem
 
-    t = time.perf_counter()
-    path, _ = multidose_data.write(n, 1, folder)
-    pop = dn.read_data(path)
-    out = {"data_s": time.perf_counter() - t, "subjects": len(pop.ids)}
-    model = dn.load_model(ROOT / "examples" / "multidose" / "multidose.model")
-    out["evaluation"] = _evaluations(model_problem(model, pop)[0], dn.FOCE(), repeats)
-    print("multidose evaluation:", out["evaluation"], flush=True)
-    t = time.perf_counter()
-    fit = dn.fit(model, pop, dn.FOCE(), covariance=None, time_limit=fit_limit)
-    out["foce"] = _fit_summary(fit, time.perf_counter() - t)
-    print("multidose FOCE:", out["foce"], flush=True)
+    model_path = ROOT / "examples" / "multidose" / "multidose.model"
+    out, model, pop = _design(
+        "multidose", lambda: multidose_data.write(n, 1, folder)[0], model_path, repeats
+    )
+    _timed_fit(out, "foce", "multidose", model, pop, dn.FOCE(), time_limit=fit_limit)
     return out
 
 
@@ -110,23 +129,12 @@ def pkpd(n: int, folder: Path, repeats: int, fit_limit: float) -> dict:
     import bench_deepnlme_pkpd as design
 
     import deepnlme as dn
-    from deepnlme.likelihood._from_model import model_problem
 
-    t = time.perf_counter()
-    path, _ = design.make_data(n, 1, folder)
-    pop = dn.read_data(path)
-    out = {"data_s": time.perf_counter() - t, "subjects": len(pop.ids)}
-    model = dn.load_model(design.HERE / "deepnlme.model")
-    out["evaluation"] = _evaluations(model_problem(model, pop)[0], dn.FOCE(), repeats)
-    print("pkpd evaluation:", out["evaluation"], flush=True)
-    t = time.perf_counter()
-    jm = dn.fit(model, pop, dn.JointMAP(), covariance=None, time_limit=fit_limit)
-    out["jointmap"] = _fit_summary(jm, time.perf_counter() - t)
-    print("pkpd JointMAP:", out["jointmap"], flush=True)
-    t = time.perf_counter()
-    fo = dn.fit(model, pop, dn.FOCE(), init=jm, covariance=None, time_limit=fit_limit)
-    out["foce"] = _fit_summary(fo, time.perf_counter() - t)
-    print("pkpd FOCE:", out["foce"], flush=True)
+    out, model, pop = _design(
+        "pkpd", lambda: design.make_data(n, 1, folder)[0], design.HERE / "deepnlme.model", repeats
+    )
+    jm = _timed_fit(out, "jointmap", "pkpd", model, pop, dn.JointMAP(), time_limit=fit_limit)
+    _timed_fit(out, "foce", "pkpd", model, pop, dn.FOCE(), init=jm, time_limit=fit_limit)
     return out
 
 

@@ -109,28 +109,13 @@ def test_a_converged_multistart_fit_checks_its_modes_at_the_end(two_modes, capsy
 
 
 def test_a_fit_that_converged_at_upper_modes_goes_on_from_the_lower_ones(two_modes, capsys):
-    # the first evaluation's extra searches all start at the upper mode (near -1.16), so the
-    # fit converges there; the restart at its end, from the fixed points, finds the lower
-    # modes, and the fit goes on from them to the same optimum as a fit that found them first
-    from deepnlme.estimation import _outer
-
-    real = _outer._with_fixed_starts
-    calls = []
-
-    def upper_first(problem, u, eta):
-        calls.append(1)
-        out = real(problem, u, eta)
-        return np.full_like(out, -1.2) if len(calls) == 1 else out
-
+    # started from known EBEs at the upper modes (near -1.16), every search starts there, so
+    # the fit converges there; the restart at its end, from the fixed points, finds the lower
+    # modes, and the fit goes on from them to the optimum of a fit that found them first
     # (`a` held: free, it would move to -0.3, where the upper modes are the lower ones)
     keep = {"fixed": ["a", "om"], "covariance": None}
     best = fit_problem(two_modes, MULTISTART, progress=False, **keep)
-    _outer._with_fixed_starts = upper_first
-    try:
-        fit = fit_problem(two_modes, MULTISTART, progress=True, init_eta=np.full((4, 1), -1.2),
-                          **keep)  # fmt: skip
-    finally:
-        _outer._with_fixed_starts = real
+    fit = fit_problem(two_modes, MULTISTART, progress=True, init_eta=np.full((4, 1), -1.2), **keep)
     out = capsys.readouterr().out
     assert "4 subject(s) with a lower mode: the fit goes on" in out, out
     assert fit.converged, fit.message
@@ -138,3 +123,13 @@ def test_a_fit_that_converged_at_upper_modes_goes_on_from_the_lower_ones(two_mod
     np.testing.assert_allclose(fit.ofv, best.ofv, rtol=0, atol=1e-6)
     its = [h[0] for h in fit.history.itertuples(index=False)]
     assert its == list(range(len(its))) and fit.n_iter == its[-1]
+
+
+def test_known_ebes_start_every_search_and_zeros_add_the_fixed_starts(two_modes):
+    run, _ = _run(two_modes)
+    fixed = _with_fixed_starts(two_modes, two_modes.init_u(), np.zeros((4, 1)))
+    np.testing.assert_array_equal(run.eta, fixed)
+    start = starting_point(two_modes, MULTISTART, None, np.full((4, 1), 0.9), None)
+    assert start.eta_known
+    run = _Run(two_modes, MULTISTART, start, [])
+    np.testing.assert_array_equal(run.eta, np.full((4, 4, 1), 0.9))

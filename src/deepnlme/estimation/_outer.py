@@ -209,7 +209,11 @@ class _Run:
         self.n, self.q, self.p = problem.n_subjects, problem.n_eta, len(start.free)
         self.base = jax.device_put(start.u0)
         self.eta = np.asarray(start.eta0, dtype=np.float64)  # the warm starts
-        if self.tracked:
+        if self.tracked and start.eta_known:
+            # an earlier fit's EBEs (or the user's): every search starts there (and runs
+            # once); the fixed starts join at the first restart
+            self.eta = np.repeat(self.eta[:, None, :], 2 * self.q + 2, axis=1)
+        elif self.tracked:
             self.eta = _with_fixed_starts(problem, start.u0, self.eta)
         self.accepted = 0
         self.reseed_at, self.reseed_gap = _RESEED, _RESEED  # (tracked multistart)

@@ -106,19 +106,22 @@ def resolve_eta(problem: Problem, init_eta, eta0: np.ndarray | None) -> np.ndarr
 
 class Start(NamedTuple):
     """Where a fit starts: the unconstrained vector `u0`, the EBE starts `eta0` ``[N, q]``,
-    the parameters held (`fixed_names`: the user's and those the method holds) and the
-    indices of the free entries of `u0`."""
+    the parameters held (`fixed_names`: the user's and those the method holds), the
+    indices of the free entries of `u0`, and whether `eta0` is known EBEs (`init_eta`, or an
+    `init` Fit's) rather than zeros."""
 
     u0: np.ndarray
     eta0: np.ndarray
     fixed_names: set[str]
     free: tuple[int, ...]
+    eta_known: bool = False
 
 
 def starting_point(problem: Problem, method: Method, init, init_eta, fixed) -> Start:
     """The `Start` of a fit of `problem` by `method` from the options `init`, `init_eta` and
     `fixed`."""
     u0, eta0 = resolve_init(problem, init)
+    eta_known = init_eta is not None or eta0 is not None
     eta0 = resolve_eta(problem, init_eta, eta0)
     fixed_names, u0 = resolve_fixed(problem, fixed, u0)
     kinds = method.held_kinds()
@@ -128,4 +131,4 @@ def starting_point(problem: Problem, method: Method, init, init_eta, fixed) -> S
     for name in fixed_names:
         is_free[slices[name]] = False
     free = tuple(int(i) for i in np.flatnonzero(is_free))
-    return Start(u0, eta0, fixed_names, free)
+    return Start(u0, eta0, fixed_names, free, eta_known)
