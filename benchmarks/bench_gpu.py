@@ -41,36 +41,17 @@ sys.path.insert(0, str(HERE))
 
 
 def _evaluations(problem, method, repeats: int) -> dict:
-    """Compile + first evaluation, and the median of `repeats` warm-started evaluations."""
-    import jax
+    """Compile + first evaluation (as a fit's first), and the median of `repeats`
+    evaluations warm-started from what the last found."""
     import numpy as np
+    from bench_multidose_eval import evaluation_time
 
-    from deepnlme.estimation._compiled import compiled_evaluation
-    from deepnlme.estimation._outer import _with_fixed_starts
-    from deepnlme.estimation._start import starting_point
-
-    start = starting_point(problem, method, None, None, None)
-    multistart = method.uses_multistart(problem)
-    eta = start.eta0
-    if multistart:  # as a fit's first evaluation: the fixed starts too
-        eta = _with_fixed_starts(problem, start.u0, eta)
-    z0 = start.u0[list(start.free)]
-    args = (jax.device_put(z0), jax.device_put(start.u0), jax.device_put(eta), problem.subjects)
-    t0 = time.perf_counter()
-    compiled, _ = compiled_evaluation(problem, method, start.free, args)
-    out = jax.block_until_ready(compiled(*args))
-    first = time.perf_counter() - t0
-    times = []
-    for _ in range(repeats):
-        warm = out.modes if multistart else out.eta
-        t = time.perf_counter()
-        out = jax.block_until_ready(compiled(args[0], args[1], warm, args[3]))
-        times.append(time.perf_counter() - t)
+    first, median, out = evaluation_time(problem, method, repeats, warm=True)
     return {
         "compile_and_first_s": first,
-        "evaluation_s": float(np.median(times)),
+        "evaluation_s": median,
         "ofv_start": float(np.sum(out.m2ll_i)),
-        "multistart": bool(multistart),
+        "multistart": bool(method.uses_multistart(problem)),
     }
 
 

@@ -30,16 +30,23 @@ import multidose_data  # noqa: E402
 
 import deepnlme as dn  # noqa: E402
 from deepnlme.estimation._compiled import compiled_evaluation  # noqa: E402
+from deepnlme.estimation._outer import _with_fixed_starts  # noqa: E402
 from deepnlme.estimation._start import starting_point  # noqa: E402
 from deepnlme.likelihood._from_model import model_problem  # noqa: E402
 
 
-def evaluation_time(problem, method, repeats: int):
+def evaluation_time(problem, method, repeats: int, warm: bool = False):
     """(compile s, median evaluation s, output) of `method`'s evaluation of `problem` at the
-    model's start, compiled as a fit compiles it (compile s: compilation and the first call)."""
+    model's start, compiled as a fit compiles it (compile s: compilation and the first call).
+
+    Every evaluation starts its EBE searches from the start's etas; with `warm`, as a fit's
+    do: the first (with a multistart search) from the fixed starts too, each later one from
+    what the last found (the tracked modes)."""
     start = starting_point(problem, method, None, None, None)
+    multistart = warm and method.uses_multistart(problem)
+    eta = _with_fixed_starts(problem, start.u0, start.eta0) if multistart else start.eta0
     z0 = start.u0[list(start.free)]
-    args = (jax.device_put(z0), jax.device_put(start.u0), jax.device_put(start.eta0))
+    args = (jax.device_put(z0), jax.device_put(start.u0), jax.device_put(eta))
     args = (*args, problem.subjects)
     t0 = time.perf_counter()
     compiled, _ = compiled_evaluation(problem, method, start.free, args)
@@ -47,6 +54,8 @@ def evaluation_time(problem, method, repeats: int):
     t_compile = time.perf_counter() - t0
     times = []
     for _ in range(repeats):
+        if warm:
+            args = (*args[:2], out.modes if multistart else out.eta, args[3])
         t = time.perf_counter()
         out = jax.block_until_ready(compiled(*args))
         times.append(time.perf_counter() - t)
