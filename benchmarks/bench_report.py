@@ -1,7 +1,12 @@
-"""The HTML report's cost against the fit's: pheno (phenobarbital, FOCEI), fitted and reported
-in one fresh process, as the command line does (`deepnlme fit ... --out`).
+"""The HTML report's cost against the fit's: a model fitted and reported in one fresh process,
+as the command line does (`deepnlme fit ... --out`).
 
-    .venv/bin/python benchmarks/bench_report.py [--repeat N] [--cold]
+    .venv/bin/python benchmarks/bench_report.py [--case pheno] [--repeat N] [--cold]
+
+`--case`: pheno (phenobarbital, FOCEI; the default), theophylline (FOCEI), theophylline-ode
+(the same model written as ODEs), deepnlme-theophylline (an MLP of weight on CL, FOCE),
+multidose (benchmark 1 of issue 25: 150 subjects, 5-40 doses with SS records, CRCL changing
+over time; FOCE).
 
 Prints the fit's wall time (and its compile / optimisation / covariance split), the report's,
 and the report's parts: the predictions, the simulations (one set for VPC and NPDE), the NPDE
@@ -21,6 +26,30 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+# case: (model file, bundled data set or None (generated), method name)
+CASES = {
+    "pheno": ("phenobarbital.model", "phenobarbital", "FOCEI"),
+    "theophylline": ("theophylline.model", "theophylline", "FOCEI"),
+    "theophylline-ode": ("theophylline_ode.model", "theophylline", "FOCEI"),
+    "deepnlme-theophylline": ("deepnlme_theophylline.model", "theophylline", "FOCE"),
+    "multidose": ("multidose/multidose.model", None, "FOCE"),
+}
+
+
+def _data_file(case: str, tmp: str) -> str:
+    import deepnlme as dn
+
+    name = CASES[case][1]
+    if name is not None:
+        return str(dn.datasets.path(name))
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import multidose_data
+
+    data, _ = multidose_data.write(150, 1, Path(tmp))
+    return str(data)
 
 
 def _timed(module, name: str, log: dict, key: str | None = None):
@@ -42,6 +71,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=1, help="reports written after the fit")
     ap.add_argument("--cold", action="store_true", help="an empty program store (compile all)")
+    ap.add_argument("--case", choices=sorted(CASES), default="pheno")
     args = ap.parse_args()
     if args.cold:  # (read when deepnlme is imported)
         os.environ["DEEPNLME_CACHE_DIR"] = tempfile.mkdtemp(prefix="deepnlme-cold-")
@@ -62,16 +92,20 @@ def main() -> None:
     _timed(report, "dense_predictions", parts, "dense curves")
     _timed(plots, "to_png", parts, "rendering (PNG)")
 
-    data = dn.datasets.path("phenobarbital")
-    t0 = time.perf_counter()
-    pop = dn.read_data(data)
-    model = dn.load_model((ROOT / "examples" / "phenobarbital.model").read_text())
-    fit = dn.fit(model, pop, dn.FOCEI(), progress=False)
-    t_fit = time.perf_counter() - t0
-    split = ", ".join(f"{k} {v:.2f} s" for k, v in fit.timings.items())
-    print(f"import deepnlme: {t_import:.2f} s")
-    print(f"fit (read, load, FOCEI): {t_fit:.2f} s ({split})")
+    model_file, _, method = CASES[args.case]
     with tempfile.TemporaryDirectory() as tmp:
+        data = _data_file(args.case, tmp)
+        t0 = time.perf_counter()
+        pop = dn.read_data(data)
+        model = dn.load_model((EXAMPLES / model_file).read_text())
+        fit = dn.fit(model, pop, getattr(dn, method)(), progress=False)
+        t_fit = time.perf_counter() - t0
+        split = ", ".join(f"{k} {v:.2f} s" for k, v in fit.timings.items())
+        store = " (an empty program store)" if args.cold else ""
+        print(f"case {args.case}: {model_file}, {fit.n_subjects} subjects, {fit.n_obs} "
+              f"observations, {method}{store}")  # fmt: skip
+        print(f"import deepnlme: {t_import:.2f} s")
+        print(f"fit (read, load, {method}): {t_fit:.2f} s ({split})")
         for k in range(args.repeat):
             parts.clear()
             t0 = time.perf_counter()

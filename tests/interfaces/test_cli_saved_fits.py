@@ -32,3 +32,29 @@ def test_demo_refuses_to_replace_its_saved_fits_before_fitting(fitted, tmp_path,
     err = capsys.readouterr().err
     assert "theophylline/fit' already holds a saved fit" in err and "--force" in err
     assert sorted(p.name for p in out.iterdir()) == ["theophylline"]  # no fit ran
+
+
+def test_tables_and_record_are_written_when_the_report_fails(fitted, tmp_path, monkeypatch):
+    # the report is written before the CSV tables (it compiles the predictions' program beside
+    # its simulations'); when it fails, the tables and fit.json are still written
+    import json
+
+    import pytest
+
+    from deepnlme.interfaces import cli, report
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the report broke")
+
+    monkeypatch.setattr(report, "write_report", broken)
+    fit = dn.load_fit(fitted / "fit")
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="the report broke"):
+        cli._write_fit(fit, out, {"wall_fit": 1.0}, report=True)
+    for name in ("estimates.csv", "ebes.csv", "predictions.csv", "fit.json"):
+        assert (out / name).stat().st_size > 0
+    assert dn.load_fit(out / "fit").ofv == fit.ofv
+    rec = json.loads((out / "fit.json").read_text())
+    assert rec["ofv"] == fit.ofv and "report" not in rec["timings"]
+    assert rec["timings"]["wall_fit"] == 1.0
+    assert not (out / "report.html").exists()

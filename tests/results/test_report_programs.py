@@ -58,3 +58,19 @@ def test_the_reports_shared_simulation_gives_the_public_vpc_and_npde(fit):
     pd.testing.assert_frame_equal(
         _diagnostics.npde_of(fit, npde_reps), dn.npde(fit, n_sim=60, seed=3)
     )
+
+
+def test_the_optimised_simulation_gives_the_same_replicates(fit, monkeypatch):
+    # ODE models and large designs compile the simulation optimised (it runs the model
+    # hundreds of times); the optimisation level changes no number
+    assert not _diagnostics._simulation_optimised(_diagnostics.bind_fit(fit))  # 744 records
+    plain = _diagnostics.replicates(fit, 30, 5)
+    monkeypatch.setattr(_diagnostics, "_SIMULATION_OPTIMISED_RECORDS", 0)
+    b = _diagnostics.bind_fit(fit)
+    assert _diagnostics._simulation_optimised(b)
+    _diagnostics._SIM_CACHE.pop(b.predictor, None)  # (compiled again, optimised)
+    fast = _diagnostics.replicates(fit, 30, 5)
+    _diagnostics._SIM_CACHE.pop(b.predictor, None)
+    np.testing.assert_allclose(fast.y, plain.y, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(fast.h, plain.h, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(fast.use, plain.use)

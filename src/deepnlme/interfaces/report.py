@@ -417,7 +417,7 @@ def dense_predictions(fit, ids: list | None = None, *, n_points: int = 150) -> p
     import jax.numpy as jnp
 
     from ..likelihood._from_model import batched, binding_of, model_problem
-    from ..results._diagnostics import _jit_once, fit_ode_options
+    from ..results._diagnostics import _jit_once, _theta, fit_ode_options
 
     pop = fit.population
     ids = list(pop.ids) if ids is None else list(ids)
@@ -425,7 +425,7 @@ def dense_predictions(fit, ids: list | None = None, *, n_points: int = 150) -> p
     ode = fit_ode_options(fit)
     problem, predictor = model_problem(fit.model, grid, ode_options=ode)
     binding = binding_of(fit.model, grid, ode)
-    theta = fit.model.compiled.unpack(jnp.asarray(fit.u))
+    theta = _theta(fit)
     eta = jnp.asarray(fit.ebes.loc[ids].to_numpy(dtype=np.float64))
 
     def both(theta, eta, data):
@@ -516,29 +516,30 @@ def report_html(
         raise OptionError(f"report: `data_file` {os.fspath(data_file)!r} is not a file")
     name = getattr(fit.method, "name", type(fit.method).__name__)
     title = title or f"deepnlme fit report - {name}"
-    table = predict(fit)
     # the simulations and the dense curves (compiled and run by XLA, which frees the
-    # interpreter) on a thread of their own while this one draws the first figures
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="deepnlme-report")
+    # interpreter) on threads of their own: the simulations' program compiles while this
+    # thread compiles the predictions', and both run while it draws the first figures
+    pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="deepnlme-report")
     try:
+        sims = pool.submit(_replicates, fit, vpc_sims, npde_sims, seed)
+        table = predict(fit)
         return _report_html(
-            fit, table, pool, title=title, name=name, vpc_sims=vpc_sims, npde_sims=npde_sims,
-            seed=seed, max_individual_pages=max_individual_pages, log_scale=log_scale,
-            data_file=data_file, grid_points=grid_points, started=started,
+            fit, table, pool, sims, title=title, name=name, vpc_sims=vpc_sims,
+            npde_sims=npde_sims, seed=seed, max_individual_pages=max_individual_pages,
+            log_scale=log_scale, data_file=data_file, grid_points=grid_points, started=started,
         )  # fmt: skip
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _report_html(
-    fit, table, pool, *, title, name, vpc_sims, npde_sims, seed, max_individual_pages,
+    fit, table, pool, sims, *, title, name, vpc_sims, npde_sims, seed, max_individual_pages,
     log_scale, data_file, grid_points, started,
 ) -> str:  # fmt: skip
     from ..results import ebe_table, shrinkage
     from ..results._vpc import vpc_of
     from . import plots
 
-    sims = pool.submit(_replicates, fit, vpc_sims, npde_sims, seed)
     shown = list(dict.fromkeys(table["ID"]))[: max_individual_pages * _PER_PAGE]
     curves = pool.submit(dense_predictions, fit, shown, n_points=grid_points) if shown else None
     pop = fit.population
@@ -736,14 +737,13 @@ def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[s
 
 
 def _eta_body(fit, ebes) -> list[str]:
-    import jax.numpy as jnp
-
+    from ..results._diagnostics import _theta
     from . import plots
 
     labels = list(fit.model.compiled.eta_labels)
     named = eta_names(fit.model)
     frame = ebes.rename(columns=dict(zip(labels, named)))
-    omega = np.asarray(fit.model.compiled.omega(fit.model.compiled.unpack(jnp.asarray(fit.u))))
+    omega = np.asarray(fit.model.compiled.omega(_theta(fit)))
     body = [
         "<h3>Distributions</h3>",
         _img(plots.eta_distributions(frame, named, omega), "EBE histograms", "eta-hist"),
