@@ -78,6 +78,29 @@ def cache_dir() -> str | None:
     )
 
 
+def write_cache_entry(path: str | None, write) -> None:
+    """Write the cache entry `path` (None: no cache folder, nothing written) by `write(fh)` on
+    a binary file: a temporary file renamed into place, so a reader finds no entry or the
+    whole one; a cache folder that cannot be written is no error (the entry is made again
+    next time)."""
+    import tempfile
+
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError:
+        pass
+
+
 def _enable_jax_cache() -> None:
     """JAX's persistent compilation cache in `cache_dir`, for the whole process, where
     ``DEEPNLME_JAX_CACHE=1`` asks for it and no JAX cache folder is set already."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pathlib
 import random
 
 import jax
@@ -402,3 +403,54 @@ def test_network_outside_the_fit_equals_what_the_fit_used(small_pop):
         dn.network(f, "NX")
     with pytest.raises(dn.OptionError, match=r"inputs of shape \[\.\.\., 1\]"):
         net(np.ones((3, 2)))
+
+
+def test_initial_weights_are_kept_in_the_cache_folder_and_read_back(tmp_path, monkeypatch):
+    # drawn op by op (each operation compiled) they cost a fresh process 0.7 s: kept as .npy
+    from deepnlme.nn import _mlp
+
+    monkeypatch.setenv("DEEPNLME_CACHE_DIR", str(tmp_path))
+    args = ((2, 5, 1), ("relu", "identity"), True, 4)
+    drawn = _mlp._draw_weights(*args)
+    _mlp._init_weights.cache_clear()
+    first = _mlp._init_weights(*args)
+    files = list((tmp_path / "mlp-init").glob("*.npy"))
+    assert len(files) == 1 and np.array_equal(first, drawn) and not first.flags.writeable
+    _mlp._init_weights.cache_clear()
+    assert np.array_equal(_mlp._init_weights(*args), drawn)  # read back
+    files[0].write_bytes(b"not an array")  # a damaged entry is drawn again and replaced
+    _mlp._init_weights.cache_clear()
+    assert np.array_equal(_mlp._init_weights(*args), drawn)
+    assert np.array_equal(np.load(files[0]), drawn)
+    other = _mlp._weights_path((2, 5, 1), ("relu", "identity"), True, 5)
+    assert other != str(files[0])  # another seed, another entry
+    monkeypatch.setenv("DEEPNLME_NO_CACHE", "1")
+    assert _mlp._weights_path(*args) is None
+    _mlp._init_weights.cache_clear()
+
+
+def test_input_statistics_are_kept_in_the_cache_folder_and_read_back(tmp_path, monkeypatch):
+    # a fresh process computed them again (for an ODE model a solve of every subject, about
+    # 10 s of compilation); kept per model, data, options and code, read back the same
+    from deepnlme.nn import _binding
+
+    monkeypatch.setenv("DEEPNLME_CACHE_DIR", str(tmp_path))
+    text = pathlib.Path("examples/deepnlme_theophylline.model").read_text()
+    pop = dn.read_data(dn.datasets.path("theophylline"))
+    first = str(model_problem(dn.load_model(text), pop)[1].model)
+    files = list((tmp_path / "statistics").glob("*.npz"))
+    assert len(files) == 1 and "data=" in first
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("the stored statistics were not read")
+
+    with monkeypatch.context() as m:
+        m.setattr(_binding, "input_statistics", not_again)
+        again = str(model_problem(dn.load_model(text), pop)[1].model)  # a new Model: read
+    assert again == first
+    files[0].write_bytes(b"damaged")  # computed again and replaced
+    assert str(model_problem(dn.load_model(text), pop)[1].model) == first
+    assert np.load(files[0])["NN"].shape == (1, 4)
+    other = pop.subset(list(pop.ids)[:6])  # other data: another entry
+    model_problem(dn.load_model(text), other)
+    assert len(list((tmp_path / "statistics").glob("*.npz"))) == 2

@@ -511,7 +511,7 @@ def _with_fixed_starts(problem, u, eta) -> np.ndarray:
     Omega(u) along each random effect (the starts of the multistart search)."""
     omega = post_functions(problem)[0](jax.device_put(np.asarray(u, np.float64)))[1]
     n, q = eta.shape
-    starts = np.asarray(multistart_points(omega))
+    starts = multistart_points(np.asarray(omega, dtype=np.float64))
     return np.concatenate([eta[:, None, :], np.broadcast_to(starts, (n, 2 * q + 1, q))], axis=1)
 
 

@@ -67,16 +67,12 @@ def _on_event(event: str, **_: object) -> None:
         _HITS.seen = True
 
 
-@functools.cache
 def _source_digest() -> str:
     """A digest of deepnlme's own source files (a stored program is only reused by the code
     that traced it)."""
-    h = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
-    for f in sorted(root.rglob("*.py")):
-        h.update(str(f.relative_to(root)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()
+    from .._version import source_digest
+
+    return source_digest()
 
 
 @functools.cache

@@ -160,12 +160,71 @@ def _predictor(model, binding, options: OdeOptions) -> SubjectPredictor:
     def make(m):
         return SubjectPredictor(m, binding.time_varying, options, binding.features)
 
-    return make(resolve_scaling(model, binding, make))
+    stored = _StoredStatistics(model, binding, options)
+    return make(resolve_scaling(model, binding, make, stored))
 
 
-def _initial_theta(cm) -> dict:
-    """The model's parameters at their initial values (declared scale, by name)."""
-    return cm.unpack(cm.pack({p.name: p.init for p in cm.params if p.size > 0}))
+class _StoredStatistics:
+    """The networks' input statistics (`nn.input_statistics`) of a model bound to data, kept
+    in the cache folder (``statistics/``): they take a solve of every subject at the initial
+    values, whose compilation a fresh process paid again for an ODE model (about 10 s for
+    `examples/deepnlme_dynamics`). Keyed by the model text, the binding and its data, the ODE
+    options and the versions of deepnlme (its source), JAX and diffrax: the numbers read back
+    are the numbers computed."""
+
+    def __init__(self, model, binding, options: OdeOptions) -> None:
+        self.model, self.binding, self.options = model, binding, options
+        self._path: str | None = None
+
+    def path(self) -> str | None:
+        if self._path is None:
+            import os
+
+            import diffrax
+
+            from .._config import cache_dir
+            from .._version import source_digest
+
+            folder = cache_dir()
+            if folder is None:
+                return None
+            token = _cache_token(self.model, self.binding, self.options) + repr(
+                (source_digest(), jax.__version__, diffrax.__version__)
+            )
+            name = hashlib.sha256(token.encode()).hexdigest() + ".npz"
+            self._path = os.path.join(folder, "statistics", name)
+        return self._path
+
+    def read(self, names: list[str]) -> dict | None:
+        """The stored statistics ``{name: [n_in, 4]}`` of the networks `names`, or None (none
+        kept, or an entry that does not hold them all, finite: computed again)."""
+        path = self.path()
+        if path is None:
+            return None
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                stats = {n: np.array(f[n], dtype=np.float64) for n in names}
+        except (OSError, ValueError, KeyError, EOFError):
+            return None
+        ok = all(a.ndim == 2 and a.shape[1] == 4 and np.all(np.isfinite(a)) for a in stats.values())
+        return stats if ok else None
+
+    def write(self, stats: dict) -> None:
+        from .._config import write_cache_entry
+
+        arrays = {n: np.asarray(a, dtype=np.float64) for n, a in stats.items()}
+        write_cache_entry(self.path(), lambda fh: np.savez(fh, **arrays))
+
+
+def _initial_values(cm) -> dict:
+    """The model's initial values, by name (concrete: a network's drawn weights included)."""
+    return {p.name: p.init for p in cm.params if p.size > 0}
+
+
+def _initial_theta(cm, values: dict | None = None) -> dict:
+    """The model's parameters at their initial values (declared scale, by name); `values`:
+    `_initial_values(cm)`, taken outside a trace where this runs inside one."""
+    return cm.unpack(cm.pack(_initial_values(cm) if values is None else values))
 
 
 def _linear(model, binding) -> bool:
@@ -173,9 +232,20 @@ def _linear(model, binding) -> bool:
     between events (`dynamics_linearity`; False for a closed form or no dynamics), at the
     shapes of `binding`'s first subject."""
     cm = model.compiled
-    eta = jnp.zeros(len(cm.eta_labels))
-    first = jax.tree_util.tree_map(lambda a: a[0], binding.data)
-    return dynamics_linearity(model, _initial_theta(cm), eta, first) is not None
+    found = []
+    values = _initial_values(cm)
+
+    def probe(data):
+        # traced (`jax.eval_shape`): no operation runs or compiles. Run op by op, the
+        # initial values' unpacking and the slicing of the first subject compiled some 30
+        # small programs, 1.2 s of every fit of an ODE model (theophylline_ode.model)
+        first = jax.tree_util.tree_map(lambda a: a[0], data)
+        eta = jnp.zeros(len(cm.eta_labels))
+        found.append(dynamics_linearity(model, _initial_theta(cm, values), eta, first))
+        return jnp.zeros(())
+
+    jax.eval_shape(probe, binding.data)
+    return found[0] is not None
 
 
 def _check_linear(model, binding) -> None:
@@ -261,34 +331,26 @@ def _read_choice(path: str | None) -> str | None:
 
 
 def _write_choice(path: str | None, solver: str) -> None:
-    """Keep the choice (a temporary file renamed into place; a cache that cannot be written is
-    no error)."""
-    import os
-    import tempfile
+    """Keep the choice (`_config.write_cache_entry`)."""
+    from .._config import write_cache_entry
 
-    if path is None:
-        return
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".choice-")
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(solver)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    write_cache_entry(path, lambda fh: fh.write(solver.encode("ascii")))
 
 
 def _failed_solves(model, binding, options: OdeOptions) -> np.ndarray:
     """Which subjects' solves fail at the initial estimates with `options` (``[N]`` bool)."""
     predictor = _predictor(model, binding, options)
     cm = predictor.model.compiled
-    theta = _initial_theta(cm)
     q = len(cm.eta_labels)
+    values = _initial_values(cm)
 
-    def ok(subj):
-        return predictor.forward_only.states(theta, jnp.zeros(q), subj)[1]
+    def failed(data):
+        theta = _initial_theta(cm, values)  # (in the program: op by op it compiled ~10)
+        return ~jax.vmap(lambda subj: predictor.forward_only.states(theta, jnp.zeros(q), subj)[1])(
+            data
+        )
 
-    return ~np.asarray(jax.jit(jax.vmap(ok))(binding.data))
+    return np.asarray(jax.jit(failed)(binding.data))
 
 
 def _observations(cm) -> list:

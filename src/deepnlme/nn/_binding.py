@@ -69,7 +69,14 @@ def input_statistics(model, binding, predictor, names) -> dict[str, np.ndarray]:
         n: [(blk, [compile_expr(a, doms) for a in c.args]) for blk, c in call_sites(model.ir, n)]
         for n in names
     }
-    theta0 = cm.unpack(cm.pack({p.name: p.init for p in cm.params if p.size > 0}))
+    values = {p.name: p.init for p in cm.params if p.size > 0}  # (concrete: outside the trace)
+
+    def start():
+        theta = cm.unpack(cm.pack(values))
+        return theta, cm.omega(theta)
+
+    # one small program (op by op, the unpacking compiled some 20: 0.5 s of a fresh process)
+    theta0, omega = jax.jit(start)()
 
     def one_subject(eta, sd):
         cov0 = sd.cov_value[0]
@@ -98,7 +105,7 @@ def input_statistics(model, binding, predictor, names) -> dict[str, np.ndarray]:
         return out
 
     n_subj = len(binding.ids)
-    omega = np.asarray(cm.omega(theta0))
+    omega = np.asarray(omega)
     q = omega.shape[0]
     seed = min(doms[n].seed for n in names)
     z = np.random.default_rng(seed).standard_normal((n_subj, q))
@@ -120,10 +127,12 @@ def input_statistics(model, binding, predictor, names) -> dict[str, np.ndarray]:
     return stats
 
 
-def resolve_scaling(model, binding, predictor_factory) -> Model:
+def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
     """The model with every network's data statistics filled in (the model itself when no
     network needs data). Computed once per `Model` object; later calls return the first
-    result, whatever the population."""
+    result, whatever the population. `stored`: where the statistics of this model, data and
+    code are kept between processes (an object with `read(names) -> dict | None` and
+    `write(stats)`, `likelihood._from_model._StoredStatistics`), or None."""
     hit = _RESOLVED.get(model)
     if hit is not None:
         return hit
@@ -131,7 +140,11 @@ def resolve_scaling(model, binding, predictor_factory) -> Model:
     if not need:
         _RESOLVED[model] = model
         return model
-    stats = input_statistics(model, binding, predictor_factory(model), need)
+    stats = None if stored is None else stored.read(need)
+    if stats is None:
+        stats = input_statistics(model, binding, predictor_factory(model), need)
+        if stored is not None:
+            stored.write(stats)
     new = {n: networks(model)[n].with_data(stats[n]) for n in need}
     params = tuple(
         ParamSpec(p.name, new[p.name], p.kind, p.line) if p.name in new else p for p in model.params

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ...errors import OptionError
 from .._inner import (
@@ -45,13 +46,16 @@ def max_step_of(sd: jax.Array) -> jax.Array:
     return jnp.maximum(2.0 * sd, 0.5)
 
 
-def multistart_points(om: jax.Array) -> jax.Array:
+def multistart_points(om: Any) -> Any:
     """The fixed starts ``[2q + 1, q]`` of the extra EBE searches: eta = 0, then +1.5 and
-    -1.5 SD of Omega along each random effect."""
+    -1.5 SD of Omega along each random effect. A NumPy `om` gives a NumPy array (outside a
+    program, op by op, the JAX operations compiled one small program each: 0.7 s of a
+    network model's fit in a fresh process)."""
+    xp = np if isinstance(om, np.ndarray) else jnp
     q = om.shape[0]
-    sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
-    axes = 1.5 * sd[:, None] * jnp.eye(q, dtype=sd.dtype)
-    return jnp.concatenate([jnp.zeros((1, q), dtype=sd.dtype), axes, -axes])
+    sd = xp.sqrt(xp.clip(xp.diag(om), 0.0, None))
+    axes = 1.5 * sd[:, None] * xp.eye(q, dtype=sd.dtype)
+    return xp.concatenate([xp.zeros((1, q), dtype=sd.dtype), axes, -axes])
 
 
 def _first(problem: Problem):
