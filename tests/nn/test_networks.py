@@ -451,6 +451,8 @@ def test_input_statistics_are_kept_in_the_cache_folder_and_read_back(tmp_path, m
     files[0].write_bytes(b"damaged")  # computed again and replaced
     assert str(model_problem(dn.load_model(text), pop)[1].model) == first
     assert np.load(files[0])["NN"].shape == (1, 4)
+    np.savez(files[0], NN=np.ones((2, 4)))  # statistics of another network's inputs: again
+    assert str(model_problem(dn.load_model(text), pop)[1].model) == first
     other = pop.subset(list(pop.ids)[:6])  # other data: another entry
     model_problem(dn.load_model(text), other)
     assert len(list((tmp_path / "statistics").glob("*.npz"))) == 2

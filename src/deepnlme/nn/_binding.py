@@ -141,11 +141,14 @@ def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
         _RESOLVED[model] = model
         return model
     stats = None if stored is None else stored.read(need)
+    nets = networks(model)
+    if stats is not None and any(stats[n].shape != (nets[n].n_in, 4) for n in need):
+        stats = None  # (an entry of other networks: computed again)
     if stats is None:
         stats = input_statistics(model, binding, predictor_factory(model), need)
         if stored is not None:
             stored.write(stats)
-    new = {n: networks(model)[n].with_data(stats[n]) for n in need}
+    new = {n: nets[n].with_data(stats[n]) for n in need}
     params = tuple(
         ParamSpec(p.name, new[p.name], p.kind, p.line) if p.name in new else p for p in model.params
     )
