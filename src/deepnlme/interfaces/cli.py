@@ -641,18 +641,22 @@ def _run_fit(
     print(fit)
     if not quiet:
         print("writing the tables, the saved fit and the report ...", file=sys.stderr)
+    wall_fit = time.perf_counter() - t0
     path = _write_fit(
         fit,
         out,
-        {"wall_fit": time.perf_counter() - t0},
+        {"wall_fit": wall_fit},
         report=report,
         force=force,
         data_file=data_file,
     )
+    written = time.perf_counter() - t0 - wall_fit
     print(
         f"\nwrote {path}, the saved fit {out / 'fit'}/, the CSV tables"
         + (f" and {out / 'report.html'}" if report else "")
-        + f" ({time.perf_counter() - t0:.1f} s)"
+        + f" ({time.perf_counter() - t0:.1f} s: reading and fitting {wall_fit:.1f} s, writing"
+        + (" with the report" if report else "")
+        + f" {written:.1f} s)"
     )
     return fit
 
