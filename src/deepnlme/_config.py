@@ -101,6 +101,34 @@ def write_cache_entry(path: str | None, write) -> None:
         pass
 
 
+def read_cache_arrays(path: str | None, shapes: dict[str, tuple[int, ...]]) -> dict | None:
+    """The float64 arrays named in `shapes` from the ``.npz`` cache entry `path`, each of its
+    shape and finite; None (the entry is made again) when there is no entry or it does not
+    hold them all so."""
+    import numpy as np
+
+    if path is None:
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {n: np.array(f[n]) for n in shapes}
+    except (OSError, ValueError, KeyError, EOFError):
+        return None
+    ok = all(
+        a.dtype == np.float64 and a.shape == tuple(shapes[n]) and np.all(np.isfinite(a))
+        for n, a in arrays.items()
+    )
+    return arrays if ok else None
+
+
+def write_cache_arrays(path: str | None, arrays: dict) -> None:
+    """Keep float64 `arrays` by name as the ``.npz`` cache entry `path` (`write_cache_entry`)."""
+    import numpy as np
+
+    named = {n: np.asarray(a, dtype=np.float64) for n, a in arrays.items()}
+    write_cache_entry(path, lambda fh: np.savez(fh, **named))
+
+
 def _enable_jax_cache() -> None:
     """JAX's persistent compilation cache in `cache_dir`, for the whole process, where
     ``DEEPNLME_JAX_CACHE=1`` asks for it and no JAX cache folder is set already."""

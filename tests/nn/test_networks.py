@@ -406,7 +406,7 @@ def test_network_outside_the_fit_equals_what_the_fit_used(small_pop):
 
 
 def test_initial_weights_are_kept_in_the_cache_folder_and_read_back(tmp_path, monkeypatch):
-    # drawn op by op (each operation compiled) they cost a fresh process 0.7 s: kept as .npy
+    # drawn op by op (each operation compiled) they cost a fresh process 0.7 s: kept as .npz
     from deepnlme.nn import _mlp
 
     monkeypatch.setenv("DEEPNLME_CACHE_DIR", str(tmp_path))
@@ -414,14 +414,14 @@ def test_initial_weights_are_kept_in_the_cache_folder_and_read_back(tmp_path, mo
     drawn = _mlp._draw_weights(*args)
     _mlp._init_weights.cache_clear()
     first = _mlp._init_weights(*args)
-    files = list((tmp_path / "mlp-init").glob("*.npy"))
+    files = list((tmp_path / "mlp-init").glob("*.npz"))
     assert len(files) == 1 and np.array_equal(first, drawn) and not first.flags.writeable
     _mlp._init_weights.cache_clear()
     assert np.array_equal(_mlp._init_weights(*args), drawn)  # read back
     files[0].write_bytes(b"not an array")  # a damaged entry is drawn again and replaced
     _mlp._init_weights.cache_clear()
     assert np.array_equal(_mlp._init_weights(*args), drawn)
-    assert np.array_equal(np.load(files[0]), drawn)
+    assert np.array_equal(np.load(files[0])["weights"], drawn)
     other = _mlp._weights_path((2, 5, 1), ("relu", "identity"), True, 5)
     assert other != str(files[0])  # another seed, another entry
     monkeypatch.setenv("DEEPNLME_NO_CACHE", "1")

@@ -39,6 +39,7 @@ import numpy as np
 
 from .._config import cache_dir as _cache_dir
 from .._config import compile_lowered, compiler_options
+from .._version import source_digest
 from ..errors import OptionError
 
 _FORMAT = "deepnlme-program-2"
@@ -65,14 +66,6 @@ _HITS = threading.local()
 def _on_event(event: str, **_: object) -> None:
     if event == _HIT_EVENT:
         _HITS.seen = True
-
-
-def _source_digest() -> str:
-    """A digest of deepnlme's own source files (a stored program is only reused by the code
-    that traced it)."""
-    from .._version import source_digest
-
-    return source_digest()
 
 
 @functools.cache
@@ -193,7 +186,7 @@ def program_path(token: str | None, parts: tuple, args: Any, optimise: bool) -> 
         jaxlib.__version__,
         jax.devices()[0].client.platform_version,
         _host(),
-        _source_digest(),
+        source_digest(),  # (a stored program is only reused by the code that traced it)
     )
     digest = hashlib.sha256("\0".join(key).encode()).hexdigest()
     return Path(cache_dir) / "deepnlme-programs" / f"{digest}.xla"

@@ -195,25 +195,17 @@ class _StoredStatistics:
             self._path = os.path.join(folder, "statistics", name)
         return self._path
 
-    def read(self, names: list[str]) -> dict | None:
-        """The stored statistics ``{name: [n_in, 4]}`` of the networks `names`, or None (none
-        kept, or an entry that does not hold them all, finite: computed again)."""
-        path = self.path()
-        if path is None:
-            return None
-        try:
-            with np.load(path, allow_pickle=False) as f:
-                stats = {n: np.array(f[n], dtype=np.float64) for n in names}
-        except (OSError, ValueError, KeyError, EOFError):
-            return None
-        ok = all(a.ndim == 2 and a.shape[1] == 4 and np.all(np.isfinite(a)) for a in stats.values())
-        return stats if ok else None
+    def read(self, shapes: dict[str, tuple[int, ...]]) -> dict | None:
+        """The stored statistics of the networks `shapes` names (``[n_in, 4]`` each), or None
+        (none kept, or an entry that does not hold them all so: computed again)."""
+        from .._config import read_cache_arrays
+
+        return read_cache_arrays(self.path(), shapes)
 
     def write(self, stats: dict) -> None:
-        from .._config import write_cache_entry
+        from .._config import write_cache_arrays
 
-        arrays = {n: np.asarray(a, dtype=np.float64) for n, a in stats.items()}
-        write_cache_entry(self.path(), lambda fh: np.savez(fh, **arrays))
+        write_cache_arrays(self.path(), stats)
 
 
 def _initial_values(cm) -> dict:

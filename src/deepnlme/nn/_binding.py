@@ -131,7 +131,7 @@ def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
     """The model with every network's data statistics filled in (the model itself when no
     network needs data). Computed once per `Model` object; later calls return the first
     result, whatever the population. `stored`: where the statistics of this model, data and
-    code are kept between processes (an object with `read(names) -> dict | None` and
+    code are kept between processes (an object with `read(shapes) -> dict | None` and
     `write(stats)`, `likelihood._from_model._StoredStatistics`), or None."""
     hit = _RESOLVED.get(model)
     if hit is not None:
@@ -140,10 +140,8 @@ def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
     if not need:
         _RESOLVED[model] = model
         return model
-    stats = None if stored is None else stored.read(need)
     nets = networks(model)
-    if stats is not None and any(stats[n].shape != (nets[n].n_in, 4) for n in need):
-        stats = None  # (an entry of other networks: computed again)
+    stats = None if stored is None else stored.read({n: (nets[n].n_in, 4) for n in need})
     if stats is None:
         stats = input_statistics(model, binding, predictor_factory(model), need)
         if stored is not None:

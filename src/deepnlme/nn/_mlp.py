@@ -57,35 +57,22 @@ def _weights_path(dims: tuple[int, ...], acts: tuple[str, ...], bias: bool, seed
          getattr(jax.config, "jax_default_prng_impl", None),
          getattr(jax.config, "jax_threefry_partitionable", None))
     )  # fmt: skip
-    name = hashlib.sha256(token.encode()).hexdigest() + ".npy"
+    name = hashlib.sha256(token.encode()).hexdigest() + ".npz"
     return os.path.join(folder, "mlp-init", name)
-
-
-def _read_weights(path: str | None, size: int) -> np.ndarray | None:
-    if path is None:
-        return None
-    try:
-        w = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError):
-        return None
-    ok = w.dtype == np.float64 and w.shape == (size,) and np.all(np.isfinite(w))
-    return w if ok else None  # (anything else: drawn again)
-
-
-def _write_weights(path: str | None, w: np.ndarray) -> None:
-    from .._config import write_cache_entry
-
-    write_cache_entry(path, lambda fh: np.save(fh, w, allow_pickle=False))
 
 
 @functools.lru_cache(maxsize=64)
 def _init_weights(dims: tuple[int, ...], acts: tuple[str, ...], bias: bool, seed: int):
+    from .._config import read_cache_arrays, write_cache_arrays
+
     size = sum(o * i + (o if bias else 0) for i, o in zip(dims[:-1], dims[1:]))
     path = _weights_path(dims, acts, bias, seed)
-    out = _read_weights(path, size)
-    if out is None:
+    kept = read_cache_arrays(path, {"weights": (size,)})
+    if kept is None:
         out = _draw_weights(dims, acts, bias, seed)
-        _write_weights(path, out)
+        write_cache_arrays(path, {"weights": out})
+    else:
+        out = kept["weights"]
     out.setflags(write=False)
     return out
 
