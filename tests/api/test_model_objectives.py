@@ -170,3 +170,54 @@ def test_kinds_of_observation_counted_from_the_data_as_the_model_gives_them():
     assert (counted.n_obs, counted.n_gauss, counted.n_cens, counted.n_other) == (7, 3, 1, 3)
     assert counted[:4] == evaluated[:4]
     np.testing.assert_array_equal(counted.obs_per_subject, evaluated.obs_per_subject)
+
+
+# A sigmoid Emax model whose concentration is 0 at baseline observations (time 0, before the
+# oral dose is absorbed): the FOCE and FOCEI objectives and their gradients stay finite for a
+# Hill coefficient below 2 (JAX's own power rule gave NaN), and the gradient is right.
+HILL_MODEL = """\
+param:
+    tka = Real(init=0.3)
+    tcl = Real(init=0.7)
+    tv = Real(init=3.0)
+    te0 = Real(init=4.6)
+    imax = Real(init=0.8, lower=0.0, upper=1.0)
+    tic50 = Real(init=0.0)
+    gam = Positive(init=1.4)
+    omega = PDiag(init=[0.09, 0.16])
+    sigma = Positive(init=4.0)
+random:
+    eta ~ MvNormal(omega)
+pre:
+    ka = exp(tka)
+    cl = exp(tcl + eta[0])
+    v = exp(tv)
+    e0 = exp(te0)
+    ic50 = exp(tic50 + eta[1])
+dynamics: OneCompartmentOral
+derived:
+    c = Central / v
+    resp = e0 * (1 - imax * c ** gam / (ic50 ** gam + c ** gam))
+    DV ~ Additive(resp, sigma)
+"""
+
+
+def _hill_population() -> dn.Population:
+    rng = np.random.default_rng(7)
+    times = [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 12.0]
+    rows = []
+    for i in range(1, 7):
+        rows.append(dict(ID=i, TIME=0.0, AMT=float(rng.uniform(50, 200)), EVID=1, DV=0.0))
+        for t in times:  # the first response is the baseline, at a concentration of 0
+            rows.append(dict(ID=i, TIME=t, AMT=0.0, EVID=0, DV=float(rng.normal(70, 15))))
+    return dn.read_data(pd.DataFrame(rows))
+
+
+@pytest.mark.parametrize("method", [dn.FOCE(), dn.FOCEI()])
+def test_hill_coefficient_below_two_with_baseline_responses(method):
+    problem, _ = model_problem(dn.load_model(HILL_MODEL), _hill_population())
+    total = _objective(problem, method)
+    u = problem.init_u() + np.linspace(-0.05, 0.05, problem.init_u().size)
+    value, grad, _ = total(u)
+    assert np.isfinite(value) and np.all(np.isfinite(grad))
+    _check_gradient(total, u, rel=1e-5)

@@ -329,3 +329,38 @@ def test_callable_domain_extension_point():
             "param:\n    NN = Linear()\ncovariates: WT\n"
             "pre:\n    cl = NN(WT, WT)[0]\nderived:\n    DV ~ Normal(cl, 1)\n"
         )
+
+
+@pytest.mark.parametrize("y", [0.0, 0.5, 1.0, 1.5, 2.0, 2.5])
+def test_power_derivatives_are_finite_limits_at_a_zero_base(y):
+    """`x ** y` of a base that is 0 and does not move (a concentration before the drug
+    arrives): every derivative is 0 (1 for the slope of ``x ** 1``), where JAX's own rule gives
+    0 * inf = NaN for ``y < 2``."""
+    from deepnlme.model._functions import power, sqrt
+
+    def f(a, g):
+        return power(a * 0.0, g)
+
+    first = jax.grad(f, (0, 1))(2.0, y)
+    assert [float(d) for d in first] == [0.0, 0.0]
+    for second in (jax.hessian(f, (0, 1)), jax.jacrev(jax.jacfwd(f, (0, 1)), (0, 1))):
+        assert np.array(second(2.0, y)).tolist() == [[0.0, 0.0], [0.0, 0.0]]
+    assert float(jax.grad(lambda x: power(x, y))(0.0)) == (1.0 if y == 1.0 else 0.0)
+    assert float(jax.hessian(lambda a: sqrt(a * 0.0))(2.0)) == 0.0
+    assert float(jax.grad(sqrt)(0.0)) == 0.0
+
+
+@pytest.mark.parametrize(("x", "y"), [(1.3, 0.7), (0.4, 2.5), (2.0, 1.0), (0.5, 0.0), (3.0, -1.5)])
+def test_power_and_sqrt_elsewhere_are_jax_own(x, y):
+    from deepnlme.model._functions import power, sqrt
+
+    assert float(power(x, y)) == float(jnp.power(x, y))
+    ours, jaxs = jax.grad(power, (0, 1))(x, y), jax.grad(jnp.power, (0, 1))(x, y)
+    assert [float(v) for v in ours] == [float(v) for v in jaxs]
+    np.testing.assert_allclose(
+        np.array(jax.hessian(power, (0, 1))(x, y)),
+        np.array(jax.hessian(jnp.power, (0, 1))(x, y)),
+        rtol=1e-14,
+    )
+    assert float(jax.grad(sqrt)(x)) == float(jax.grad(jnp.sqrt)(x))
+    assert np.isnan(float(power(-x, 0.5)))  # a negative base to a fractional power: NaN

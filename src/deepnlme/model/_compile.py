@@ -21,7 +21,7 @@ from ..errors import OptionError
 from ._closed_forms import CLOSED_FORMS
 from ._distributions import DISTRIBUTIONS, ObsDist
 from ._domains import ParamSpec
-from ._functions import FUNCTIONS
+from ._functions import FUNCTIONS, power
 from ._ir import (
     Assign,
     BinOp,
@@ -53,10 +53,6 @@ _CMP = {
 }
 
 
-def _pow(a, b):
-    return jnp.power(a, b)
-
-
 def _integer(e: Expr) -> int | None:
     """The value of a literal integer such as ``2`` or ``-1``, else None."""
     sign = 1
@@ -74,7 +70,7 @@ def _step(e: BinOp, domains) -> Callable[[Any, Env], Any]:
         if n is not None:  # an integer power (lax.integer_pow: exact, negative bases too)
             return lambda v, env: jnp.power(v, n)
         b = compile_expr(e.right, domains)
-        return lambda v, env: _pow(v, b(env))
+        return lambda v, env: power(v, b(env))
     op, b = _BIN[e.op], compile_expr(e.right, domains)
     return lambda v, env: op(v, b(env))
 

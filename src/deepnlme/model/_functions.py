@@ -37,6 +37,50 @@ def _logit(p):
     return jnp.log(p) - jnp.log1p(-p)
 
 
+@jax.custom_jvp
+def power(x, y):
+    """``x ** y`` (`jnp.power`), whose derivatives of every order stay finite at ``x = 0``.
+
+    With ``1 < y < 2`` (a Hill coefficient) the second derivative in ``x`` is infinite at 0
+    and the first is finite; with ``y < 1`` the first is infinite too; the derivative in ``y``
+    is ``x ** y * log(x)``, 0 * (-inf) at 0. A model whose base starts at 0 (a concentration
+    before the drug arrives) multiplies those by a sensitivity that is 0 there, and JAX's own
+    rule gives NaN: a FOCE objective of a sigmoid Emax model was NaN for every ``gamma < 2``,
+    and the fit could not move gamma. Here, at a base of exactly 0, the slope in ``x`` is its
+    limit where that is finite (1 for ``y = 1``, 0 for ``y > 1``) and 0 where it is infinite,
+    and the slope in ``y`` is 0 (its limit for ``y > 0``): the product with a zero tangent is
+    then 0, its true value. Elsewhere the rule is JAX's; values are `jnp.power`'s. Every branch
+    is computed on a base of 1 where ``x = 0``, so that reverse mode through the rule (a
+    Hessian) multiplies no infinity either.
+    """
+    return jnp.power(x, y)
+
+
+@power.defjvp
+def _power_jvp(primals, tangents):
+    x, y = primals
+    dx, dy = tangents
+    zero = x == 0
+    base = jnp.where(zero, 1.0, x)
+    slope_x = jnp.where(zero, jnp.where(y == 1, 1.0, 0.0), y * power(base, y - 1.0))
+    slope_y = jnp.where(zero, 0.0, power(base, y) * jnp.log(base))
+    return power(x, y), slope_x * dx + slope_y * dy
+
+
+@jax.custom_jvp
+def sqrt(x):
+    """``sqrt(x)`` (`jnp.sqrt`) whose derivative at ``x = 0`` is 0 rather than infinite (see
+    `power`: the quantity under the root has not moved yet there)."""
+    return jnp.sqrt(x)
+
+
+@sqrt.defjvp
+def _sqrt_jvp(primals, tangents):
+    (x,), (dx,) = primals, tangents
+    zero = x == 0
+    return sqrt(x), jnp.where(zero, 0.0, 0.5 / jnp.sqrt(jnp.where(zero, 1.0, x))) * dx
+
+
 def real_pow(x: float, y: float) -> float:
     """``x ** y`` on the reals: ZeroDivisionError for 0 to a negative power, ValueError for a
     negative number to a non-integer power, OverflowError where it is too large."""
@@ -64,8 +108,8 @@ FUNCTIONS: dict[str, Function] = {
         Function("log10", 1, "log10(x)", jnp.log10, "base-10 logarithm", math.log10),
         Function("log1p", 1, "log1p(x)", jnp.log1p, "log(1 + x), accurate for small x", math.log1p),
         Function("expm1", 1, "expm1(x)", jnp.expm1, "exp(x) - 1, accurate for small x", math.expm1),
-        Function("sqrt", 1, "sqrt(x)", jnp.sqrt, "square root", math.sqrt),
-        Function("pow", 2, "pow(x, y)", jnp.power, "x to the power y (same as x ** y)", real_pow),
+        Function("sqrt", 1, "sqrt(x)", sqrt, "square root", math.sqrt),
+        Function("pow", 2, "pow(x, y)", power, "x to the power y (same as x ** y)", real_pow),
         Function("abs", 1, "abs(x)", jnp.abs, "absolute value", abs),
         Function(
             "min",
