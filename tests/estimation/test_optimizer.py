@@ -72,3 +72,19 @@ def test_on_accept_follows_each_accepted_point():
     assert len(seen) == res.n_iter + 1
     np.testing.assert_array_equal(seen[0], np.ones(3))
     np.testing.assert_array_equal(seen[-1], res.x)
+
+
+def test_a_stall_at_the_edge_of_a_nan_region_says_so():
+    # a quadratic whose minimum lies beyond where the objective is defined (x[0] >= 1): the
+    # line search stalls at the edge, shortening steps into the NaN region
+    def fun(x):
+        if x[0] < 1.0:
+            return float("nan"), np.full_like(x, np.nan)
+        return float(np.sum((x - 0.5) ** 2)), 2.0 * (x - 0.5)
+
+    res = minimize(fun, np.array([2.0, 2.0]), max_iter=200)
+    assert not res.converged and res.stalled, res.message
+    assert "gave a non-finite objective or gradient" in res.message, res.message
+    smooth = minimize(lambda x: (1e15 + 2e3 * float(np.sum(x)), 2e3 * np.ones_like(x)),
+                      np.array([0.01, 0.02]), max_iter=50)  # fmt: skip
+    assert smooth.stalled and "non-finite" not in smooth.message

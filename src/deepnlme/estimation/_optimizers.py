@@ -20,6 +20,7 @@ left to a change measured for it.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import sys
@@ -267,12 +268,15 @@ class Optimizer:
         max_iter, time_limit, gtol, ftol, xtol = stops
         x = np.asarray(x0, dtype=np.float64).copy()
         n_eval = 0
+        recent: collections.deque = collections.deque(maxlen=_RECENT_EVALS)  # finite or not
 
         def call(xx):
             nonlocal n_eval
             n_eval += 1
             f, g = fun(xx)
-            return float(f), np.asarray(g, dtype=np.float64)
+            f, g = float(f), np.asarray(g, dtype=np.float64)
+            recent.append(bool(np.isfinite(f) and np.all(np.isfinite(g))))
+            return f, g
 
         f, g = call(x)
         history = [(0, f, float(np.max(np.abs(g))) if g.size else 0.0, time.perf_counter() - t0)]
@@ -344,7 +348,28 @@ class Optimizer:
             if elapsed > time_limit:
                 message = f"time limit of {time_limit:g} s reached after {it} iterations"
                 break
+        if stalled:
+            message = _with_nonfinite_trials(message, recent)
         return OptResult(x, f, g, it, n_eval, converged, message, history, stalled)
+
+
+# How many of the last evaluations a stalled fit's message looks back on
+_RECENT_EVALS = 20
+
+
+def _with_nonfinite_trials(message: str, recent) -> str:
+    """A stall's `message`, saying so when some of the `recent` evaluations (True: finite) at
+    trial points near the last one were not finite: the line search stalls because the
+    objective is NaN or infinite a short step away, not because it is rough."""
+    bad = sum(1 for ok in recent if not ok)
+    if not bad:
+        return message
+    return (
+        f"{message}; {bad} of the last {len(recent)} evaluations, at trial points near this "
+        "one, gave a non-finite objective or gradient: the model is undefined (NaN or inf) a "
+        "short step away in some direction (a negative base to a fractional power, the log "
+        "of 0, a solve that fails, a parameter at the edge of where the model is defined)"
+    )
 
 
 @dataclasses.dataclass
