@@ -364,3 +364,37 @@ def test_power_and_sqrt_elsewhere_are_jax_own(x, y):
     )
     assert float(jax.grad(sqrt)(x)) == float(jax.grad(jnp.sqrt)(x))
     assert np.isnan(float(power(-x, 0.5)))  # a negative base to a fractional power: NaN
+
+
+def test_a_conditional_side_not_taken_leaves_the_derivatives_finite():
+    """``log(a) if a > 0 else 0`` at a = 0 (and a fractional power of a negative number before
+    a lag time): the side not taken is computed at rest, so the gradient is the taken side's,
+    where a plain `jnp.where` gave NaN; elsewhere values and gradients are the plain ones."""
+    text = (
+        "param:\n    a = Real(init=0.0)\n    tlag = Real(init=1.0)\n    g = Real(init=0.7)\n"
+        "derived:\n"
+        "    f1 = log(a) if a > 0 else 2 * a\n"
+        "    f2 = (t - tlag) ** g if t > tlag else a * t\n"
+        "    f3 = 3 * a if a <= 0 else sqrt(a) + log(a)\n"
+        "    DV ~ Normal(f1 + f2 + f3, 1)\n"
+    )
+    cm = load_model(text).compiled
+    z = jnp.zeros(0)
+
+    def total(theta, t):
+        v = cm.derived_vars(t, z, theta, z, z, {})
+        return v["f1"] + v["f2"] + v["f3"]
+
+    theta = cm.unpack(cm.pack(cm.init_values()))
+    grads = jax.grad(total)(theta, 0.5)  # a = 0, t < tlag: every guard takes its safe side
+    assert {k: float(v) for k, v in grads.items()} == {"a": 2.0 + 0.5 + 3.0, "tlag": 0.0, "g": 0.0}
+    hess = jax.hessian(total)(theta, 0.5)
+    assert all(np.isfinite(float(h)) for row in hess.values() for h in row.values())
+    # on the other sides: the same numbers as the expressions written without conditionals
+    theta = {**theta, "a": jnp.asarray(0.3)}
+    a, tlag, g, t = 0.3, 1.0, 0.7, 2.5
+    value = float(total(theta, t))
+    assert value == pytest.approx(np.log(a) + (t - tlag) ** g + np.sqrt(a) + np.log(a), rel=1e-14)
+    grads = jax.grad(total)(theta, t)
+    assert float(grads["a"]) == pytest.approx(2 / a + 0.5 / np.sqrt(a), rel=1e-14)
+    assert float(grads["g"]) == pytest.approx((t - tlag) ** g * np.log(t - tlag), rel=1e-14)

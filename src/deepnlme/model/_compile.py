@@ -37,6 +37,7 @@ from ._ir import (
     Num,
     Observation,
     Unary,
+    names_in,
 )
 from .types import DosingParams
 
@@ -131,7 +132,16 @@ def compile_expr(e: Expr, domains: Mapping[str, Any] | None = None) -> Callable[
         return boolop
     if isinstance(e, IfElse):
         c, a, b = (compile_expr(x, domains) for x in (e.cond, e.then, e.orelse))
-        return lambda env: jnp.where(c(env), a(env), b(env))
+        a_names = sorted({n for n, _ in names_in(e.then)})
+        b_names = sorted({n for n, _ in names_in(e.orelse)})
+
+        def ifelse(env):
+            cond = jnp.not_equal(c(env), 0)
+            then = a(_untaken_at_rest(env, a_names, cond))
+            orelse = b(_untaken_at_rest(env, b_names, jnp.logical_not(cond)))
+            return jnp.where(cond, then, orelse)
+
+        return ifelse
     if isinstance(e, Call):
         args = [compile_expr(x, domains) for x in e.args]
         if e.kind == "param":
@@ -140,6 +150,38 @@ def compile_expr(e: Expr, domains: Mapping[str, Any] | None = None) -> Callable[
         impl = FUNCTIONS[e.func].impl
         return lambda env: impl(*[f(env) for f in args])
     raise TypeError(f"cannot compile {e!r}")
+
+
+# Where a conditional ``a if cond else b`` does not take a side, the names that side reads
+# hold this value instead (`_untaken_at_rest`).
+_AT_REST = 0.5
+
+
+def _untaken_at_rest(env: Env, names: list[str], taken) -> Env:
+    """`env` with each of `names` replaced by `_AT_REST` where `taken` is false.
+
+    Both sides of a conditional are computed (`jnp.where`); the side not taken is where its
+    guard says it is undefined (``log(c) if c > 0 else 0`` at c = 0, ``(t - tlag) ** g if t >
+    tlag else 0`` before tlag), and its NaN or inf, although not selected, reaches the
+    derivatives (reverse mode multiplies a zero cotangent by its infinite slope: NaN). Computed
+    at a harmless point instead, it stays finite; where the side is taken its inputs are
+    untouched, so values and derivatives are exactly those of the plain `jnp.where`. A name
+    whose shape the condition's would change is left as it is."""
+    if not names:
+        return env
+    out = dict(env)
+    shape = np.shape(taken)
+    for name in names:
+        v = env.get(name)
+        real = isinstance(v, float) or (
+            isinstance(v, jax.Array | np.ndarray) and jnp.issubdtype(v.dtype, jnp.floating)
+        )
+        if not real:
+            continue
+        if np.broadcast_shapes(shape, np.shape(v)) != np.shape(v):
+            continue
+        out[name] = jnp.where(taken, v, _AT_REST)
+    return out
 
 
 def _f(x) -> jax.Array:
