@@ -129,6 +129,14 @@ def test_non_finite_start_names_a_zero_sd_of_a_proportional_error():
     assert "combined error model" in fit.message
 
 
+def test_finite_start_with_a_non_finite_gradient_names_the_parameter():
+    # exp(-1 / (b1 - 0.5)) is 0 at b1 = 0.5 and its slope there 0 * inf = NaN
+    fit = _fit("exp(-1 / (b1 - 0.5))", max_iter=3)
+    assert not fit.converged
+    assert "its gradient is not (NaN or inf in b1)" in fit.message, fit.message
+    assert "did not start" in fit.message
+
+
 def _dosed(**dose) -> pd.DataFrame:
     rows = []
     for i in (1, 2, 3):

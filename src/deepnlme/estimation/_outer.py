@@ -157,7 +157,9 @@ def fit_problem(
     if res.n_iter == 0 and not (np.isfinite(res.f) and np.all(np.isfinite(res.g))):
         # say what is not finite, and where (not the EBE search's advice: it did not start)
         fit = dataclasses.replace(
-            fit, converged=False, message=explain_start(problem, start.u0, run.m2ll_first)
+            fit,
+            converged=False,
+            message=explain_start(problem, start.u0, run.m2ll_first, (res.f, res.g, start.free)),
         )
     elif unmoved:
         fit = dataclasses.replace(

@@ -30,17 +30,41 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
-def explain_start(problem, u0: np.ndarray, m2ll_i=None) -> str:
+def explain_start(problem, u0: np.ndarray, m2ll_i=None, start_fg=None) -> str:
     """The message of a fit whose objective is not finite at the start `u0` (the full
     unconstrained vector); `m2ll_i` (per subject, at the start) picks the subjects to look
-    at first."""
+    at first. `start_fg` = (objective, gradient, free positions) at the start: where the
+    objective is finite and only the gradient is not, the message names the parameters."""
     try:
         found = _first_cause(problem, u0, m2ll_i)
     except Exception:  # the diagnosis must never hide the fit's own report
         found = None
     if found is None:
-        return _GENERIC
+        return _gradient_cause(problem, start_fg) or _GENERIC
     return f"the objective is not finite at the initial estimates: {found}; the fit did not start"
+
+
+def _gradient_cause(problem, start_fg) -> str | None:
+    """The message for an objective that is finite at the start with a gradient that is not:
+    the parameters whose entries are NaN or inf (None when that is not the case)."""
+    if start_fg is None:
+        return None
+    f, g, free = start_fg
+    g = np.asarray(g, dtype=np.float64)
+    if not np.isfinite(f) or np.all(np.isfinite(g)):
+        return None
+    names = [pi.name for pi in problem.param_info for _ in range(pi.size)]
+    bad = ~np.isfinite(g)
+    hit = [names[free[k]] for k in np.flatnonzero(bad[: len(free)]) if free[k] < len(names)]
+    where = list(dict.fromkeys(hit))
+    if np.any(bad[len(free) :]):
+        where.append("the random effects")
+    return (
+        f"the objective is finite at the initial estimates but its gradient is not (NaN or inf "
+        f"in {', '.join(where) or 'some entries'}): a derivative of the model is undefined "
+        "there, as the slope of log, a fractional power or a root is at 0, or of an expression "
+        "divided by 0; check the initial estimates and such expressions; the fit did not start"
+    )
 
 
 def _first_cause(problem, u0, m2ll_i) -> str | None:
