@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from deepnlme.estimation._optimizers import BFGS, LBFGS, _inverse_if_pd
 
@@ -88,3 +89,13 @@ def test_a_stall_at_the_edge_of_a_nan_region_says_so():
     smooth = minimize(lambda x: (1e15 + 2e3 * float(np.sum(x)), 2e3 * np.ones_like(x)),
                       np.array([0.01, 0.02]), max_iter=50)  # fmt: skip
     assert smooth.stalled and "non-finite" not in smooth.message
+
+
+def test_lbfgs_keeps_100_pairs_unless_they_would_take_too_much_memory():
+    auto = LBFGS()
+    assert auto.pairs(913) == 100  # benchmark 3's JointMAP vector
+    assert auto.pairs(300_000) == 10 and auto.pairs(10**8) == 10
+    assert 10 < auto.pairs(100_000) < 100
+    assert LBFGS(memory=7).pairs(913) == 7
+    with pytest.raises(ValueError, match="memory"):
+        LBFGS(memory=0)

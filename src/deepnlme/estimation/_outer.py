@@ -69,9 +69,9 @@ def fit_problem(
       `Fit` of the same problem (its estimates and EBEs are the start: chain JointMAP -> FOCE).
     - `max_iter` (1..1e6), `time_limit` (seconds, > 0), `gtol` (max |gradient| of the OFV),
       `ftol` (relative OFV change over two iterations), `xtol` (largest unconstrained step).
-    - `optimizer`: `BFGS()` (default; `LBFGS()` for JointMAP), `LBFGS(memory=10)`, or
-      `Adam(learning_rate=1e-2)` (JointMAP and NaivePooled only); or their shorthands
-      "bfgs", "lbfgs", "adam".
+    - `optimizer`: `BFGS()` (default; `LBFGS()` for JointMAP), `LBFGS(memory=10)` (by default
+      100 curvature pairs), or `Adam(learning_rate=1e-2)` (JointMAP and NaivePooled only);
+      or their shorthands "bfgs", "lbfgs", "adam".
     - `fixed`: names to hold at their start, or {name: value}.
     - `progress`: show the compilation and the covariance step as phases with their times,
       and each iteration's OFV, max|gradient| and elapsed time (`Progress`).
