@@ -15,6 +15,8 @@ import deepnlme as dn
 from deepnlme.interfaces import plots
 from deepnlme.interfaces.report import (
     SECTIONS,
+    _correlation_colour,
+    _correlation_table,
     _covariance_diagnostics,
     _data_source,
     _endpoint_label,
@@ -111,7 +113,15 @@ def test_covariance_numbers_are_the_fits(report, shared_fit):
     cells = [float(x) for x in p.chunks["eig"][2:]]  # k, eigenvalue, 1, v1, 2, v2, ...
     np.testing.assert_allclose(cells[1::2], np.sort(eig), rtol=1e-4)
     assert "covariance-warnings" in p.text
-    assert "correlation-heatmap" in p.order
+    # the correlation matrix once, as a table coloured by value (no heat map figure besides)
+    assert "correlation" in p.order and "correlation-heatmap" not in p.order
+    corr = shared_fit.correlation
+    cells = [x.strip() for x in p.chunks["correlation"] if x.strip()]
+    n = len(corr)
+    assert cells[:n] == [str(c) for c in corr.columns]
+    body = np.array(cells[n:]).reshape(n, n + 1)
+    assert list(body[:, 0]) == [str(i) for i in corr.index]
+    np.testing.assert_allclose(body[:, 1:].astype(float), corr.to_numpy(), atol=5e-5)
 
 
 @pytest.mark.slow  # the session's fit, made through the command line
@@ -186,6 +196,27 @@ def test_covariance_fallback_from_the_covariance_matrix():
     np.testing.assert_allclose(cd.eigenvalues, eig, rtol=1e-12)
     assert cd.condition_number == pytest.approx(eig[-1] / eig[0], rel=1e-12)
     assert cd.warnings == ()  # |r| 0.9 < 0.95 and condition number ~ 20
+
+
+def test_correlation_table_is_coloured_by_value():
+    """Each off-diagonal cell's background runs from RdBu's blue (-1) through near-white (0)
+    to its red (1), white text on the dark ends, bold beyond the warning limit (0.95); the
+    diagonal and NaN are plain; names are escaped."""
+    import pandas as pd
+
+    names = ["a<b", "c", "d"]
+    m = np.array([[1.0, -1.0, 0.96], [-1.0, 1.0, np.nan], [0.96, np.nan, 1.0]])
+    html_text = _correlation_table(pd.DataFrame(m, index=names, columns=names), "corr")
+    assert html_text.startswith('<table id="corr">') and "a&lt;b" in html_text
+    assert _correlation_colour(-1.0) == "#2166ac" and _correlation_colour(1.0) == "#b2182b"
+    assert _correlation_colour(0.0) == "#f7f7f7" and _correlation_colour(-3.0) == "#2166ac"
+    assert _correlation_colour(0.5) == "#d48891"  # halfway from #f7f7f7 to #b2182b
+    assert '<td style="background:#2166ac;color:#fff;font-weight:bold">-1</td>' in html_text
+    assert (
+        f'<td style="background:{_correlation_colour(0.96)};color:#fff;font-weight:bold">0.96<'
+        in html_text
+    )
+    assert html_text.count("<td>1</td>") == 3 and html_text.count("<td></td>") == 2
 
 
 # R 4.x: lowess(cars)$y (f = 2/3, iter = 3, delta = 0.01 * diff(range(speed)))

@@ -58,6 +58,8 @@ SECTIONS = (
 # customary threshold)
 _CONDITION_LIMIT = 1000.0
 _CORRELATION_LIMIT = 0.95
+# the most estimated elements whose correlation matrix the report writes as a table
+_CORRELATION_TABLE_MAX = 30
 
 
 def _fmt(v) -> str:
@@ -83,6 +85,47 @@ def _table(df: pd.DataFrame, *, index: bool = False, table_id: str | None = None
         rows.append(f"<tr>{cells}</tr>")
     ident = f' id="{table_id}"' if table_id else ""
     return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+# A correlation's colour in the report's table: RdBu's ends (the colour map of
+# `plots.correlation_heatmap`) through near-white at 0.
+_CORR_NEGATIVE = (33, 102, 172)
+_CORR_ZERO = (247, 247, 247)
+_CORR_POSITIVE = (178, 24, 43)
+
+
+def _correlation_colour(r: float) -> str:
+    """The background of a cell holding the correlation `r` (clipped to [-1, 1])."""
+    end = _CORR_POSITIVE if r > 0 else _CORR_NEGATIVE
+    t = min(abs(r), 1.0)
+    return "#{:02x}{:02x}{:02x}".format(*(round(z + t * (e - z)) for z, e in zip(_CORR_ZERO, end)))
+
+
+def _correlation_table(corr: pd.DataFrame, table_id: str) -> str:
+    """The correlation matrix of the estimates as a table whose cells are coloured by their
+    value, from -1 (blue) to 1 (red): a heat map that keeps the numbers (to 4 decimals).
+    The diagonal is left plain; a correlation beyond the warning limit is bold."""
+    m = corr.to_numpy(dtype=float)
+    names = [str(v) for v in corr.columns]
+    head = '<th class="l"></th>' + "".join(f"<th>{html.escape(c)}</th>" for c in names)
+    rows = []
+    for i, row_name in enumerate(corr.index):
+        cells = [f'<th class="l">{html.escape(str(row_name))}</th>']
+        for j, r in enumerate(m[i]):
+            text = _fmt(round(float(r), 4))
+            if i == j or not np.isfinite(r):
+                cells.append(f"<td>{text}</td>")
+                continue
+            ink = "#fff" if abs(r) > 0.6 else "#000"
+            weight = ";font-weight:bold" if abs(r) > _CORRELATION_LIMIT else ""
+            cells.append(
+                f'<td style="background:{_correlation_colour(r)};color:{ink}{weight}">{text}</td>'
+            )
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return (
+        f'<table id="{table_id}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
 
 
 def _items(rows: list[tuple[str, str]], table_id: str) -> str:
@@ -330,17 +373,23 @@ def _covariance_section(fit, plots) -> list[str]:
     if cd.correlation is not None:
         n = len(cd.correlation)
         body.append("<h3>Correlation matrix of the estimates</h3>")
-        if n <= 30:
-            body.append(_table(cd.correlation.round(4), index=True, table_id="correlation"))
-        else:
-            body.append(f'<p class="note">{n} estimated elements: the table is left out.</p>')
-        if n <= 60:
+        if n <= _CORRELATION_TABLE_MAX:
+            # coloured by value, the table is the heat map (drawing one as a figure as well
+            # was the costliest figure of a small fit's report: benchmarks/RESULTS_report.md)
+            body.append(_correlation_table(cd.correlation, "correlation"))
+        elif n <= 60:
+            body.append(f'<p class="note">{n} estimated elements: a heat map, no table.</p>')
             body.append(
                 _img(
                     plots.correlation_heatmap(cd.correlation),
                     "correlation heat map",
                     "correlation-heatmap",
                 )  # fmt: skip
+            )
+        else:
+            body.append(
+                f'<p class="note">{n} estimated elements: too many to show; they are in '
+                "<code>fit.correlation</code>.</p>"
             )
     return body
 
