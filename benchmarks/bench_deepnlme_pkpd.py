@@ -58,6 +58,24 @@ def make_data(n_train: int, n_test: int, folder: Path, seed: int = 3) -> tuple[P
     return paths[0], paths[1]
 
 
+def training_fit_start(n_train: int):
+    """The network model, `n_train` training subjects (read back as a `Population`), and
+    JointMAP fitted to them with its defaults: where the FOCE step starts. Returns
+    ``(model, data, jointmap_fit, jointmap_seconds)``."""
+    import tempfile
+    import time
+
+    import deepnlme as dn
+
+    with tempfile.TemporaryDirectory() as tmp:
+        train, _ = make_data(n_train, 1, Path(tmp))
+        data = dn.read_data(train)
+    model = dn.load_model(HERE / "deepnlme.model")
+    t0 = time.perf_counter()
+    jm = dn.fit(model, data, dn.JointMAP(), covariance=None, progress=False)
+    return model, data, jm, time.perf_counter() - t0
+
+
 def held_out(model, fit, test) -> dict[str, tuple[float, float]]:
     """{endpoint: (RMSE log PRED, RMSE log IPRED)} on the test subjects, scored as
     `dn.cross_validate` scores held-out subjects: FOCE at the fit's estimates, no iterations

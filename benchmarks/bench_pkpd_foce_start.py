@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,14 +30,9 @@ def main() -> None:
 
     import deepnlme as dn
 
-    with tempfile.TemporaryDirectory() as tmp:
-        train, _ = pkpd.make_data(args.subjects, 1, Path(tmp))
-        data = dn.read_data(train)
-    model = dn.load_model(pkpd.HERE / "deepnlme.model")
-    t0 = time.perf_counter()
-    jm = dn.fit(model, data, dn.JointMAP(), covariance=None, progress=False)
+    model, data, jm, seconds = pkpd.training_fit_start(args.subjects)
     t1 = time.perf_counter()
-    print(f"JointMAP: {t1 - t0:.1f} s, {jm.n_iter} iterations ({jm.message})", flush=True)
+    print(f"JointMAP: {seconds:.1f} s, {jm.n_iter} iterations ({jm.message})", flush=True)
     fo = dn.fit(model, data, dn.FOCE(), init=jm, covariance=None, max_iter=args.iterations)
     t2 = time.perf_counter()
     print(f"FOCE, {fo.n_iter} iterations: {t2 - t1:.1f} s; OFV {fo.ofv:.6f}")

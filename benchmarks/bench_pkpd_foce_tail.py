@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -143,15 +142,10 @@ def main() -> None:
     import deepnlme as dn
     from deepnlme.likelihood._from_model import model_problem
 
-    with tempfile.TemporaryDirectory() as tmp:
-        train, _ = pkpd.make_data(args.subjects, 1, Path(tmp))
-        data = dn.read_data(train)
-    model = dn.load_model(pkpd.HERE / "deepnlme.model")
-    t0 = time.perf_counter()
-    jm = dn.fit(model, data, dn.JointMAP(), covariance=None, progress=False)
+    model, data, jm, seconds = pkpd.training_fit_start(args.subjects)
     eta = np.asarray(jm.etas, dtype=float)
     print(
-        f"JointMAP: {time.perf_counter() - t0:.1f} s, {jm.n_iter} iterations ({jm.message}); "
+        f"JointMAP: {seconds:.1f} s, {jm.n_iter} iterations ({jm.message}); "
         f"mean squares of its EBEs {np.round(np.mean(eta**2, axis=0), 4).tolist()}",
         flush=True,
     )

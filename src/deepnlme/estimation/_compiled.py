@@ -98,8 +98,18 @@ def compiled_evaluation(
         and problem.n_subjects <= _SERIAL_SUBJECTS
         and not any(p.kind == "network" for p in problem.param_info)
     )
+    search_optimised = optimise or (
+        not serial and _data_entries(problem) >= _OPTIMISED_SEARCH_ENTRIES
+    )
     unroll = written_out(problem, serial)
-    flags = (optimise, serial, unroll, structure.n_cens > 0, structure.n_other > 0)
+    flags = (
+        optimise,
+        search_optimised,
+        serial,
+        unroll,
+        structure.n_cens > 0,
+        structure.n_other > 0,
+    )
     share = (problem.shape_token, "eval", method, free, flags, _shapes(args))
     hit = _SHARED.get(share) if problem.shape_token is not None else None
     if hit is not None:
@@ -109,19 +119,22 @@ def compiled_evaluation(
         cache[key] = hit
         return hit, time.perf_counter() - t0
 
+    def opt(stage):
+        return search_optimised if stage == "search" else optimise
+
     def build(stage, stage_args, path, pool):
         # trace the stage here; compile (and store) it on `pool`
         evaluate = make_evaluator(problem, method, free, structure, stage, serial)
         with unrolled(unroll):
             lowered = jax.jit(evaluate).lower(*stage_args)
-        return pool.submit(compile_and_store, lowered, optimise, path)
+        return pool.submit(compile_and_store, lowered, opt(stage), path)
 
     def program(stage, stage_args, pool):
         # a future of the stage's compiled program, loaded on `pool` when it is stored (None
         # when it cannot be loaded: `finished` builds it then)
-        options = {"optimise": optimise, "stage": stage, "serial": serial}
+        options = {"optimise": opt(stage), "stage": stage, "serial": serial}
         parts = (method, free, sorted(options.items()), unroll, structure[:4])
-        path = program_path(problem.cache_token, parts, stage_args, optimise)
+        path = program_path(problem.cache_token, parts, stage_args, opt(stage))
         if path is not None and path.is_file():
             return pool.submit(read_program, path), (stage, stage_args, path)
         return build(stage, stage_args, path, pool), None
@@ -242,6 +255,20 @@ def _searched_shape(eta) -> Searched:
 # times faster, which repays its longer compilation within a few iterations. The optimisation
 # level changes no number (no fast-math either way). Measured: benchmarks/design-measurements.md.
 _FAST_COMPILE_OBS = 5_000
+
+# From this many entries in the subjects' data arrays (all of them, padding included: what a
+# batched evaluation walks through), the EBE search is compiled optimised below
+# `_FAST_COMPILE_OBS` too, while the rest keeps -O0: the search's Newton loop runs at every
+# evaluation and -O0 slows it most, and its optimised build compiles beside the rest's -O0
+# one. Below it (few subjects or a short history each) the longer compilation is not repaid.
+# Measured: benchmarks/design-measurements.md, "The EBE search compiled optimised".
+_OPTIMISED_SEARCH_ENTRIES = 20_000
+
+
+def _data_entries(problem: Problem) -> int:
+    """The number of entries in the arrays of `problem.subjects`."""
+    return sum(int(np.size(a)) for a in jax.tree_util.tree_leaves(problem.subjects))
+
 
 # Such a program for at most this many subjects, without networks, loops over the subjects
 # instead of batching them (`make_evaluator`'s `serial`): it traces faster, while each
