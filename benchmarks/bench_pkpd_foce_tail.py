@@ -7,7 +7,8 @@ with the ways tried to shorten it side by side, and optionally the Hessian at th
 JointMAP with its defaults once, then for each variant FOCE for `--iterations` accepted steps
 from it (the EBE searches warm-started at accepted points in every variant):
 
-- ``bfgs``: `dn.fit(model, data, dn.FOCE(), init=jointmap_fit)`, as the benchmark chains them.
+- ``bfgs``: `dn.fit(model, data, dn.FOCE(), ...)` from JointMAP's estimates and EBEs (what
+  `init=jointmap_fit` passes, as the benchmark chains them).
 - ``omega-from-ebes``: the same with Omega started at the mean squares of JointMAP's EBEs
   (JointMAP holds Omega at its initial values: the EM update of Omega given the modes).
 - ``sr1``: scipy's trust-region method (``trust-constr``) with SR1 updates, which, unlike
