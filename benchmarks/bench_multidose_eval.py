@@ -5,11 +5,16 @@ warm.
     python benchmarks/bench_multidose_eval.py [--subjects 150] [--repeats 5]
     python benchmarks/bench_multidose_eval.py --ode [--subjects 20] [--repeats 3]
     python benchmarks/bench_multidose_eval.py --split [--ode] [--subjects 150]
+    python benchmarks/bench_multidose_eval.py --search-chunks 0,125,250 [--subjects 2000]
 
 With ``--ode``: the ODE form of the model (`multidose_ode.model`, the default solver), CRCL
 changing only. With ``--split``: CRCL changing, the evaluation's two programs (the EBE search,
 then the rest from what it found) traced, compiled (optimised, as a fit compiles them for
-ODE models and large data) and timed apart.
+ODE models and large data) and timed apart. With ``--search-chunks``: the EBE search alone,
+compiled optimised once per chunk size (how many searches each pass of the batched Newton loop
+steps, `likelihood._evaluation.lane_chunk`; 0 = all at once, "auto" = the size deepnlme
+chooses), timed from the model's start and then from what it found (a warm start, as every
+later evaluation of a fit).
 """
 
 from __future__ import annotations
@@ -94,12 +99,60 @@ def split_times(problem, method, repeats: int) -> str:
     return " | ".join(parts) + f" | OFV {float(np.sum(out.m2ll_i)):.4f}"
 
 
+def search_chunk_times(problem, method, chunks: list[str], repeats: int) -> None:
+    """The EBE search at the model's start, for each chunk size of `chunks`: compile s, the
+    search from the start, the median of `repeats` searches from what the first found."""
+    from deepnlme._config import compile_lowered
+    from deepnlme.estimation._compiled import structure_of
+    from deepnlme.likelihood import _evaluation, make_evaluator
+
+    chooser = _evaluation.lane_chunk
+    start = starting_point(problem, method, None, None, None)
+    z0 = start.u0[list(start.free)]
+    args = [jax.device_put(z0), jax.device_put(start.u0), jax.device_put(start.eta0)]
+    args.append(problem.subjects)
+    print("| chunk (searches a pass) | compile s | from the start s | warm s | converged |")
+    print("|---|---:|---:|---:|---|")
+    for chunk in chunks:
+        shown = []
+
+        def chosen(*a, chunk=chunk, shown=shown):
+            c = chooser(*a) if chunk == "auto" else (int(chunk) or None)
+            shown.append(c)
+            return c
+
+        _evaluation.lane_chunk = chosen
+        try:
+            fn = jax.jit(
+                make_evaluator(problem, method, start.free, structure_of(problem), "search")
+            )
+            t0 = time.perf_counter()
+            compiled = compile_lowered(fn.lower(*args), True)
+            t_compile = time.perf_counter() - t0
+        finally:
+            _evaluation.lane_chunk = chooser
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(compiled(*args))
+        t_start = time.perf_counter() - t0
+        warm = [*args[:2], out.eta, args[3]]
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            found = jax.block_until_ready(compiled(*warm))
+            times.append(time.perf_counter() - t0)
+        ok = f"{int(np.sum(found.converged))}/{found.converged.shape[0]}"
+        label = f"{chunk} ({shown[0]})" if chunk == "auto" else chunk
+        print(f"| {label} | {t_compile:.2f} | {t_start:.3f} | {np.median(times):.3f} | {ok} |",
+              flush=True)  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subjects", type=int, default=150)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--ode", action="store_true", help="the ODE form of the model")
     ap.add_argument("--split", action="store_true", help="search and rest apart")
+    ap.add_argument("--search-chunks", help="the search alone, per chunk size (0,125,auto)")
     args = ap.parse_args()
     name = "multidose_ode.model" if args.ode else "multidose.model"
     model = dn.load_model(ROOT / "examples" / "multidose" / name)
@@ -109,6 +162,10 @@ def main() -> None:
         frame = pop.to_dataframe()
         frame["CRCL"] = frame.groupby("ID")["CRCL"].transform("first")
         frozen = dn.read_data(frame)
+    if args.search_chunks:
+        chunks = args.search_chunks.split(",")
+        search_chunk_times(model_problem(model, pop)[0], dn.FOCE(), chunks, args.repeats)
+        return
     if args.split:
         print(split_times(model_problem(model, pop)[0], dn.FOCE(), args.repeats))
         return

@@ -13,6 +13,7 @@ import deepnlme as dn
 from deepnlme.datasets import example_path
 from deepnlme.estimation import _compiled
 from deepnlme.estimation._start import starting_point
+from deepnlme.likelihood._evaluation import data_entries
 from deepnlme.likelihood._from_model import model_problem
 
 _COMPILE_AND_STORE = _compiled.compile_and_store
@@ -26,8 +27,8 @@ def _problem():
 def test_data_entries_count_every_array_of_the_subjects():
     problem = _problem()
     leaves = jax.tree_util.tree_leaves(problem.subjects)
-    assert _compiled._data_entries(problem) == sum(np.size(a) for a in leaves)
-    assert 12 * 11 <= _compiled._data_entries(problem) < _compiled._OPTIMISED_SEARCH_ENTRIES
+    assert data_entries(problem.subjects) == sum(np.size(a) for a in leaves)
+    assert 12 * 11 <= data_entries(problem.subjects) < _compiled._OPTIMISED_SEARCH_ENTRIES
 
 
 def _evaluate(threshold: int, monkeypatch, folder) -> tuple[dict[str, bool], object]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,11 +21,13 @@ from deepnlme.likelihood import (
     JointMAP,
     LaplaceI,
     NaivePooled,
+    _evaluation,
     cond_parts,
     make_evaluator,
     newton_lm,
     probe,
 )
+from deepnlme.likelihood._evaluation import data_entries, lane_chunk
 from deepnlme.likelihood._inner import (
     InnerResult,
     duplicate_starts,
@@ -33,6 +37,7 @@ from deepnlme.likelihood._inner import (
     newton_lm_lanes,
 )
 from deepnlme.likelihood._linalg import unrolled
+from deepnlme.likelihood.methods import _conditional
 
 _EVALUATORS: dict = {}
 
@@ -334,7 +339,6 @@ def test_multistart_searches_can_be_warm_started_from_their_modes(oral):
 def test_tracked_searches_that_start_together_run_once(oral, monkeypatch):
     # warm starts from the modes found: searches that ended at the same mode start together,
     # and only the first of each group runs; the evaluation is the one where every search runs
-    from deepnlme.likelihood.methods import _conditional
 
     method = FOCEI(inner=InnerOptions(multistart=True))
     ev, u0 = _evaluator(oral, method)
@@ -467,3 +471,52 @@ def test_serial_evaluation_equals_the_batched(oral, method):
         np.testing.assert_allclose(
             np.asarray(b), np.asarray(a), rtol=1e-10, atol=1e-12, err_msg=name
         )
+
+
+def test_lane_chunk_rule():
+    closed, ode = SimpleNamespace(solves_ode=False), SimpleNamespace(solves_ode=True)
+    # ODE models and multistart searches: a sixteenth of the searches, at least 32
+    assert lane_chunk(ode, False, 5000, 60) == 312
+    assert lane_chunk(closed, True, 600, 60) == 37
+    assert lane_chunk(ode, False, 100, 60) == 32
+    # below 64 searches: all at once
+    assert lane_chunk(ode, False, 63, 60) is None
+    # closed forms: chunks of about 125,000 data entries where each search has a long
+    # history and the batch is large; whole batches otherwise
+    assert lane_chunk(closed, False, 5000, 462) == 270
+    assert lane_chunk(closed, False, 1000, 462) == 270
+    assert lane_chunk(closed, False, 150, 453) is None  # 67,950 entries in all
+    assert lane_chunk(closed, False, 10_000, 60) is None  # short histories
+    assert lane_chunk(closed, False, 1000, 5000) == 32
+
+
+def test_chunked_closed_form_search_gives_the_same_evaluation(monkeypatch):
+    """A closed-form FOCE evaluation whose searches are chunked (forced here on a small
+    problem) equals the one stepping every search at once."""
+    prob = tm.small_oral(n=70)
+    n, q = prob.n_subjects, prob.n_eta
+    per_subject = data_entries(prob.subjects) // n
+    u = jnp.asarray(prob.init_u())
+    args = (u + 0.05, u, jnp.zeros((n, q)), prob.subjects)
+    chunks = []
+
+    def recorded(*a, **kw):
+        chunks.append(a[5])
+        return newton_lm_lanes(*a, **kw)
+
+    monkeypatch.setattr(_conditional, "newton_lm_lanes", recorded)
+    monkeypatch.setattr(_evaluation, "_CHUNK_BATCH_ENTRIES", 1)
+    monkeypatch.setattr(_evaluation, "_CHUNK_ENTRIES", 32 * per_subject)
+    out = {}
+    for name, lane_entries in (("chunked", per_subject), ("whole", per_subject + 1)):
+        monkeypatch.setattr(_evaluation, "_CHUNK_LANE_ENTRIES", lane_entries)
+        ev = jax.jit(make_evaluator(prob, FOCE(), tuple(range(u.size)), probe(prob)))
+        out[name] = ev(*args)
+    assert chunks == [32, None]
+    chunked, whole = out["chunked"], out["whole"]
+    np.testing.assert_allclose(np.asarray(chunked.m2ll_i), np.asarray(whole.m2ll_i), rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(chunked.grad_i), np.asarray(whole.grad_i), rtol=1e-10, atol=1e-12
+    )
+    np.testing.assert_allclose(np.asarray(chunked.eta), np.asarray(whole.eta), atol=1e-12)
+    assert bool(np.all(chunked.inner_ok))

@@ -17,6 +17,7 @@ import numpy as np
 
 from .._gc import gc_paused
 from ..likelihood import Method, Problem, Searched, Structure, free_penalty, make_evaluator, probe
+from ..likelihood._evaluation import data_entries
 from ..likelihood._linalg import unrolled
 from ._programs import compile_and_store, program_path, read_program
 
@@ -99,7 +100,7 @@ def compiled_evaluation(
         and not any(p.kind == "network" for p in problem.param_info)
     )
     search_optimised = optimise or (
-        not serial and _data_entries(problem) >= _OPTIMISED_SEARCH_ENTRIES
+        not serial and data_entries(problem.subjects) >= _OPTIMISED_SEARCH_ENTRIES
     )
     unroll = written_out(problem, serial)
     flags = (
@@ -263,11 +264,6 @@ _FAST_COMPILE_OBS = 5_000
 # one. Below it (few subjects or a short history each) the longer compilation is not repaid.
 # Measured: benchmarks/design-measurements.md, "The EBE search compiled optimised".
 _OPTIMISED_SEARCH_ENTRIES = 20_000
-
-
-def _data_entries(problem: Problem) -> int:
-    """The number of entries in the arrays of `problem.subjects`."""
-    return sum(int(np.size(a)) for a in jax.tree_util.tree_leaves(problem.subjects))
 
 
 # Such a program for at most this many subjects, without networks, loops over the subjects

@@ -41,19 +41,44 @@ class Evaluation(NamedTuple):
     modes: jax.Array  # [N, K + 1, q] end points of the EBE searches, the kept mode first
 
 
-def lane_chunk(problem: Problem, multistart: bool, lanes: int) -> int | None:
-    """How many EBE searches each pass of the batched search steps (`newton_lm_lanes`).
+def data_entries(subjects) -> int:
+    """The number of entries in the arrays of `subjects` (a problem's per-subject data,
+    padding included: what a batched evaluation walks through)."""
+    return sum(int(np.size(a)) for a in jax.tree_util.tree_leaves(subjects))
+
+
+# Closed-form searches without multistart are chunked when each search walks at least
+# `_CHUNK_LANE_ENTRIES` data entries (a long dosing history) and the batch at least
+# `_CHUNK_BATCH_ENTRIES`; a chunk then holds about `_CHUNK_ENTRIES` entries. On a long-history
+# design this took a third to a half off the search from 1,000 subjects on, warm starts
+# included; short histories and smaller batches gained nothing. Measured:
+# `benchmarks/design-measurements.md`, "Chunks of pending searches".
+_CHUNK_LANE_ENTRIES = 200
+_CHUNK_BATCH_ENTRIES = 200_000
+_CHUNK_ENTRIES = 125_000
+
+
+def lane_chunk(problem: Problem, multistart: bool, lanes: int, entries: int) -> int | None:
+    """How many EBE searches each pass of the batched search steps (`newton_lm_lanes`);
+    `entries`: the data entries of one search (one subject's).
 
     A sixteenth of them (at least 32) for ODE models and multistart searches, whose searches
     differ most in cost and length: there one long search (a start far from any mode) would
-    otherwise make the whole batch step with it. None (all at once) for closed-form models
-    without multistart, and below 64 searches: there every search takes a few cheap
-    iterations, and gathering the pending ones saves nothing (measured:
-    `benchmarks/design-measurements.md`, "EBE search chunks").
+    otherwise make the whole batch step with it. Closed forms without multistart: chunks of
+    about `_CHUNK_ENTRIES` data entries (at least 32 searches) where each search has a long
+    history and the batch is large (a whole batch stepped at once then runs out of the
+    processor's caches, and one slow search holds up thousands); None (all at once)
+    otherwise, and below 64 searches (measured: `benchmarks/design-measurements.md`, "Chunks
+    of pending searches").
     """
-    if lanes < 64 or not (problem.solves_ode or multistart):
+    if lanes < 64:
         return None
-    return max(32, lanes // 16)
+    if problem.solves_ode or multistart:
+        return max(32, lanes // 16)
+    if entries < _CHUNK_LANE_ENTRIES or lanes * entries < _CHUNK_BATCH_ENTRIES:
+        return None
+    chunk = max(32, _CHUNK_ENTRIES // entries)
+    return chunk if chunk < lanes else None
 
 
 def make_evaluator(
@@ -110,7 +135,8 @@ def make_evaluator(
             lanes = eta.shape[0] * (eta.shape[1] if eta.ndim == 3 else 1)
             if multistart and eta.ndim == 2:
                 lanes *= 2 * problem.n_eta + 2
-            chunk = lane_chunk(problem, multistart, lanes)
+            per_subject = data_entries(subjects) // max(eta.shape[0], 1)
+            chunk = lane_chunk(problem, multistart, lanes, per_subject)
             return method.search(context(z, base_u), eta, subjects, multistart, chunk, serial)
 
         if stage == "search":
