@@ -27,7 +27,7 @@ from deepnlme.likelihood import (
     newton_lm,
     probe,
 )
-from deepnlme.likelihood._evaluation import data_entries, lane_chunk
+from deepnlme.likelihood._evaluation import chunked_vmap, data_entries, lane_chunk, subject_chunk
 from deepnlme.likelihood._inner import (
     InnerResult,
     duplicate_starts,
@@ -520,3 +520,43 @@ def test_chunked_closed_form_search_gives_the_same_evaluation(monkeypatch):
     )
     np.testing.assert_allclose(np.asarray(chunked.eta), np.asarray(whole.eta), atol=1e-12)
     assert bool(np.all(chunked.inner_ok))
+
+
+def test_subject_chunk_rule():
+    def prob(n, integrates=True):
+        return SimpleNamespace(n_subjects=n, integrates_ode=integrates)
+
+    assert subject_chunk(prob(200)) == 25
+    assert subject_chunk(prob(100)) == 16
+    assert subject_chunk(prob(31)) is None  # few subjects: one batch
+    assert subject_chunk(prob(200, integrates=False)) is None  # closed forms, exact ODEs
+
+
+def test_chunked_vmap_pads_the_last_batch_and_drops_it():
+    xs = (jnp.arange(10.0), {"b": jnp.arange(20.0).reshape(10, 2)})
+    out = chunked_vmap(lambda a: (a[0] * 2, jnp.sum(a[1]["b"])), xs, 4)
+    np.testing.assert_array_equal(out[0], np.arange(10.0) * 2)
+    np.testing.assert_array_equal(out[1], np.arange(20.0).reshape(10, 2).sum(axis=1))
+
+
+@pytest.mark.parametrize("method", [FOCE(), JointMAP()], ids=lambda m: m.name)
+def test_subjects_in_batches_give_the_same_evaluation(monkeypatch, method):
+    """The per-subject values and gradients computed 16 subjects at a time (forced here on a
+    closed form; 40 subjects: the last batch filled up) equal those of one batch."""
+    prob = tm.small_oral(n=40)
+    n, q = prob.n_subjects, prob.n_eta
+    u = jnp.asarray(prob.init_u())
+    eta = 0.1 * jnp.sin(jnp.arange(n * q, dtype=float)).reshape(n, q)
+    args = (u + 0.05, u, eta, prob.subjects)
+    out = {}
+    for chunk in (16, None):
+        monkeypatch.setattr(_evaluation, "subject_chunk", lambda problem, c=chunk: c)
+        ev = jax.jit(make_evaluator(prob, method, tuple(range(u.size)), probe(prob)))
+        out[chunk] = ev(*args)
+    for name in ("m2ll_i", "grad_i", "eta", "grad_eta"):
+        np.testing.assert_allclose(
+            np.asarray(getattr(out[16], name)),
+            np.asarray(getattr(out[None], name)),
+            rtol=1e-12,
+            atol=1e-12,
+        )

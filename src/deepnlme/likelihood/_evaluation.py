@@ -58,6 +58,43 @@ _CHUNK_BATCH_ENTRIES = 200_000
 _CHUNK_ENTRIES = 125_000
 
 
+def chunked_vmap(fun, xs, chunk: int):
+    """``vmap(fun)(xs)`` over the leading axis of the pytree `xs` (``N`` entries), computed
+    `chunk` entries at a time (a loop over ``ceil(N / chunk)`` batches). The last batch is
+    filled up with copies of the first entry, whose results are dropped: one batch shape, so
+    `fun` is traced once."""
+    n = jax.tree_util.tree_leaves(xs)[0].shape[0]
+    if chunk >= n:
+        return jax.vmap(fun)(xs)
+    n_chunks = -(-n // chunk)
+    pad = n_chunks * chunk - n
+
+    def batches(a):
+        if pad:
+            a = jnp.concatenate([a, jnp.broadcast_to(a[:1], (pad,) + a.shape[1:])])
+        return a.reshape((n_chunks, chunk) + a.shape[1:])
+
+    out = jax.lax.map(jax.vmap(fun), jax.tree_util.tree_map(batches, xs))
+    return jax.tree_util.tree_map(lambda a: a.reshape((n_chunks * chunk,) + a.shape[2:])[:n], out)
+
+
+def subject_chunk(problem: Problem) -> int | None:
+    """How many subjects the batched evaluation (value and gradient per subject) of a model
+    whose ODE is integrated solves together: an eighth of them, at least 16. None (all at
+    once) for closed forms, exactly solved linear ODEs and fewer than 32 subjects.
+
+    Subjects solved together under `vmap` step in lockstep: every piece of the time axis runs
+    as many solver steps as the subject that needs most there. In batches, a subject whose
+    dynamics are hard (stiff, fast) makes only its own batch pay for its steps; where all are
+    alike, the batches cost about what one batch does (measured:
+    `benchmarks/design-measurements.md`, "Subjects of an ODE model in batches").
+    """
+    n = problem.n_subjects
+    if not problem.integrates_ode or n < 32:
+        return None
+    return max(16, n // 8)
+
+
 def lane_chunk(problem: Problem, multistart: bool, lanes: int, entries: int) -> int | None:
     """How many EBE searches each pass of the batched search steps (`newton_lm_lanes`);
     `entries`: the data entries of one search (one subject's).
@@ -150,8 +187,14 @@ def make_evaluator(
 
         def per_subject(z, base_u, eta, subjects):
             return jax.lax.map(lambda a: vg(z, base_u, *a), (eta, subjects))
-    else:
+    elif subject_chunk(problem) is None:
         per_subject = jax.vmap(vg, in_axes=(None, None, 0, 0))
+    else:
+
+        def per_subject(z, base_u, eta, subjects):
+            return chunked_vmap(
+                lambda a: vg(z, base_u, *a), (eta, subjects), subject_chunk(problem)
+            )
 
     penalty = free_penalty(problem, free)
 

@@ -128,6 +128,7 @@ def _bound(model, population, ode_options: OdeOptions):
         obs_terms_near=obs_terms_near if predictor.expandable else None,
         obs_terms_search=search,
         solves_ode=search is not None,
+        integrates_ode=search is not None and not predictor.solves_exactly,
         subjects=binding.data,
         omega=cm.omega,
         unpack=cm.unpack,

@@ -99,6 +99,8 @@ class Problem:
       the kinds of observation without evaluating the model (`model_problem` sets it).
     - `solves_ode`: True when the observation terms integrate an ODE (set by `model_problem`):
       evaluations are costly, and a fit compiles them fully optimised at any data size.
+    - `integrates_ode`: True when that ODE is integrated with adaptive steps (not solved
+      exactly by matrix exponentials): subjects then differ in their solver steps.
     - `cache_token`: a string that determines every function above and the data completely
       (set by `model_problem` from the model text, data and options); with it, a fit stores the
       traced evaluation program on disk and a later process reuses it instead of tracing the
@@ -125,6 +127,7 @@ class Problem:
     obs_terms_near: Callable[..., ObsTerms] | None = None
     obs_terms_search: Callable[..., ObsTerms] | None = None
     solves_ode: bool = False
+    integrates_ode: bool = False
     obs_kinds: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def __post_init__(self) -> None:
