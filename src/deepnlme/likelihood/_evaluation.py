@@ -187,14 +187,12 @@ def make_evaluator(
 
         def per_subject(z, base_u, eta, subjects):
             return jax.lax.map(lambda a: vg(z, base_u, *a), (eta, subjects))
-    elif subject_chunk(problem) is None:
+    elif (batch := subject_chunk(problem)) is None:
         per_subject = jax.vmap(vg, in_axes=(None, None, 0, 0))
     else:
 
         def per_subject(z, base_u, eta, subjects):
-            return chunked_vmap(
-                lambda a: vg(z, base_u, *a), (eta, subjects), subject_chunk(problem)
-            )
+            return chunked_vmap(lambda a: vg(z, base_u, *a), (eta, subjects), batch)
 
     penalty = free_penalty(problem, free)
 
