@@ -62,7 +62,8 @@ def chunked_vmap(fun, xs, chunk: int):
     """``vmap(fun)(xs)`` over the leading axis of the pytree `xs` (``N`` entries), computed
     `chunk` entries at a time (a loop over ``ceil(N / chunk)`` batches). The last batch is
     filled up with copies of the first entry, whose results are dropped: one batch shape, so
-    `fun` is traced once."""
+    `fun` is traced once (`lax.map`'s own `batch_size` traces and compiles the remainder as a
+    second batch)."""
     n = jax.tree_util.tree_leaves(xs)[0].shape[0]
     if chunk >= n:
         return jax.vmap(fun)(xs)
