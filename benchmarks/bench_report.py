@@ -10,7 +10,7 @@ over time; FOCE).
 
 Prints the fit's wall time (and its compile / optimisation / covariance split), the report's,
 and the report's parts: the predictions, the simulations (one set for VPC and NPDE), the NPDE
-and VPC from them, the dense individual curves, and the rendering of the figures (PNG). A
+and VPC from them, the dense individual curves, and the drawing of the figures (inline SVG). A
 first run after deepnlme's source changed compiles the fit's and the report's programs again
 (the program store keys on the source): run it twice and read the second. `--cold` uses an
 empty program store (a fresh cache folder): every program is compiled, as on a first run.
@@ -79,7 +79,7 @@ def main() -> None:
     t0 = time.perf_counter()
     import deepnlme as dn
     from deepnlme import results
-    from deepnlme.interfaces import plots, report
+    from deepnlme.interfaces import charts, report
     from deepnlme.results import _diagnostics, _vpc
 
     t_import = time.perf_counter() - t0
@@ -90,7 +90,7 @@ def main() -> None:
     _timed(_diagnostics, "npde_of", parts, "npde")
     _timed(_vpc, "vpc_of", parts, "vpc")
     _timed(report, "dense_predictions", parts, "dense curves")
-    _timed(plots, "to_png", parts, "rendering (PNG)")
+    _timed(charts, "to_svg", parts, "drawing (SVG)")
 
     model_file, _, method = CASES[args.case]
     with tempfile.TemporaryDirectory() as tmp:

@@ -76,7 +76,7 @@ def test_demo_fits_classical_and_deepnlme_and_writes_both_reports(tmp_path):
         rec = json.loads((out / sub / "fit.json").read_text())
         assert rec["converged"] is True and rec["n_subjects"] == 12
         html = (out / sub / "report.html").read_text()
-        assert "<img" in html and "data:image/png;base64," in html
+        assert "<svg" in html and "<img" not in html  # figures as inline SVG
     report = (out / "deepnlme_theophylline" / "report.html").read_text()
     assert "network response curves" in report.lower() and 'id="networks"' in report
     # the network's weight effect enters the OFV: the DeepNLME fit is at least as good here

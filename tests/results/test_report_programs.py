@@ -48,6 +48,16 @@ def test_replicates_do_not_depend_on_their_number(fit):
     assert _diagnostics.simulate_replicates(fit, 450, 7).shape[0] == 450
 
 
+def test_replicate_keys_are_jax_random_split():
+    """The replicates' keys come from one stored program; they are `jax.random.split`'s."""
+    import jax
+
+    for seed in (0, 7, 2**40, -3):
+        for n in (2, 150):
+            want = jax.random.key_data(jax.random.split(jax.random.key(seed), n))
+            np.testing.assert_array_equal(_diagnostics.replicate_keys(seed, n), want)
+
+
 def test_the_reports_shared_simulation_gives_the_public_vpc_and_npde(fit):
     table = dn.predict(fit)
     vpc_reps, npde_reps = report._replicates(fit, 40, 60, 3)

@@ -1,7 +1,9 @@
-"""Diagnostic plots of a fit (matplotlib). Every function returns `matplotlib.figure.Figure`s
-built without pyplot, so no window ever opens and the user's backend is left alone.
+"""Diagnostic plots of a fit. Each figure is described once as a `charts.Chart` (the
+`*_chart` functions, which the HTML report writes as inline SVG) and drawn by the public
+functions as `matplotlib.figure.Figure`s built without pyplot, so no window ever opens and
+the user's backend is left alone.
 
-Needs the optional extra: ``pip install deepnlme[plot]``.
+The Figures need the optional extra: ``pip install deepnlme[plot]``; the charts do not.
 """
 
 from __future__ import annotations
@@ -14,68 +16,19 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError
+from .charts import CYCLE, Chart, Panel, grid_of, to_figure
 
-_DOTS = {"s": 10, "alpha": 0.6, "color": "tab:blue", "lw": 0}
-_SMOOTH = {"color": "tab:red", "lw": 1.6}
-
-
-def _require_matplotlib():
-    try:
-        import matplotlib
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "deepnlme's plots need matplotlib; install the optional extra with "
-            "`pip install deepnlme[plot]`"
-        ) from None
-    return matplotlib
+_DOTS = {"colour": "blue", "alpha": 0.6, "size": 3.2}
+_SMOOTH = {"colour": "red", "width": 1.6}
+_REF = {"colour": "ref", "width": 1.0, "dash": True}
 
 
-def _figure(nrows: int, ncols: int, size: tuple[float, float], *, constrained: bool = True):
-    """A Figure and its axes grid. Figures of many panels take a fixed layout instead of the
-    constrained one, which measures every tick label of every panel again before drawing."""
-    from matplotlib.figure import Figure
-
-    _require_matplotlib()
-    fig = Figure(figsize=size, layout="constrained" if constrained else None)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    return fig, axes
-
-
-def _title(ax, text: str, **kwargs) -> None:
-    """An axes' title at its fixed place above the axes. Matplotlib otherwise places each
-    title anew at every drawing, measuring the tick labels of the y axis again to avoid an
-    offset text ("1e-5") there, which these panels do not draw over."""
-    ax.set_title(text, y=1.0, **kwargs)
-
-
-def _margins(fig, *, left=0.75, right=0.2, bottom=0.55, top=0.5, hspace=0.45, wspace=0.35):
-    """A fixed layout with margins in inches (`hspace`, `wspace`: of the mean panel size), for
-    figures whose labels are short: the constrained layout measures every tick label and
-    title before drawing, which took a third of such a figure's rendering."""
-    w, h = fig.get_size_inches()
-    fig.subplots_adjust(left=left / w, right=1.0 - right / w, bottom=bottom / h, top=1.0 - top / h,
-                        hspace=hspace, wspace=wspace)  # fmt: skip
-
-
-def _few_ticks(axes, n: int = 4) -> None:
-    """At most about `n` intervals between ticks on both axes of each of `axes` (small panels:
-    matplotlib's default fits as many as the font allows, and every tick is drawn as several
-    artists)."""
-    from matplotlib.ticker import MaxNLocator
-
-    for a in axes:
-        if a.get_xscale() == "linear":
-            a.xaxis.set_major_locator(MaxNLocator(nbins=n))
-        if a.get_yscale() == "linear":
-            a.yaxis.set_major_locator(MaxNLocator(nbins=n))
-
-
-def _identity(ax, x, y) -> None:
+def _identity(panel: Panel, x, y) -> None:
     v = np.concatenate([np.asarray(x, float), np.asarray(y, float)])
     v = v[np.isfinite(v)]
     if v.size:
         lo, hi = float(v.min()), float(v.max())
-        ax.plot([lo, hi], [lo, hi], color="0.4", lw=1, ls="--")
+        panel.add("line", [lo, hi], [lo, hi], **_REF)
 
 
 # --------------------------------------------------------------------------- smoother
@@ -182,17 +135,79 @@ def _local_fit(x, y, xs: float, nleft: int, nright: int, rw) -> float | None:
     return float(np.sum(w * y[nleft : nleft + stop]))
 
 
-def _smooth(ax, x, y, *, log_x: bool = False) -> None:
-    """A LOWESS smoother (on the log scale of x when the axis is logarithmic)."""
+def _smooth(panel: Panel, x, y, *, log_x: bool = False, log_y: bool = False) -> None:
+    """A LOWESS smoother, of the logarithms where an axis is logarithmic (drawn back)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = np.isfinite(x) & np.isfinite(y) & ((x > 0) if log_x else True)
+    ok = (
+        np.isfinite(x)
+        & np.isfinite(y)
+        & ((x > 0) if log_x else True)
+        & ((y > 0) if log_y else True)
+    )
     if ok.sum() < 8:
         return
-    xs, ys = lowess(np.log(x[ok]) if log_x else x[ok], y[ok])
-    ax.plot(np.exp(xs) if log_x else xs, ys, label="LOWESS", **_SMOOTH)
+    xs, ys = lowess(np.log(x[ok]) if log_x else x[ok], np.log(y[ok]) if log_y else y[ok])
+    panel.add("line", np.exp(xs) if log_x else xs, np.exp(ys) if log_y else ys, label="LOWESS",
+              **_SMOOTH)  # fmt: skip
+
+
+def _histogram(v, bins: int, *, density: bool) -> tuple[np.ndarray, np.ndarray]:
+    v = np.asarray(v, dtype=float)
+    v = v[np.isfinite(v)]
+    heights, edges = np.histogram(v, bins=bins, density=density and v.size > 0)
+    return edges, heights
 
 
 # --------------------------------------------------------------------------- goodness of fit
+
+
+def gof_chart(
+    table: pd.DataFrame, *, title: str | None = None, log_scale: bool = False,
+    endpoint_label: str = "DV",
+) -> Chart:  # fmt: skip
+    """The chart of `gof`."""
+    lab = {"DV": f"observed {endpoint_label}", "PRED": "PRED", "IPRED": "IPRED"}
+    panels = []
+    for xc, yc, ident, name in (
+        ("PRED", "DV", True, "observed vs population prediction"),
+        ("IPRED", "DV", True, "observed vs individual prediction"),
+        ("IPRED", "IWRES", False, "IWRES vs IPRED"),
+        ("TIME", "CWRES", False, "CWRES vs time"),
+        ("PRED", "CWRES", False, "CWRES vs PRED"),
+    ):
+        xv, yv = table[xc].to_numpy(dtype=float), table[yc].to_numpy(dtype=float)
+        log_x = log_scale and xc in ("PRED", "IPRED")
+        log_y = log_scale and yc == "DV"
+        p = Panel(
+            title=name,
+            xlog=log_x,
+            ylog=log_y,
+            ylabel=lab.get(yc, yc),
+            xlabel=lab.get(xc, xc) + (f" ({endpoint_label})" if xc in lab else ""),
+        )
+        p.add("points", xv, yv, **_DOTS)
+        if ident:
+            _identity(p, xv, yv)
+        else:
+            p.add("hline", y=[0.0], **_REF)
+        _smooth(p, xv, yv, log_x=log_x, log_y=log_y)
+        panels.append(p)
+    from scipy.special import ndtri  # (scipy.stats, with norm.ppf, takes a second to import)
+
+    r = np.sort(table["CWRES"].to_numpy(dtype=float))
+    r = r[np.isfinite(r)]
+    qq = Panel(title="normal QQ plot of CWRES", xlabel="N(0, 1) quantile", ylabel="CWRES quantile")
+    if r.size:
+        q = ndtri((np.arange(1, r.size + 1) - 0.5) / r.size)
+        qq.add("points", q, r, **_DOTS)
+        _identity(qq, q, r)
+    panels.append(qq)
+    return Chart(
+        grid_of(panels, 3),
+        12,
+        7.5,
+        title=title or f"Goodness of fit ({endpoint_label}; red: LOWESS smoother)",
+    )
 
 
 def gof(
@@ -206,194 +221,201 @@ def gof(
     IPRED, CWRES vs TIME, CWRES vs PRED, and a normal QQ plot of CWRES, each with a LOWESS
     smoother (red). `log_scale` puts DV, PRED and IPRED on logarithmic axes;
     `endpoint_label` names the observed variable on the axes. Returns a Figure."""
-    fig, ax = _figure(2, 3, (12, 7.5), constrained=False)
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.08, top=0.9, hspace=0.35, wspace=0.25)
-    t = table
-    lab = {"DV": f"observed {endpoint_label}", "PRED": "PRED", "IPRED": "IPRED"}
-    panels = [
-        (ax[0, 0], "PRED", "DV", True, "observed vs population prediction"),
-        (ax[0, 1], "IPRED", "DV", True, "observed vs individual prediction"),
-        (ax[0, 2], "IPRED", "IWRES", False, "IWRES vs IPRED"),
-        (ax[1, 0], "TIME", "CWRES", False, "CWRES vs time"),
-        (ax[1, 1], "PRED", "CWRES", False, "CWRES vs PRED"),
-    ]
-    for a, xc, yc, ident, name in panels:
-        xv, yv = t[xc].to_numpy(dtype=float), t[yc].to_numpy(dtype=float)
-        log_x = log_scale and xc in ("PRED", "IPRED")
-        log_y = log_scale and yc == "DV"
-        a.scatter(xv, yv, **_DOTS)
-        if ident:
-            _identity(a, xv, yv)
-        else:
-            a.axhline(0.0, color="0.4", lw=1, ls="--")
-        if log_y:  # DV against a prediction: smooth log DV on log x, drawn back
-            ok = (xv > 0) & (yv > 0)
-            if ok.sum() >= 8:
-                xs, ys = lowess(np.log(xv[ok]), np.log(yv[ok]))
-                a.plot(np.exp(xs), np.exp(ys), **_SMOOTH)
-        else:
-            _smooth(a, xv, yv, log_x=log_x)
-        if log_x:
-            a.set_xscale("log")
-        if log_y:
-            a.set_yscale("log")
-        a.set_xlabel(lab.get(xc, xc) + (f" ({endpoint_label})" if xc in ("PRED", "IPRED") else ""))
-        a.set_ylabel(lab.get(yc, yc))
-        _title(a, name, fontsize=10)
-    from scipy.special import ndtri  # (scipy.stats, with norm.ppf, takes a second to import)
-
-    r = np.sort(t["CWRES"].to_numpy(dtype=float))
-    r = r[np.isfinite(r)]
-    a = ax[1, 2]
-    if r.size:
-        q = ndtri((np.arange(1, r.size + 1) - 0.5) / r.size)
-        a.scatter(q, r, **_DOTS)
-        _identity(a, q, r)
-    a.set_xlabel("N(0, 1) quantile")
-    a.set_ylabel("CWRES quantile")
-    _title(a, "normal QQ plot of CWRES", fontsize=10)
-    fig.suptitle(title or f"Goodness of fit ({endpoint_label}; red: LOWESS smoother)")
-    return fig
+    return to_figure(
+        gof_chart(table, title=title, log_scale=log_scale, endpoint_label=endpoint_label)
+    )
 
 
 # --------------------------------------------------------------------------- random effects
+
+
+def eta_distributions_chart(ebes: pd.DataFrame, eta_labels: Sequence[str], omega: Any) -> Chart:
+    """The chart of `eta_distributions`."""
+    labels = list(eta_labels)
+    if not labels:
+        raise OptionError("eta_distributions: the model has no random effects to plot")
+    om = np.atleast_2d(np.asarray(omega, dtype=float))
+    panels = []
+    for j, e in enumerate(labels):
+        v = ebes[e].to_numpy(dtype=float)
+        v = v[np.isfinite(v)]
+        sd = math.sqrt(max(float(om[j, j]), 0.0))
+        p = Panel(xlabel=e, ylabel="density", title=f"ω² = {sd**2:.3g}")
+        edges, heights = _histogram(v, max(5, min(25, v.size // 4)), density=True)
+        p.add("bars", edges, heights, alpha=0.55, label="EBEs")
+        span = max(4.0 * sd, float(np.max(np.abs(v))) if v.size else 0.0) or 1.0
+        g = np.linspace(-span, span, 200)
+        if sd > 0:
+            p.add("line", g, np.exp(-0.5 * (g / sd) ** 2) / (sd * math.sqrt(2 * math.pi)),
+                  colour="black", width=1.5, label="N(0, ω²)")  # fmt: skip
+        p.add("vline", [float(np.mean(v)) if v.size else 0.0], colour="red", dash=True,
+              label="mean EBE")  # fmt: skip
+        panels.append(p)
+    nc = min(4, len(labels))
+    nr = math.ceil(len(labels) / nc)
+    return Chart(grid_of(panels, nc), 3.4 * nc, 2.9 * nr + 0.4,
+                 title="Random effects: EBEs against N(0, ω²)", legend="top")  # fmt: skip
 
 
 def eta_distributions(ebes: pd.DataFrame, eta_labels: Sequence[str], omega: Any):
     """One histogram per random effect (the EBEs of an `ebe_table`) with the density of
     N(0, omega_jj) it is assumed to follow, and the EBEs' mean. `omega`: the `[q, q]`
     covariance of the random effects at the estimates."""
+    return to_figure(eta_distributions_chart(ebes, eta_labels, omega))
+
+
+def eta_pairs_chart(ebes: pd.DataFrame, eta_labels: Sequence[str]) -> Chart:
+    """The chart of `eta_pairs`."""
     labels = list(eta_labels)
-    if not labels:
-        raise OptionError("eta_distributions: the model has no random effects to plot")
-    om = np.atleast_2d(np.asarray(omega, dtype=float))
-    nc = min(4, len(labels))
-    nr = math.ceil(len(labels) / nc)
-    fig, ax = _figure(nr, nc, (3.4 * nc, 2.9 * nr), constrained=False)
-    _margins(fig, left=0.6, right=0.15, top=0.45, hspace=0.5, wspace=0.4)
-    for j, e in enumerate(labels):
-        a = ax[j // nc, j % nc]
-        v = ebes[e].to_numpy(dtype=float)
-        v = v[np.isfinite(v)]
-        sd = math.sqrt(max(float(om[j, j]), 0.0))
-        a.hist(v, bins=max(5, min(25, v.size // 4)), density=True, color="tab:blue", alpha=0.55,
-               label="EBEs")  # fmt: skip
-        span = max(4.0 * sd, float(np.max(np.abs(v))) if v.size else 0.0) or 1.0
-        g = np.linspace(-span, span, 200)
-        if sd > 0:
-            a.plot(g, np.exp(-0.5 * (g / sd) ** 2) / (sd * math.sqrt(2 * math.pi)),
-                   color="k", lw=1.5, label=f"N(0, ω²={sd**2:.3g})")  # fmt: skip
-        a.axvline(float(np.mean(v)) if v.size else 0.0, color="tab:red", lw=1, ls="--",
-                  label="mean EBE")  # fmt: skip
-        a.set_xlabel(e)
-        a.set_ylabel("density")
-        a.legend(fontsize=7)
-    for k in range(len(labels), nr * nc):
-        ax[k // nc, k % nc].set_visible(False)
-    fig.suptitle("Random effects: EBEs against their assumed distribution")
-    return fig
+    q = len(labels)
+    if q < 2:
+        raise OptionError("eta_pairs: a pairs plot needs two random effects or more")
+    grid: list[list[Panel | None]] = [[None] * q for _ in range(q)]
+    for i, ei in enumerate(labels):
+        for j, ej in enumerate(labels[: i + 1]):
+            p = grid[i][j] = Panel(xlabel=ej if i == q - 1 else "", ylabel=ei if j == 0 else "")
+            if i == j:
+                p.add("bars", *_histogram(ebes[ei], 15, density=False), alpha=0.6)
+                continue
+            x, y = ebes[ej].to_numpy(dtype=float), ebes[ei].to_numpy(dtype=float)
+            p.add("points", x, y, **_DOTS)
+            ok = np.isfinite(x) & np.isfinite(y)
+            if ok.sum() > 2:
+                p.title = f"r = {float(np.corrcoef(x[ok], y[ok])[0, 1]):.2f}"
+    return Chart(grid, 2.4 * q + 0.6, 2.4 * q + 0.4, title="Random effects: pairs of EBEs")
 
 
 def eta_pairs(ebes: pd.DataFrame, eta_labels: Sequence[str]):
     """Pairs plot of the EBEs: histograms on the diagonal, scatter plots with their
     correlation below it."""
-    labels = list(eta_labels)
-    q = len(labels)
-    if q < 2:
-        raise OptionError("eta_pairs: a pairs plot needs two random effects or more")
-    fig, ax = _figure(q, q, (2.4 * q + 0.6, 2.4 * q + 0.4), constrained=False)
-    _margins(fig, left=0.8, right=0.15, bottom=0.6, top=0.45, hspace=0.35, wspace=0.35)
-    for i, ei in enumerate(labels):
-        for j, ej in enumerate(labels):
-            a = ax[i, j]
-            if j > i:
-                a.set_visible(False)
-                continue
-            if i == j:
-                a.hist(ebes[ei].to_numpy(dtype=float), bins=15, color="tab:blue", alpha=0.6)
-            else:
-                x, y = ebes[ej].to_numpy(dtype=float), ebes[ei].to_numpy(dtype=float)
-                a.scatter(x, y, **_DOTS)
-                ok = np.isfinite(x) & np.isfinite(y)
-                if ok.sum() > 2:
-                    rho = float(np.corrcoef(x[ok], y[ok])[0, 1])
-                    _title(a, f"r = {rho:.2f}", fontsize=8)
-            if i == q - 1:
-                a.set_xlabel(ej)
-            if j == 0:
-                a.set_ylabel(ei)
-    fig.suptitle("Random effects: pairs of EBEs")
-    return fig
+    return to_figure(eta_pairs_chart(ebes, eta_labels))
+
+
+def eta_covariates_chart(ebes: pd.DataFrame, eta_labels, covariates) -> Chart:
+    """The chart of `eta_covariates`."""
+    eta_labels, covariates = list(eta_labels), list(covariates)
+    if not eta_labels:
+        raise OptionError("eta_covariates: the model has no random effects to plot")
+    grid: list[list[Panel | None]] = []
+    for e in eta_labels:
+        row: list[Panel | None] = []
+        if not covariates:
+            row.append(Panel(xlabel=e).add("bars", *_histogram(ebes[e], 15, density=False),
+                                           alpha=0.7))  # fmt: skip
+        for c in covariates:
+            p = Panel(xlabel=c, ylabel=e)
+            p.add("points", ebes[c], ebes[e], **_DOTS)
+            p.add("hline", y=[0.0], **_REF)
+            _smooth(p, ebes[c], ebes[e])
+            row.append(p)
+        grid.append(row)
+    nc = max(1, len(covariates))
+    return Chart(grid, 3.2 * nc, 2.6 * len(eta_labels) + 0.4,
+                 title="Random effects against covariates (red: LOWESS)")  # fmt: skip
 
 
 def eta_covariates(ebes: pd.DataFrame, eta_labels, covariates):
     """Each random effect (rows) against each covariate (columns), from an `ebe_table`."""
-    eta_labels, covariates = list(eta_labels), list(covariates)
-    if not eta_labels:
-        raise OptionError("eta_covariates: the model has no random effects to plot")
-    nc = max(1, len(covariates))
-    many = len(eta_labels) * nc > 9
-    fig, ax = _figure(len(eta_labels), nc, (3.2 * nc, 2.6 * len(eta_labels)), constrained=False)
-    for i, e in enumerate(eta_labels):
-        for j in range(nc):
-            a = ax[i, j]
-            if not covariates:
-                a.hist(ebes[e], bins=15, color="tab:blue", alpha=0.7)
-                a.set_xlabel(e)
-                continue
-            c = covariates[j]
-            a.scatter(ebes[c], ebes[e], **_DOTS)
-            a.axhline(0.0, color="0.4", lw=1, ls="--")
-            _smooth(a, ebes[c], ebes[e])
-            a.set_xlabel(c)
-            a.set_ylabel(e)
-    if many:
-        fig.subplots_adjust(left=0.06, right=0.98, bottom=0.08, top=0.92, hspace=0.45, wspace=0.3)
-    else:
-        _margins(fig, left=0.8, right=0.15, top=0.45, hspace=0.5, wspace=0.45)
-    fig.suptitle("Random effects against covariates (red: LOWESS)")
-    return fig
+    return to_figure(eta_covariates_chart(ebes, eta_labels, covariates))
 
 
 # --------------------------------------------------------------------------- NPDE
+
+
+def npde_chart(npde_table: pd.DataFrame, pred: Any = None, *, endpoint_label: str = "DV") -> Chart:
+    """The chart of `npde_panel`."""
+    v = npde_table["NPDE"].to_numpy(dtype=float)
+    ok = np.isfinite(v)
+    hist = Panel(
+        xlabel="NPDE",
+        ylabel="density",
+        legend="inside",
+        title=f"NPDE: mean {np.mean(v[ok]):.3f}, SD {np.std(v[ok], ddof=1):.3f}",
+    )
+    hist.add("bars", *_histogram(v, max(5, min(30, int(ok.sum()) // 5)), density=True),
+             alpha=0.55, label="NPDE")  # fmt: skip
+    g = np.linspace(-4, 4, 200)
+    hist.add("line", g, np.exp(-0.5 * g**2) / math.sqrt(2 * math.pi), colour="black", width=1.5,
+             label="N(0, 1)")  # fmt: skip
+    panels: list[Panel | None] = [hist]
+    xs = [("TIME", npde_table["TIME"].to_numpy(dtype=float))]
+    if pred is not None:
+        xs.append((f"PRED ({endpoint_label})", np.asarray(pred, dtype=float)))
+    for name, x in xs:
+        p = Panel(xlabel=name, ylabel="NPDE", title=f"NPDE vs {name.split()[0]}")
+        p.add("points", x, v, **_DOTS)
+        p.add("hline", y=[-1.645, 1.645], **_REF)
+        p.add("hline", y=[0.0], colour="ref")
+        _smooth(p, x, v)
+        panels.append(p)
+    return Chart(
+        grid_of(panels, 3),
+        12,
+        3.9,
+        title="Normalised prediction distribution errors (dashed: 5th, 95th of N(0, 1))",
+    )
 
 
 def npde_panel(npde_table: pd.DataFrame, pred: Any = None, *, endpoint_label: str = "DV"):
     """NPDE diagnostics from `npde(fit)`: histogram against the N(0, 1) density, NPDE vs TIME
     and NPDE vs PRED (`pred`: the PRED of the same records, e.g. `predict(fit)["PRED"]`), with
     LOWESS smoothers and the 5th/95th percentiles of N(0, 1) dashed."""
-    v = npde_table["NPDE"].to_numpy(dtype=float)
-    fig, ax = _figure(1, 3, (12, 3.6), constrained=False)
-    fig.subplots_adjust(left=0.06, right=0.99, bottom=0.15, top=0.82, wspace=0.25)
-    a = ax[0, 0]
-    ok = np.isfinite(v)
-    a.hist(v[ok], bins=max(5, min(30, int(ok.sum()) // 5)), density=True, color="tab:blue",
-           alpha=0.55, label="NPDE")  # fmt: skip
-    g = np.linspace(-4, 4, 200)
-    a.plot(g, np.exp(-0.5 * g**2) / math.sqrt(2 * math.pi), color="k", lw=1.5, label="N(0, 1)")
-    a.set_xlabel("NPDE")
-    a.set_ylabel("density")
-    _title(a, f"NPDE: mean {np.mean(v[ok]):.3f}, SD {np.std(v[ok], ddof=1):.3f}", fontsize=10)
-    a.legend(fontsize=7)
-    xs = [("TIME", npde_table["TIME"].to_numpy(dtype=float))]
-    if pred is not None:
-        xs.append((f"PRED ({endpoint_label})", np.asarray(pred, dtype=float)))
-    for k, (name, x) in enumerate(xs, start=1):
-        a = ax[0, k]
-        a.scatter(x, v, **_DOTS)
-        for level in (-1.645, 0.0, 1.645):
-            a.axhline(level, color="0.4", lw=1, ls="--" if level else "-")
-        _smooth(a, x, v)
-        a.set_xlabel(name)
-        a.set_ylabel("NPDE")
-        _title(a, f"NPDE vs {name.split()[0]}", fontsize=10)
-    if pred is None:
-        ax[0, 2].set_visible(False)
-    fig.suptitle("Normalised prediction distribution errors (dashed: 5th, 95th of N(0, 1))")
-    return fig
+    return to_figure(npde_chart(npde_table, pred, endpoint_label=endpoint_label))
 
 
 # --------------------------------------------------------------------------- individual fits
+
+
+def individual_fits_charts(
+    table: pd.DataFrame,
+    *,
+    curves: pd.DataFrame | None = None,
+    per_page: int = 12,
+    ncols: int = 4,
+    log_y: bool = False,
+    max_pages: int | None = None,
+    endpoint_label: str = "DV",
+    time_label: str = "TIME",
+) -> list[Chart]:
+    """The charts (pages) of `individual_fits`."""
+    if not isinstance(per_page, int) or per_page < 1:
+        raise OptionError(f"individual_fits: `per_page` must be a positive integer; got {per_page}")
+    keys = list(dict.fromkeys(zip(table["ID"], table["ENDPOINT"])))
+    multi = len(set(table["ENDPOINT"])) > 1
+    by_key = dict(tuple(table.groupby(["ID", "ENDPOINT"], sort=False)))
+    dense = (
+        dict(tuple(curves.groupby(["ID", "ENDPOINT"], sort=False))) if curves is not None else {}
+    )
+    starts = list(range(0, len(keys), per_page))
+    if max_pages is not None:
+        starts = starts[:max_pages]
+    what = (
+        "IPRED and PRED simulated on a fine time grid"
+        if curves is not None
+        else "IPRED and PRED at the observation times"
+    )
+    charts = []
+    for start in starts:
+        page = keys[start : start + per_page]
+        nc = min(ncols, len(page))
+        nr = math.ceil(len(page) / nc)
+        panels = []
+        for k, (sid, ep) in enumerate(page):
+            g = by_key[(sid, ep)].sort_values("TIME")
+            c = dense.get((sid, ep))
+            src = g if c is None else c.sort_values("TIME", kind="stable")
+            last_row = k // nc == nr - 1 or k + nc >= len(page)
+            p = Panel(title=f"ID {sid}" + (f" - {ep}" if multi else ""), ylog=log_y,
+                      xlabel=time_label if last_row else "",
+                      ylabel=(ep if multi else endpoint_label) if k % nc == 0 else "")  # fmt: skip
+            p.add("line", src["TIME"], src["IPRED"], colour="blue", width=1.3, label="IPRED")
+            p.add("line", src["TIME"], src["PRED"], colour="orange", width=1.1, dash=True,
+                  label="PRED")  # fmt: skip
+            p.add("points", g["TIME"], g["DV"], colour="black", size=3.5, label="observed")
+            panels.append(p)
+        charts.append(Chart(grid_of(panels, nc), 3.1 * nc, 2.5 * nr + 0.5,
+                            title=f"Individual fits ({what})", legend="top"))  # fmt: skip
+    return charts
 
 
 def individual_fits(
@@ -414,55 +436,11 @@ def individual_fits(
     `max_pages`: build only the first pages. Returns a list of Figures with at most `per_page`
     panels each.
     """
-    if not isinstance(per_page, int) or per_page < 1:
-        raise OptionError(f"individual_fits: `per_page` must be a positive integer; got {per_page}")
-    keys = list(dict.fromkeys(zip(table["ID"], table["ENDPOINT"])))
-    multi = len(set(table["ENDPOINT"])) > 1
-    by_key = dict(tuple(table.groupby(["ID", "ENDPOINT"], sort=False)))
-    dense = (
-        dict(tuple(curves.groupby(["ID", "ENDPOINT"], sort=False))) if curves is not None else {}
-    )
-    starts = list(range(0, len(keys), per_page))
-    if max_pages is not None:
-        starts = starts[:max_pages]
-    figs = []
-    for start in starts:
-        page = keys[start : start + per_page]
-        nc = min(ncols, len(page))
-        nr = math.ceil(len(page) / nc)
-        fig, ax = _figure(nr, nc, (3.1 * nc, 2.5 * nr + 0.5), constrained=False)
-        for k, (sid, ep) in enumerate(page):
-            a = ax[k // nc, k % nc]
-            g = by_key[(sid, ep)].sort_values("TIME")
-            c = dense.get((sid, ep))
-            src = g if c is None else c.sort_values("TIME", kind="stable")
-            a.plot(src["TIME"], src["IPRED"], color="tab:blue", lw=1.3, label="IPRED")
-            a.plot(src["TIME"], src["PRED"], color="tab:orange", lw=1.1, ls="--", label="PRED")
-            a.scatter(g["TIME"], g["DV"], s=12, color="k", label="observed", zorder=3)
-            _title(a, f"ID {sid}" + (f" - {ep}" if multi else ""), fontsize=9)
-            if log_y:
-                a.set_yscale("log")
-            if k // nc == nr - 1 or k + nc >= len(page):
-                a.set_xlabel(time_label, fontsize=8)
-            if k % nc == 0:
-                a.set_ylabel(ep if multi else endpoint_label, fontsize=8)
-            a.tick_params(labelsize=7)
-        for k in range(len(page), nr * nc):
-            ax[k // nc, k % nc].set_visible(False)
-        _few_ticks(ax.flat[: len(page)])
-        handles, names = ax[0, 0].get_legend_handles_labels()
-        fig.legend(handles, names, loc="upper right", ncols=3, fontsize=8, frameon=False)
-        what = (
-            "IPRED and PRED simulated on a fine time grid"
-            if curves is not None
-            else ("IPRED and PRED at the observation times")
-        )
-        fig.suptitle(f"Individual fits ({what})", fontsize=10, x=0.02, ha="left")
-        top = 1.0 - 0.55 / (2.5 * nr + 0.5)
-        fig.subplots_adjust(left=0.07, right=0.99, bottom=0.5 / (2.5 * nr + 0.5) + 0.03, top=top,
-                            hspace=0.55, wspace=0.28)  # fmt: skip
-        figs.append(fig)
-    return figs
+    charts = individual_fits_charts(
+        table, curves=curves, per_page=per_page, ncols=ncols, log_y=log_y, max_pages=max_pages,
+        endpoint_label=endpoint_label, time_label=time_label,
+    )  # fmt: skip
+    return [to_figure(c) for c in charts]
 
 
 # --------------------------------------------------------------------------- VPC
@@ -476,45 +454,44 @@ def _ordinal(p: float) -> str:
     return f"{n}{suffix}"
 
 
+def vpc_chart(result, *, log_y: bool = False, endpoint_label: str = "DV") -> Chart:
+    """The chart of `vpc_plot`."""
+    s = result.summary
+    strata = list(pd.unique(s["stratum"]))
+    three = ["blue", "red", "blue"]
+    ci = f"{100 * result.ci:g}% CI"
+    y = f"prediction-corrected {endpoint_label}" if result.pred_corrected else endpoint_label
+    name = "pcVPC" if result.pred_corrected else "VPC"
+    panels = []
+    for k, st in enumerate(strata):
+        title = f"{name}, {result.n_sim} simulated replicates" + (
+            "" if st == "all" else f" - {result.stratify} = {st}"
+        )
+        p = Panel(title=title, xlabel=result.x, ylabel=y, ylog=log_y,
+                  legend="right" if k == len(strata) - 1 else None)  # fmt: skip
+        o = result.observed[result.observed["stratum"] == st]
+        p.add("points", o["x"], o["DV"], colour="light", alpha=0.6, size=2.8,
+              label="observed data")  # fmt: skip
+        g = s[s["stratum"] == st]
+        for j, pc in enumerate(result.percentiles):
+            gp = g[g["percentile"] == pc].sort_values("x_mid")
+            c = three[j] if len(result.percentiles) == 3 else CYCLE[j % len(CYCLE)]
+            n = _ordinal(pc)
+            p.add("band", gp["x_mid"], gp["sim_lo"], y2=gp["sim_hi"], colour=c, alpha=0.18,
+                  label=f"simulated {n} percentile, {ci}")  # fmt: skip
+            p.add("line", gp["x_mid"], gp["sim_median"], colour=c, dash=True,
+                  label=f"simulated {n} percentile, median")  # fmt: skip
+            p.add("line", gp["x_mid"], gp["observed"], colour=c, width=2.0,
+                  label=f"observed {n} percentile")  # fmt: skip
+        panels.append(p)
+    return Chart([panels], 6 * len(strata) + 3.4, 4.8)
+
+
 def vpc_plot(result, *, log_y: bool = False, endpoint_label: str = "DV"):
     """The VPC figure of a `deepnlme.vpc` result, per stratum: observed data (grey points), the
     observed percentiles (solid lines), the simulated percentiles' medians (dashed) and their
     confidence intervals (shaded), each named in the legend."""
-    s = result.summary
-    strata = list(pd.unique(s["stratum"]))
-    fig, ax = _figure(1, len(strata), (6 * len(strata) + 3.6, 4.8), constrained=False)
-    _margins(fig, left=0.8, right=3.4, bottom=0.6, top=0.4, wspace=0.25)
-    three = ["tab:blue", "tab:red", "tab:blue"]
-    ci = f"{100 * result.ci:g}% CI"
-    for k, st in enumerate(strata):
-        a = ax[0, k]
-        o = result.observed[result.observed["stratum"] == st]
-        a.scatter(o["x"], o["DV"], s=8, color="0.6", alpha=0.6, lw=0, label="observed data")
-        g = s[s["stratum"] == st]
-        for j, p in enumerate(result.percentiles):
-            gp = g[g["percentile"] == p].sort_values("x_mid")
-            c = three[j] if len(result.percentiles) == 3 else f"C{j}"
-            name = _ordinal(p)
-            a.fill_between(gp["x_mid"], gp["sim_lo"], gp["sim_hi"], color=c, alpha=0.18, lw=0,
-                           label=f"simulated {name} percentile, {ci}")  # fmt: skip
-            a.plot(gp["x_mid"], gp["sim_median"], color=c, lw=1, ls="--",
-                   label=f"simulated {name} percentile, median")  # fmt: skip
-            a.plot(gp["x_mid"], gp["observed"], color=c, lw=2, label=f"observed {name} percentile")
-        a.set_xlabel(result.x)
-        y = f"prediction-corrected {endpoint_label}" if result.pred_corrected else endpoint_label
-        a.set_ylabel(y)
-        if log_y:
-            a.set_yscale("log")
-        name = "pcVPC" if result.pred_corrected else "VPC"
-        _title(
-            a,
-            f"{name}, {result.n_sim} simulated replicates"
-            + ("" if st == "all" else f" - {result.stratify} = {st}"),
-            fontsize=10,
-        )
-        if k == len(strata) - 1:
-            a.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
-    return fig
+    return to_figure(vpc_chart(result, log_y=log_y, endpoint_label=endpoint_label))
 
 
 # --------------------------------------------------------------------------- covariance step
@@ -523,18 +500,18 @@ def vpc_plot(result, *, log_y: bool = False, endpoint_label: str = "DV"):
 def correlation_heatmap(corr: pd.DataFrame):
     """Heat map of a correlation matrix of the estimates (labels from its index and columns),
     from -1 (blue) to 1 (red), with the values written in the cells when there are few."""
+    from .charts import _require_matplotlib
+
+    _require_matplotlib()
+    from matplotlib.figure import Figure
+
     c = np.asarray(corr, dtype=float)
     n = c.shape[0]
     size = min(11.0, 2.5 + 0.45 * n)
-    fig, ax = _figure(1, 1, (size + 1.2, size), constrained=False)
-    # room for the longest label (rotated 60 degrees below, level on the left)
-    chars = max((len(str(v)) for v in list(corr.columns) + list(corr.index)), default=1)
-    label = 0.08 * chars + 0.3
-    _margins(fig, left=label, right=1.4, bottom=0.87 * label, top=0.4)
-    a = ax[0, 0]
+    fig = Figure(figsize=(size + 1.2, size), layout="constrained")
+    a = fig.subplots()
     im = a.imshow(c, cmap="RdBu_r", vmin=-1.0, vmax=1.0)
-    labels = [str(v) for v in corr.columns]
-    a.set_xticks(range(n), labels, rotation=60, ha="right", fontsize=8)
+    a.set_xticks(range(n), [str(v) for v in corr.columns], rotation=60, ha="right", fontsize=8)
     a.set_yticks(range(n), [str(v) for v in corr.index], fontsize=8)
     if n <= 16:
         for i in range(n):
@@ -543,27 +520,27 @@ def correlation_heatmap(corr: pd.DataFrame):
                     a.text(j, i, f"{c[i, j]:.2f}", ha="center", va="center", fontsize=7,
                            color="w" if abs(c[i, j]) > 0.6 else "k")  # fmt: skip
     fig.colorbar(im, ax=a, shrink=0.8, label="correlation")
-    _title(a, "Correlation of the estimates", fontsize=10)
+    a.set_title("Correlation of the estimates", fontsize=10)
     return fig
 
 
 # --------------------------------------------------------------------------- optimiser, networks
 
 
+def optimizer_trace_chart(history: pd.DataFrame) -> Chart:
+    """The chart of `optimizer_trace`."""
+    ofv = Panel(xlabel="iteration", ylabel="objective")
+    grad = Panel(xlabel="iteration", ylabel="max |gradient|", ylog=True)
+    if len(history):
+        ofv.add("line", history["iter"], history["ofv"], markers=True)
+        g = history["gradnorm"].to_numpy(dtype=float)
+        grad.add("line", history["iter"], np.where(g > 0, g, np.nan), colour="red", markers=True)
+    return Chart([[ofv, grad]], 10, 3.6, title="Optimiser trace")
+
+
 def optimizer_trace(history: pd.DataFrame):
     """OFV and max|gradient| against iteration (the fit's `history`)."""
-    fig, ax = _figure(1, 2, (10, 3.5), constrained=False)
-    _margins(fig, left=0.85, right=0.2, bottom=0.55, top=0.45, wspace=0.3)
-    if len(history):
-        ax[0, 0].plot(history["iter"], history["ofv"], marker=".", color="tab:blue")
-        g = history["gradnorm"].to_numpy(dtype=float)
-        ax[0, 1].semilogy(history["iter"], np.where(g > 0, g, np.nan), marker=".", color="tab:red")
-    ax[0, 0].set_xlabel("iteration")
-    ax[0, 0].set_ylabel("objective")
-    ax[0, 1].set_xlabel("iteration")
-    ax[0, 1].set_ylabel("max |gradient|")
-    fig.suptitle("Optimiser trace")
-    return fig
+    return to_figure(optimizer_trace_chart(history))
 
 
 def network_inputs(model, name: str) -> list[str] | None:
@@ -587,11 +564,8 @@ def network_inputs(model, name: str) -> list[str] | None:
     return None
 
 
-def network_curves(fit, network: str | None = None, *, n_points: int = 50) -> Any:
-    """A network's outputs along each of its inputs over the observed range, others held at
-    their means (the input statistics the fit recorded when the model met the data; without
-    them, the standardised range -2..2 around 0). Needs a model with a network (`MLP`). The
-    inputs are named by the model's expressions for them (`WT` for `NN(WT)`)."""
+def network_curves_chart(fit, network: str | None = None, *, n_points: int = 50) -> Chart:
+    """The chart of `network_curves`."""
     from ..nn import network as get_network
 
     nets = [p.name for p in fit.model.compiled.params if p.kind == "network"]
@@ -618,143 +592,29 @@ def network_curves(fit, network: str | None = None, *, n_points: int = 50) -> An
     else:
         centre, lo, hi = np.zeros(n_in), np.full(n_in, -2.0), np.full(n_in, 2.0)
         where = "standardised range -2..2"
-    fig, ax = _figure(1, n_in, (3.8 * n_in, 3.3))
+    panels = []
     for j in range(n_in):
         grid = np.linspace(lo[j], hi[j], n_points) if hi[j] > lo[j] else np.full(n_points, lo[j])
         x = np.tile(centre, (n_points, 1))
         x[:, j] = grid
         y = net(x)
-        for k in range(n_out):
-            ax[0, j].plot(grid, y[:, k], label=f"{name}(...)[{k}]")
-        ax[0, j].set_xlabel(f"{inputs[j]} ({where})")
-        ax[0, j].set_ylabel(f"{name} output")
-        _title(ax[0, j], f"{name} along {inputs[j]}", fontsize=10)
-        if n_out > 1:
-            ax[0, j].legend(fontsize=7)
-    fig.suptitle(f"Network {name}: each input varied, the others at their means", fontsize=10)
-    return fig
-
-
-# --------------------------------------------------------------------------- plain axes
-
-
-def _tick_values(lo: float, hi: float, scale: str, n: int) -> list[float]:
-    """About `n` intervals of "nice" tick positions within [lo, hi] (decades, or 1-2-5 steps
-    within them when fewer than two decades fit, on a logarithmic axis)."""
-    from matplotlib.ticker import LogLocator, MaxNLocator
-
-    if not (np.isfinite(lo) and np.isfinite(hi)) or hi <= lo:
-        return []
-    if scale == "log":
-        if hi <= 0:
-            return []
-        lo = max(lo, hi * 1e-300)
-        for subs in ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0, 7.0)):
-            v = LogLocator(base=10.0, subs=subs, numticks=n + 2).tick_values(lo, hi)
-            v = [float(t) for t in v if lo <= t <= hi]
-            if len(v) >= 2:
-                return v
-        return v
-    span = hi - lo
-    v = MaxNLocator(nbins=n, steps=[1, 2, 5, 10]).tick_values(lo, hi)
-    return [float(t) for t in v if lo - 1e-9 * span <= t <= hi + 1e-9 * span]
-
-
-def _tick_labels(ticks: list[float], scale: str) -> list[str]:
-    """Tick labels with the fewest decimals that give every tick exactly (a step of 0.15 needs
-    two), no "-0"; scientific notation outside 1e-4..1e6."""
-    big = max((abs(v) for v in ticks), default=0.0)
-    if scale == "log" or not 1e-4 <= big < 1e6:
-        return ["0" if v == 0.0 else f"{v:.3g}" for v in ticks]
-    tol = 1e-9 * big
-    d = next((d for d in range(9) if all(abs(round(v, d) - v) <= tol for v in ticks)), 8)
-    return ["0" if abs(v) <= tol else f"{v:.{d}f}" for v in ticks]
-
-
-def _points(size: Any) -> float:
-    from matplotlib.font_manager import FontProperties
-
-    return float(FontProperties(size=size).get_size_in_points())
-
-
-def plain_axes(fig, *, n: int = 4) -> Any:
-    """Draw the tick marks, tick labels and axis labels of `fig`'s panels as a few plain
-    artists (one line of tick marks and one text per label) instead of matplotlib's axis
-    machinery, in place, and return `fig`.
-
-    Each matplotlib tick is five artists, built and measured again at every drawing; on the
-    report's ~45 small panels that was most of its rendering time (`benchmarks/
-    bench_report.py`). Only for finished figures with a fixed layout: the ticks are placed at
-    the axes' limits when this is called, so limits or scales changed afterwards leave them
-    wrong. Panels with fixed tick positions (categories) or a hidden axis keep theirs."""
-    from matplotlib.ticker import FixedLocator, NullLocator
-
-    for a in fig.axes:
-        if not a.get_visible() or not a.axison or a.get_label() == "<colorbar>":
-            continue
-        for k, axis in enumerate((a.xaxis, a.yaxis)):
-            scale = axis.get_scale()
-            fixed = isinstance(axis.get_major_locator(), FixedLocator | NullLocator)
-            if axis.get_visible() and not fixed and scale in ("linear", "log"):
-                _plain_axis(fig, a, axis, k, scale, n)
-                axis.set_visible(False)
-    return fig
-
-
-def _plain_axis(fig, a, axis, k: int, scale: str, n: int) -> None:
-    """`plain_axes` for one axis (`k`: 0 for x, 1 for y) of the axes `a`."""
-    from matplotlib.lines import Line2D
-    from matplotlib.transforms import ScaledTranslation
-
-    rc = _require_matplotlib().rcParams
-    x = k == 0
-    size = _points(axis.get_tick_params().get("labelsize", rc["xtick.labelsize"]))
-    length, pad = float(rc["xtick.major.size"]), float(rc["xtick.major.pad"])
-    lo, hi = sorted(float(v) for v in (a.get_xlim() if x else a.get_ylim()))
-    ticks = _tick_values(lo, hi, scale, n)
-    labels = _tick_labels(ticks, scale)
-    tr = a.get_xaxis_transform() if x else a.get_yaxis_transform(which="grid")
-    zeros = np.zeros(len(ticks))
-    a.add_artist(
-        Line2D(
-            ticks if x else zeros,
-            zeros if x else ticks,
-            transform=tr,
-            linestyle="none",
-            marker=3 if x else 0,  # TICKDOWN, TICKLEFT
-            markersize=length,
-            markeredgewidth=float(rc["xtick.major.width"]),
-            color="k",
-            clip_on=False,
+        p = Panel(
+            xlabel=f"{inputs[j]} ({where})",
+            ylabel=f"{name} output",
+            title=f"{name} along {inputs[j]}",
+            legend="inside" if n_out > 1 else None,
         )
-    )
-    away = (length + pad) / 72.0  # inches from the spine to the labels
-    shift = ScaledTranslation(0.0 if x else -away, -away if x else 0.0, fig.dpi_scale_trans)
-    where = {"ha": "center", "va": "top"} if x else {"ha": "right", "va": "center"}
-    for v, s in zip(ticks, labels):
-        a.text(v if x else 0.0, 0.0 if x else v, s, transform=tr + shift, fontsize=size,
-               clip_on=False, **where)  # fmt: skip
-    label = axis.get_label()
-    if not label.get_text():
-        return
-    gap = (length + pad + float(rc["axes.labelpad"])) / 72.0
-    if x:
-        off = ScaledTranslation(0.0, -gap - 1.25 * size / 72.0, fig.dpi_scale_trans)
-        spot, where = (0.5, 0.0), {"ha": "center", "va": "top"}
-    else:  # (left of the widest tick label, its width estimated from its characters)
-        width = 0.6 * size * max((len(s) for s in labels), default=1) / 72.0
-        off = ScaledTranslation(-gap - width, 0.0, fig.dpi_scale_trans)
-        spot, where = (0.0, 0.5), {"ha": "right", "va": "center", "rotation": 90}
-    a.text(*spot, label.get_text(), transform=a.transAxes + off, fontsize=label.get_fontsize(),
-           clip_on=False, **where)  # fmt: skip
+        for k in range(n_out):
+            p.add("line", grid, y[:, k], colour=CYCLE[k % len(CYCLE)], width=1.5,
+                  label=f"{name}(...)[{k}]")  # fmt: skip
+        panels.append(p)
+    return Chart([panels], 3.8 * n_in, 3.6,
+                 title=f"Network {name}: each input varied, the others at their means")  # fmt: skip
 
 
-def to_png(fig, *, dpi: int = 80, compress_level: int = 1) -> bytes:
-    """The figure as PNG bytes. `compress_level` (0-9) of zlib: 1 compresses a report's plots
-    (large areas of one colour) to within a tenth of the default's (6) size, in a fraction of
-    its time."""
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, pil_kwargs={"compress_level": compress_level})
-    return buf.getvalue()
+def network_curves(fit, network: str | None = None, *, n_points: int = 50) -> Any:
+    """A network's outputs along each of its inputs over the observed range, others held at
+    their means (the input statistics the fit recorded when the model met the data; without
+    them, the standardised range -2..2 around 0). Needs a model with a network (`MLP`). The
+    inputs are named by the model's expressions for them (`WT` for `NN(WT)`)."""
+    return to_figure(network_curves_chart(fit, network, n_points=n_points))

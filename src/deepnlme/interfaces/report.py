@@ -1,4 +1,4 @@
-"""One self-contained HTML report per fit: inline CSS, images as base64 PNG data URIs, no
+"""One self-contained HTML report per fit: inline CSS, figures as inline SVG (`charts`), no
 scripts and no external resources.
 
 The sections, in order: run record (date, versions, data file and its SHA-256, model text,
@@ -10,7 +10,6 @@ and the optimiser trace. Each section is a ``<section id="...">`` (the ids are `
 
 from __future__ import annotations
 
-import base64
 import concurrent.futures
 import dataclasses
 import datetime
@@ -38,7 +37,8 @@ table{border-collapse:collapse;font-size:.88em;margin:.5em 0}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th{background:#eef2f7}td.l,th.l{text-align:left}
 pre{background:#f6f8fa;border:1px solid #ddd;padding:.8em;overflow:auto;font-size:.85em}
-img{max-width:100%;display:block;margin:.6em 0;border:1px solid #eee}
+figure.chart{margin:.6em 0}figure.chart svg{display:block;border:1px solid #eee}
+table.heat td{padding:0;width:.8em;height:.8em}table.heat th{font-size:.75em;padding:0 .2em}
 .ok{color:#176d2c;font-weight:bold}.bad{color:#a31515;font-weight:bold}
 .note{color:#555;font-size:.9em}
 .warn{background:#fff4e5;border:2px solid #d9822b;padding:.6em 1em;margin:.8em 0}
@@ -101,29 +101,38 @@ def _correlation_colour(r: float) -> str:
     return "#{:02x}{:02x}{:02x}".format(*(round(z + t * (e - z)) for z, e in zip(_CORR_ZERO, end)))
 
 
-def _correlation_table(corr: pd.DataFrame, table_id: str) -> str:
+def _correlation_table(corr: pd.DataFrame, table_id: str, *, compact: bool = False) -> str:
     """The correlation matrix of the estimates as a table whose cells are coloured by their
     value, from -1 (blue) to 1 (red): a heat map that keeps the numbers (to 4 decimals).
-    The diagonal is left plain; a correlation beyond the warning limit is bold."""
+    The diagonal is left plain; a correlation beyond the warning limit is bold. `compact`
+    (many parameters): small cells, the values in their tooltips, the columns numbered as the
+    rows."""
     m = corr.to_numpy(dtype=float)
     names = [str(v) for v in corr.columns]
-    head = '<th class="l"></th>' + "".join(f"<th>{html.escape(c)}</th>" for c in names)
+    heads = [str(k + 1) for k in range(len(names))] if compact else names
+    head = '<th class="l"></th>' + "".join(f"<th>{html.escape(c)}</th>" for c in heads)
     rows = []
     for i, row_name in enumerate(corr.index):
-        cells = [f'<th class="l">{html.escape(str(row_name))}</th>']
+        label = f"{i + 1} {row_name}" if compact else str(row_name)
+        cells = [f'<th class="l">{html.escape(label)}</th>']
         for j, r in enumerate(m[i]):
             text = _fmt(round(float(r), 4))
+            tip = f' title="{html.escape(f"{row_name} / {names[j]}: {text}")}"' if compact else ""
+            if compact:
+                text = ""
             if i == j or not np.isfinite(r):
-                cells.append(f"<td>{text}</td>")
+                cells.append(f"<td{tip}>{text}</td>")
                 continue
             ink = "#fff" if abs(r) > 0.6 else "#000"
             weight = ";font-weight:bold" if abs(r) > _CORRELATION_LIMIT else ""
             cells.append(
-                f'<td style="background:{_correlation_colour(r)};color:{ink}{weight}">{text}</td>'
+                f'<td{tip} style="background:{_correlation_colour(r)};color:{ink}{weight}">'
+                f"{text}</td>"
             )
         rows.append(f"<tr>{''.join(cells)}</tr>")
+    cls = ' class="heat"' if compact else ""
     return (
-        f'<table id="{table_id}"><thead><tr>{head}</tr></thead>'
+        f'<table id="{table_id}"{cls}><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
     )
 
@@ -136,14 +145,12 @@ def _items(rows: list[tuple[str, str]], table_id: str) -> str:
     return f'<table id="{table_id}"><tbody>{body}</tbody></table>'
 
 
-def _img(fig, alt: str, img_id: str | None = None) -> str:
-    from .plots import plain_axes, to_png
+def _img(chart, alt: str, img_id: str | None = None) -> str:
+    """A chart (`charts.Chart`) as an inline SVG figure: drawn with no matplotlib, vector
+    graphics that stay sharp when zoomed (`benchmarks/RESULTS_report.md`)."""
+    from .charts import to_svg
 
-    if fig.get_layout_engine() is None:  # (a fixed layout: the figure is finished as it is)
-        plain_axes(fig)
-    data = base64.b64encode(to_png(fig)).decode("ascii")
-    ident = f' id="{img_id}"' if img_id else ""
-    return f'<img{ident} alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+    return f'<figure class="chart">{to_svg(chart, ident=img_id, alt=alt)}</figure>'
 
 
 def _section(sid: str, heading: str, body: list[str]) -> str:
@@ -347,7 +354,7 @@ def _own_warnings(fit, corr, cond) -> list[str]:
     return out
 
 
-def _covariance_section(fit, plots) -> list[str]:
+def _covariance_section(fit) -> list[str]:
     cd = _covariance_diagnostics(fit)
     body = [f"<p>Status: {html.escape(fit.covariance_status)}.</p>"]
     if cd.warnings:
@@ -378,14 +385,11 @@ def _covariance_section(fit, plots) -> list[str]:
             # was the costliest figure of a small fit's report: benchmarks/RESULTS_report.md)
             body.append(_correlation_table(cd.correlation, "correlation"))
         elif n <= 60:
-            body.append(f'<p class="note">{n} estimated elements: a heat map, no table.</p>')
             body.append(
-                _img(
-                    plots.correlation_heatmap(cd.correlation),
-                    "correlation heat map",
-                    "correlation-heatmap",
-                )  # fmt: skip
+                f'<p class="note">{n} estimated elements: a heat map, the values in the '
+                "cells' tooltips and in <code>fit.correlation</code>.</p>"
             )
+            body.append(_correlation_table(cd.correlation, "correlation-heatmap", compact=True))
         else:
             body.append(
                 f'<p class="note">{n} estimated elements: too many to show; they are in '
@@ -431,7 +435,7 @@ def _grid_population(pop, ids: list, n_points: int):
         doses = rec.loc[rec["EVID"].isin((1, 4)) & (rec["TIME"] <= t1), "TIME"].to_numpy(float)
         grid = np.unique(np.concatenate([np.linspace(t0, t1, n_points), doses,
                                          np.maximum(doses - 1e-6 * span, t0)]))  # fmt: skip
-        new = pd.DataFrame([g.iloc[0]] * grid.size).reset_index(drop=True)
+        new = g.iloc[np.zeros(grid.size, dtype=int)].reset_index(drop=True)  # (the first row)
         new["TIME"] = grid
         new["DV"] = np.nan
         new["_ORDER"] = 1
@@ -638,7 +642,7 @@ def _report_html(
             ],
         )
     )
-    sections.append(_section("covariance", "Covariance step", _covariance_section(fit, plots)))
+    sections.append(_section("covariance", "Covariance step", _covariance_section(fit)))
     sections.append(
         _section(
             "estimates",
@@ -658,7 +662,7 @@ def _report_html(
             "Goodness of fit",
             [
                 _img(
-                    plots.gof(table, log_scale=log_scale, endpoint_label=ep_label),
+                    plots.gof_chart(table, log_scale=log_scale, endpoint_label=ep_label),
                     "goodness-of-fit panel",
                     "gof-plot",
                 ),  # fmt: skip
@@ -683,7 +687,7 @@ def _report_html(
             "Visual predictive check",
             [
                 _img(
-                    plots.vpc_plot(v, endpoint_label=ep_label),
+                    plots.vpc_chart(v, endpoint_label=ep_label),
                     "visual predictive check",
                     "vpc-plot",
                 ),  # fmt: skip
@@ -706,7 +710,9 @@ def _report_html(
         body = []
         for net in nets:
             try:
-                body.append(_img(plots.network_curves(fit, net), f"network {net} response curves"))
+                body.append(
+                    _img(plots.network_curves_chart(fit, net), f"network {net} response curves")
+                )
             except OptionError as err:
                 body.append(f'<p class="note">{html.escape(str(err))}</p>')
         sections.append(_section("networks", "Network response curves", body))
@@ -715,7 +721,7 @@ def _report_html(
             _section(
                 "optimiser",
                 "Optimiser trace",
-                [_img(plots.optimizer_trace(fit.history), "optimiser trace")],
+                [_img(plots.optimizer_trace_chart(fit.history), "optimiser trace")],
             )
         )
     record = _section(
@@ -739,22 +745,17 @@ def _replicates(fit, vpc_sims: int, npde_sims: int, seed: int):
     """The replicates of the VPC and of the NPDE: one simulation of the larger number, whose
     first replicates are the smaller number's (`results._diagnostics.replicates`), where the
     random keys allow it; else one each."""
-    import jax
-
-    from ..results._diagnostics import replicates
+    from ..results._diagnostics import replicate_keys, replicates
 
     counts = (vpc_sims, npde_sims)
     shared = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in counts)
     if shared:  # (invalid numbers are simulated one by one: `replicates` says what is wrong)
         small, big = sorted(int(n) for n in counts)
-        key = jax.random.key(int(seed)) if isinstance(seed, (int, np.integer)) else None
         shared = (
             small >= 2
-            and key is not None
-            and np.array_equal(
-                jax.random.key_data(jax.random.split(key, small)),
-                jax.random.key_data(jax.random.split(key, big))[:small],
-            )
+            and isinstance(seed, (int, np.integer))
+            and not isinstance(seed, bool)
+            and np.array_equal(replicate_keys(seed, small), replicate_keys(seed, big)[:small])
         )
     if not shared:
         return replicates(fit, vpc_sims, seed), replicates(fit, npde_sims, seed)
@@ -778,7 +779,7 @@ def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[s
         }
     )
     return [
-        _img(plots.npde_panel(nd, pred, endpoint_label=ep_label), "NPDE panel", "npde-plot"),
+        _img(plots.npde_chart(nd, pred, endpoint_label=ep_label), "NPDE panel", "npde-plot"),
         _table(stats, table_id="npde-stats"),
         f'<p class="note">{n_sim} replicates simulated (seed {seed}); decorrelated NPDE '
         "(Brendel 2006, Comets 2008).</p>",
@@ -795,15 +796,18 @@ def _eta_body(fit, ebes) -> list[str]:
     omega = np.asarray(fit.model.compiled.omega(_theta(fit)))
     body = [
         "<h3>Distributions</h3>",
-        _img(plots.eta_distributions(frame, named, omega), "EBE histograms", "eta-hist"),
+        _img(plots.eta_distributions_chart(frame, named, omega), "EBE histograms", "eta-hist"),
     ]
     if len(labels) >= 2:
-        body += ["<h3>Pairs</h3>", _img(plots.eta_pairs(frame, named), "EBE pairs", "eta-pairs")]
+        body += [
+            "<h3>Pairs</h3>",
+            _img(plots.eta_pairs_chart(frame, named), "EBE pairs", "eta-pairs"),
+        ]
     covs = list(fit.population.covariate_names)
     if covs:
         body += [
             "<h3>Against covariates</h3>",
-            _img(plots.eta_covariates(frame, named, covs), "EBEs vs covariates"),
+            _img(plots.eta_covariates_chart(frame, named, covs), "EBEs vs covariates"),
         ]
     return body
 
@@ -828,7 +832,7 @@ def _individual_body(table, shown, curves, pages: int, log_y: bool, ep_label: st
                 f"({html.escape(type(err).__name__)}: {html.escape(str(err)[:300])}); the "
                 "predictions at the observation times are joined instead.</p>"
             )
-    figs = plots.individual_fits(
+    figs = plots.individual_fits_charts(
         table[table["ID"].isin(shown)], curves=curves, per_page=_PER_PAGE, log_y=log_y,
         max_pages=pages, endpoint_label=ep_label,
     )  # fmt: skip

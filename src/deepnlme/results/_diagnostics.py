@@ -400,6 +400,23 @@ def _check_replicates(n_sim, seed) -> None:
         raise OptionError(f"`seed` must be an integer; got {seed!r}")
 
 
+_KEYS: dict[int, Any] = {}
+
+
+def replicate_keys(seed: int, n: int) -> np.ndarray:
+    """The key data of `jax.random.split(jax.random.key(seed), n)` (`[n, 2]`) from one small
+    stored program: made operation by operation, a fresh process compiled each operation
+    (about half a second of a small fit's report, `benchmarks/RESULTS_report.md`)."""
+    run = _KEYS.get(n)
+    if run is None:
+
+        def keys(s):
+            return jax.random.key_data(jax.random.split(jax.random.key(s), n))
+
+        run = _KEYS[n] = _jit_once(keys, ("replicate keys", f"split into {n}"))
+    return np.asarray(run(np.int64(seed)))
+
+
 def replicates(fit, n_sim: int, seed: int, population=None) -> _Replicates:
     """`n_sim` replicates of the observations from the fitted model, on both scales (see
     `simulate_replicates`), with the observations NPDE compares them with. Replicate k is
@@ -410,14 +427,14 @@ def replicates(fit, n_sim: int, seed: int, population=None) -> _Replicates:
     b = bind_fit(fit, population)
     program = _simulation_program(b)
     n_sim = int(n_sim)
-    keys = jax.random.key_data(jax.random.split(jax.random.key(int(seed)), n_sim))
+    keys = replicate_keys(int(seed), n_sim)
     ys, hs, oks = [], [], []
     y_obs = use = None
     for start in range(0, n_sim, _CHUNK):
         part = keys[start : start + _CHUNK]
         size = part.shape[0]
         if size < _CHUNK:  # padded with copies of its first key, whose replicates are dropped
-            part = jnp.concatenate([part, jnp.broadcast_to(part[:1], (_CHUNK - size, 2))])
+            part = np.concatenate([part, np.broadcast_to(part[:1], (_CHUNK - size, 2))])
         y, h, ok, y_obs, use = program(part, b.theta, b.binding.data)
         ys.append(np.asarray(y)[:size])
         hs.append(np.asarray(h)[:size])
