@@ -151,3 +151,19 @@ def test_many_parameters_get_a_compact_coloured_correlation_table():
     cell = root.find("tbody").findall("tr")[3].findall("td")[1]
     assert cell.get("title") == "p3 / p1: -0.97" and not cell.text
     assert "font-weight:bold" in cell.get("style")
+
+
+def test_individual_fits_pages_as_figures():
+    pytest.importorskip("matplotlib")
+    from deepnlme.interfaces import plots
+
+    t = pd.DataFrame({"ID": np.repeat(np.arange(6), 3), "ENDPOINT": "DV",
+                      "TIME": np.tile([1.0, 2.0, 4.0], 6), "DV": np.arange(18.0) + 1,
+                      "PRED": np.arange(18.0) + 1.5, "IPRED": np.arange(18.0) + 1.2})  # fmt: skip
+    figs = plots.individual_fits(t, per_page=4, log_y=True)
+    assert len(figs) == 2 and len([a for a in figs[1].axes if a.get_visible()]) == 2
+    a = figs[0].axes[0]
+    assert a.get_title() == "ID 0" and a.get_yscale() == "log"
+    np.testing.assert_array_equal(a.get_lines()[0].get_ydata(), [1.2, 2.2, 3.2])
+    with pytest.raises(OptionError, match="per_page"):
+        plots.individual_fits(t, per_page=0)

@@ -202,12 +202,8 @@ def gof_chart(
         qq.add("points", q, r, **_DOTS)
         _identity(qq, q, r)
     panels.append(qq)
-    return Chart(
-        grid_of(panels, 3),
-        12,
-        7.5,
-        title=title or f"Goodness of fit ({endpoint_label}; red: LOWESS smoother)",
-    )
+    title = title or f"Goodness of fit ({endpoint_label}; red: LOWESS smoother)"
+    return Chart(grid_of(panels, 3), 12, 7.5, title=title)
 
 
 def gof(
@@ -348,12 +344,8 @@ def npde_chart(npde_table: pd.DataFrame, pred: Any = None, *, endpoint_label: st
         p.add("hline", y=[0.0], colour="ref")
         _smooth(p, x, v)
         panels.append(p)
-    return Chart(
-        grid_of(panels, 3),
-        12,
-        3.9,
-        title="Normalised prediction distribution errors (dashed: 5th, 95th of N(0, 1))",
-    )
+    title = "Normalised prediction distribution errors (dashed: 5th, 95th of N(0, 1))"
+    return Chart(grid_of(panels, 3), 12, 3.9, title=title)
 
 
 def npde_panel(npde_table: pd.DataFrame, pred: Any = None, *, endpoint_label: str = "DV"):
@@ -377,7 +369,13 @@ def individual_fits_charts(
     endpoint_label: str = "DV",
     time_label: str = "TIME",
 ) -> list[Chart]:
-    """The charts (pages) of `individual_fits`."""
+    """Observed DV, IPRED and PRED against TIME, one panel per subject (and endpoint), paged:
+    a chart of at most `per_page` panels for each page.
+
+    `curves`: IPRED and PRED on a fine time grid (columns ID, ENDPOINT, TIME, IPRED, PRED), drawn
+    as curves; without it the predictions at the observation times are joined by lines.
+    `max_pages`: build only the first pages.
+    """
     if not isinstance(per_page, int) or per_page < 1:
         raise OptionError(f"individual_fits: `per_page` must be a positive integer; got {per_page}")
     keys = list(dict.fromkeys(zip(table["ID"], table["ENDPOINT"])))
@@ -418,29 +416,10 @@ def individual_fits_charts(
     return charts
 
 
-def individual_fits(
-    table: pd.DataFrame,
-    *,
-    curves: pd.DataFrame | None = None,
-    per_page: int = 12,
-    ncols: int = 4,
-    log_y: bool = False,
-    max_pages: int | None = None,
-    endpoint_label: str = "DV",
-    time_label: str = "TIME",
-) -> list:
-    """Observed DV, IPRED and PRED against TIME, one panel per subject (and endpoint), paged.
-
-    `curves`: IPRED and PRED on a fine time grid (columns ID, ENDPOINT, TIME, IPRED, PRED), drawn
-    as curves; without it the predictions at the observation times are joined by lines.
-    `max_pages`: build only the first pages. Returns a list of Figures with at most `per_page`
-    panels each.
-    """
-    charts = individual_fits_charts(
-        table, curves=curves, per_page=per_page, ncols=ncols, log_y=log_y, max_pages=max_pages,
-        endpoint_label=endpoint_label, time_label=time_label,
-    )  # fmt: skip
-    return [to_figure(c) for c in charts]
+def individual_fits(table: pd.DataFrame, **options: Any) -> list:
+    """Observed DV, IPRED and PRED against TIME, one panel per subject (and endpoint), paged:
+    a list of Figures, the pages of `individual_fits_charts` (the options are its own)."""
+    return [to_figure(c) for c in individual_fits_charts(table, **options)]
 
 
 # --------------------------------------------------------------------------- VPC
