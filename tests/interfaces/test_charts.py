@@ -32,6 +32,9 @@ def test_ticks_are_nice_steps_within_the_limits():
     assert tick_values(0.5, 3000.0, log=True) == [1.0, 10.0, 100.0, 1000.0]
     # fewer than two decades fit: 1-2-5 within them
     assert tick_values(1.5, 30.0, log=True) == [2.0, 5.0, 10.0, 20.0]
+    assert tick_values(-0.5, 11.5, integer=True) == [0.0, 5.0, 10.0]  # (not 2.5, 7.5)
+    assert tick_values(-0.1, 2.1, n=5, integer=True) == [0.0, 1.0, 2.0]  # (not 0.5 steps)
+    assert tick_values(-0.76, 0.76, n=3) == [-0.5, 0.0, 0.5]  # three ticks at least
     assert tick_values(1.0, 1.0) == [] and tick_values(0.0, np.inf) == []
     assert tick_labels([0.0, 0.25, 0.5]) == ["0", "0.25", "0.50"]
     assert tick_labels([-1e-17, 1.0, 2.0]) == ["0", "1", "2"]

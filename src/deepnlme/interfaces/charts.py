@@ -68,14 +68,16 @@ class Layer:
 
 @dataclass
 class Panel:
-    """One set of axes: its layers, title, axis labels and scales, and where its legend goes
-    (`legend`: None, "inside" the upper right corner, or "right" of the panel)."""
+    """One set of axes: its layers, title, axis labels and scales (`xint`: ticks at whole
+    numbers only on x, e.g. iterations), and where its legend goes (`legend`: None, "inside"
+    the upper right corner, or "right" of the panel)."""
 
     layers: list[Layer] = field(default_factory=list)
     title: str = ""
     xlabel: str = ""
     ylabel: str = ""
     xlog: bool = False
+    xint: bool = False
     ylog: bool = False
     legend: Literal["inside", "right"] | None = None
 
@@ -149,10 +151,13 @@ def _extent(panel: Panel, axis: int, log: bool) -> tuple[float, float]:
     return (10.0**lo, 10.0**hi) if log else (lo, hi)
 
 
-def tick_values(lo: float, hi: float, log: bool = False, n: int = 4) -> list[float]:
+def tick_values(
+    lo: float, hi: float, log: bool = False, n: int = 4, *, integer: bool = False
+) -> list[float]:
     """About `n` intervals of "nice" ticks within [lo, hi]: steps of 1, 2, 2.5 or 5 times a
     power of ten; on a logarithmic axis decades, or 1-2-5 within them when fewer than two
-    decades fit (then plain steps)."""
+    decades fit (then plain steps). `integer`: whole-number steps of 1, 2 or 5 times a power
+    of ten."""
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
         return []
     if log and lo > 0:
@@ -165,11 +170,16 @@ def tick_values(lo: float, hi: float, log: bool = False, n: int = 4) -> list[flo
             v = [t for t in v if lo * (1 - 1e-12) <= t <= hi * (1 + 1e-12)]
             if len(v) >= 2:
                 return v if len(v) <= 2 * n + 2 else v[:: math.ceil(len(v) / (n + 1))]
-    raw = (hi - lo) / n
-    mag = 10.0 ** math.floor(math.log10(raw))
-    step = next(s * mag for s in (1.0, 2.0, 2.5, 5.0, 10.0) if s * mag >= raw * (1 - 1e-9))
-    first = math.ceil(lo / step - 1e-9)
-    last = math.floor(hi / step + 1e-9)
+    steps = (1.0, 2.0, 5.0, 10.0) if integer else (1.0, 2.0, 2.5, 5.0, 10.0)
+    for m in range(n, n + 4):  # (more intervals where the steps leave fewer than 3 ticks)
+        raw = (hi - lo) / m
+        mag = 10.0 ** math.floor(math.log10(raw))
+        step = next(s * mag for s in steps if s * mag >= raw * (1 - 1e-9))
+        step = max(step, 1.0) if integer else step
+        first = math.ceil(lo / step - 1e-9)
+        last = math.floor(hi / step + 1e-9)
+        if last - first >= 2:
+            break
     return [k * step for k in range(first, last + 1)]
 
 
@@ -341,7 +351,7 @@ def _svg_panel(panel: Panel, box, clip: str) -> list[str]:
     out.append("</g>")
     out.append(f'<rect x="{x0:.1f}" y="{y0:.1f}" width="{w:.1f}" height="{h:.1f}" fill="none" '
                'stroke="#000" stroke-width="0.8"/>')  # fmt: skip
-    xt = tick_values(xlo, xhi, panel.xlog, max(2, min(5, int(w // 55))))
+    xt = tick_values(xlo, xhi, panel.xlog, max(2, min(5, int(w // 55))), integer=panel.xint)
     yt = tick_values(ylo, yhi, panel.ylog, max(2, min(5, int(h // 35))))
     out += _svg_axis(xt, tick_labels(xt, panel.xlog), sx, box, True)
     out += _svg_axis(yt, tick_labels(yt, panel.ylog), sy, box, False)
@@ -468,6 +478,10 @@ def _mpl_panel(a, panel: Panel) -> None:
             raise OptionError(f"charts: unknown layer kind {ly.kind!r}")
     if panel.xlog:
         a.set_xscale("log")
+    if panel.xint:
+        from matplotlib.ticker import MaxNLocator
+
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
     if panel.ylog:
         a.set_yscale("log")
     a.set_xlabel(panel.xlabel)

@@ -508,8 +508,8 @@ def correlation_heatmap(corr: pd.DataFrame):
 
 def optimizer_trace_chart(history: pd.DataFrame) -> Chart:
     """The chart of `optimizer_trace`."""
-    ofv = Panel(xlabel="iteration", ylabel="objective")
-    grad = Panel(xlabel="iteration", ylabel="max |gradient|", ylog=True)
+    ofv = Panel(xlabel="iteration", ylabel="objective", xint=True)
+    grad = Panel(xlabel="iteration", ylabel="max |gradient|", ylog=True, xint=True)
     if len(history):
         ofv.add("line", history["iter"], history["ofv"], markers=True)
         g = history["gradnorm"].to_numpy(dtype=float)
