@@ -89,6 +89,9 @@ def test_svg_ids_are_unique_and_empty_cells_stay_empty():
     svg = to_svg(chart, ident="hist") + to_svg(chart, ident="hist2")
     ids = re.findall(r'<clipPath id="([^"]+)"', svg)
     assert len(ids) == 6 == len(set(ids))
+    # a long title widens a narrow chart rather than running off it
+    narrow = ET.fromstring(to_svg(Chart([[Panel()]], 2, 2, title="a title " * 6)))
+    assert float(narrow.get("width")) > 2 * 80
     with pytest.raises(OptionError, match="colour 'tab:blue'"):
         to_svg(Chart([[Panel().add("points", [1], [1], colour="tab:blue")]], 2, 2))
 

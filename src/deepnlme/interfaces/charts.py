@@ -380,7 +380,14 @@ def to_svg(chart: Chart, *, ident: str | None = None, alt: str = "") -> str:
     and height those of the chart at 80 pixels an inch, scaled down to fit narrower pages.
     `ident`: the element's id (and the prefix of its clip paths' ids); `alt`: its accessible
     name."""
-    W, H = chart.width * _PX, chart.height * _PX
+    top_entries = (
+        [ly for ly in chart.panels[0].layers if ly.label]
+        if chart.legend == "top" and chart.panels
+        else []
+    )
+    # wide enough for the title and a legend above the panels (~7.8 px a character at 14 px)
+    heading = 20.0 + 7.8 * len(chart.title) + sum(34.0 + 5.6 * len(e.label) for e in top_entries)
+    W, H = max(chart.width * _PX, heading), chart.height * _PX
     prefix = ident or f"chart{next(_ids)}"
     nrows, ncols = len(chart.grid), max(len(r) for r in chart.grid)
     top = _TITLE if chart.title or chart.legend else 4.0
@@ -389,12 +396,10 @@ def to_svg(chart: Chart, *, ident: str | None = None, alt: str = "") -> str:
     body = []
     if chart.title:
         body.append(f'<text x="10" y="19" font-size="14">{html.escape(chart.title)}</text>')
-    if chart.legend == "top" and chart.panels:
-        entries = [ly for ly in chart.panels[0].layers if ly.label]
-        x = W - 10.0
-        for e in reversed(entries):  # one row, right-aligned
-            x -= 34.0 + 5.6 * len(e.label or "")
-            body += _legend([e], x, 6.0, box=False, right=False)
+    x = W - 10.0
+    for e in reversed(top_entries):  # one row, right-aligned
+        x -= 34.0 + 5.6 * len(e.label or "")
+        body += _legend([e], x, 6.0, box=False, right=False)
     for r, row in enumerate(chart.grid):
         for c, panel in enumerate(row):
             if panel is None:
