@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -34,7 +35,12 @@ def test_fit_writes_everything(fitted):
 def test_report_vpc_simulate_on_saved_fit(fitted, tmp_path):
     r = run("vpc", str(fitted / "fit"), "--out", str(tmp_path / "vpc"), "--n-sim", "50")
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "vpc" / "vpc.csv").is_file() and (tmp_path / "vpc" / "vpc.png").is_file()
+    for name in ("vpc.csv", "vpc.svg", "vpc.png"):
+        assert (tmp_path / "vpc" / name).is_file(), name
+    svg = ET.parse(tmp_path / "vpc" / "vpc.svg").getroot()  # a standalone, well-formed file
+    assert svg.tag == "{http://www.w3.org/2000/svg}svg"
+    texts = {t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")}
+    assert {"observed data", "observed 95th percentile"} <= texts
     data = dn.datasets.path("theophylline")
     assert (
         main(["simulate", data, "--fit", str(fitted / "fit"), "--out", str(tmp_path / "s.csv")])

@@ -375,11 +375,13 @@ def _svg_panel(panel: Panel, box, clip: str) -> list[str]:
     return out
 
 
-def to_svg(chart: Chart, *, ident: str | None = None, alt: str = "") -> str:
+def to_svg(
+    chart: Chart, *, ident: str | None = None, alt: str = "", standalone: bool = False
+) -> str:
     """The chart as an inline `<svg>` element (no scripts, no external resources), its width
     and height those of the chart at 80 pixels an inch, scaled down to fit narrower pages.
     `ident`: the element's id (and the prefix of its clip paths' ids); `alt`: its accessible
-    name."""
+    name; `standalone`: an SVG file's text (its namespace declared), not an HTML element."""
     top_entries = (
         [ly for ly in chart.panels[0].layers if ly.label]
         if chart.legend == "top" and chart.panels
@@ -412,6 +414,8 @@ def to_svg(chart: Chart, *, ident: str | None = None, alt: str = "") -> str:
             )
             body += _svg_panel(panel, box, f"{prefix}-clip{r}-{c}")
     ident_attr = f' id="{html.escape(ident)}"' if ident else ""
+    if standalone:
+        ident_attr += ' xmlns="http://www.w3.org/2000/svg"'
     return (
         f'<svg{ident_attr} role="img" '
         f'aria-label="{html.escape(alt)}" width="{W:.0f}" height="{H:.0f}" '

@@ -411,8 +411,8 @@ def _parser() -> argparse.ArgumentParser:
     vpc = sub.add_parser(
         "vpc",
         help="visual predictive check of a saved fit",
-        description="Simulate from a saved fit and write the VPC table (CSV) and, with "
-        "matplotlib installed, the VPC figure (PNG).",
+        description="Simulate from a saved fit and write the VPC table (CSV), its figure "
+        "(SVG) and, with matplotlib installed, the figure as PNG.",
     )
     vpc.add_argument("fit", help="saved fit folder (DIR/fit written by `deepnlme fit`)")
     vpc.add_argument("--out", required=True, help="output folder")
@@ -725,14 +725,19 @@ def _vpc(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     v.summary.to_csv(out / "vpc.csv", index=False)
-    msg = f"wrote {out / 'vpc.csv'}"
-    try:
-        from .plots import vpc_plot
+    from .charts import to_svg
+    from .plots import vpc_chart
 
-        vpc_plot(v).savefig(out / "vpc.png", dpi=100)
+    chart = vpc_chart(v)
+    (out / "vpc.svg").write_text(to_svg(chart, alt="visual predictive check", standalone=True))
+    msg = f"wrote {out / 'vpc.csv'}, {out / 'vpc.svg'}"
+    try:
+        from .charts import to_figure
+
+        to_figure(chart).savefig(out / "vpc.png", dpi=100)
         msg += f" and {out / 'vpc.png'}"
     except ImportError as err:
-        msg += f" (no figure: {err})"
+        msg += f" (no PNG: {err})"
     print(msg)
 
 
