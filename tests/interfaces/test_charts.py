@@ -92,6 +92,8 @@ def test_svg_ids_are_unique_and_empty_cells_stay_empty():
     # a long title widens a narrow chart rather than running off it
     narrow = ET.fromstring(to_svg(Chart([[Panel()]], 2, 2, title="a title " * 6)))
     assert float(narrow.get("width")) > 2 * 80
+    with pytest.raises(OptionError, match="unknown layer kind 'dots'; one of points, line"):
+        Panel().add("dots", [1], [1])
     with pytest.raises(OptionError, match="colour 'tab:blue'"):
         to_svg(Chart([[Panel().add("points", [1], [1], colour="tab:blue")]], 2, 2))
 

@@ -30,6 +30,7 @@ COLOURS = {
 CYCLE = ("blue", "orange", "green", "red", "purple", "brown", "pink", "grey", "olive", "cyan")
 
 LayerKind = Literal["points", "line", "band", "bars", "hline", "vline"]
+_KINDS = ("points", "line", "band", "bars", "hline", "vline")
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,10 @@ class Layer:
     label: str | None = None
 
     def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise OptionError(
+                f"charts: unknown layer kind {self.kind!r}; one of {', '.join(_KINDS)}"
+            )
         for name in ("x", "y", "y2"):
             v = getattr(self, name)
             if v is not None:
@@ -142,12 +147,9 @@ def _extent(panel: Panel, axis: int, log: bool) -> tuple[float, float]:
     lo, hi = float(v.min()), float(v.max())
     if log:
         lo, hi = math.log10(lo), math.log10(hi)
-    if hi - lo <= 1e-12 * max(1.0, abs(lo)):
-        pad = 0.05 * abs(lo) if lo else 0.05
-        lo, hi = lo - pad, hi + pad
-    else:
-        pad = 0.05 * (hi - lo)
-        lo, hi = lo - pad, hi + pad
+    flat = hi - lo <= 1e-12 * max(1.0, abs(lo))
+    pad = (0.05 * abs(lo) if lo else 0.05) if flat else 0.05 * (hi - lo)
+    lo, hi = lo - pad, hi + pad
     return (10.0**lo, 10.0**hi) if log else (lo, hi)
 
 
@@ -210,7 +212,8 @@ def _num(v: np.ndarray) -> list[str]:
 
 
 class _Scale:
-    """Data to pixels along one axis of a panel (`flip`: pixels grow downwards)."""
+    """Data to pixels along one axis of a panel: `lo`..`hi` onto `p0`..`p1` (p1 < p0 for y,
+    whose pixels grow downwards), on the logarithm where `log`."""
 
     def __init__(self, lo: float, hi: float, p0: float, p1: float, log: bool) -> None:
         self.log = log
@@ -319,7 +322,7 @@ def _svg_layer(ly: Layer, sx: _Scale, sy: _Scale, box: tuple[float, float, float
             out.append(f'<line {ends} stroke="{c}" stroke-opacity="{ly.alpha:g}" stroke-width='
                        f'"{ly.width * _PT:.1f}"{dash}/>')  # fmt: skip
         return "".join(out)
-    raise OptionError(f"charts: unknown layer kind {ly.kind!r}")
+    raise AssertionError(ly.kind)  # (kinds are checked when a Layer is made)
 
 
 def _svg_axis(ticks, labels, scale: _Scale, box, horizontal: bool) -> list[str]:
@@ -479,12 +482,10 @@ def _mpl_panel(a, panel: Panel) -> None:
             for v in ly.y:
                 a.axhline(v, lw=ly.width, ls=ls, **common)
                 common["label"] = None
-        elif ly.kind == "vline":
+        else:  # vline (kinds are checked when a Layer is made)
             for v in ly.x:
                 a.axvline(v, lw=ly.width, ls=ls, **common)
                 common["label"] = None
-        else:
-            raise OptionError(f"charts: unknown layer kind {ly.kind!r}")
     if panel.xlog:
         a.set_xscale("log")
     if panel.xint:

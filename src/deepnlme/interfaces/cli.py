@@ -725,15 +725,13 @@ def _vpc(args) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     v.summary.to_csv(out / "vpc.csv", index=False)
-    from .charts import to_svg
+    from .charts import to_figure, to_svg
     from .plots import vpc_chart
 
     chart = vpc_chart(v)
     (out / "vpc.svg").write_text(to_svg(chart, alt="visual predictive check", standalone=True))
     msg = f"wrote {out / 'vpc.csv'}, {out / 'vpc.svg'}"
-    try:
-        from .charts import to_figure
-
+    try:  # (to_figure raises ImportError without matplotlib)
         to_figure(chart).savefig(out / "vpc.png", dpi=100)
         msg += f" and {out / 'vpc.png'}"
     except ImportError as err:

@@ -145,12 +145,12 @@ def _items(rows: list[tuple[str, str]], table_id: str) -> str:
     return f'<table id="{table_id}"><tbody>{body}</tbody></table>'
 
 
-def _img(chart, alt: str, img_id: str | None = None) -> str:
+def _chart_html(chart, alt: str, ident: str | None = None) -> str:
     """A chart (`charts.Chart`) as an inline SVG figure: drawn with no matplotlib, vector
     graphics that stay sharp when zoomed (`benchmarks/RESULTS_report.md`)."""
     from .charts import to_svg
 
-    return f'<figure class="chart">{to_svg(chart, ident=img_id, alt=alt)}</figure>'
+    return f'<figure class="chart">{to_svg(chart, ident=ident, alt=alt)}</figure>'
 
 
 def _section(sid: str, heading: str, body: list[str]) -> str:
@@ -661,7 +661,7 @@ def _report_html(
             "gof",
             "Goodness of fit",
             [
-                _img(
+                _chart_html(
                     plots.gof_chart(table, log_scale=log_scale, endpoint_label=ep_label),
                     "goodness-of-fit panel",
                     "gof-plot",
@@ -686,7 +686,7 @@ def _report_html(
             "vpc",
             "Visual predictive check",
             [
-                _img(
+                _chart_html(
                     plots.vpc_chart(v, endpoint_label=ep_label),
                     "visual predictive check",
                     "vpc-plot",
@@ -711,7 +711,9 @@ def _report_html(
         for net in nets:
             try:
                 body.append(
-                    _img(plots.network_curves_chart(fit, net), f"network {net} response curves")
+                    _chart_html(
+                        plots.network_curves_chart(fit, net), f"network {net} response curves"
+                    )
                 )
             except OptionError as err:
                 body.append(f'<p class="note">{html.escape(str(err))}</p>')
@@ -721,7 +723,7 @@ def _report_html(
             _section(
                 "optimiser",
                 "Optimiser trace",
-                [_img(plots.optimizer_trace_chart(fit.history), "optimiser trace")],
+                [_chart_html(plots.optimizer_trace_chart(fit.history), "optimiser trace")],
             )
         )
     record = _section(
@@ -779,7 +781,7 @@ def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[s
         }
     )
     return [
-        _img(plots.npde_chart(nd, pred, endpoint_label=ep_label), "NPDE panel", "npde-plot"),
+        _chart_html(plots.npde_chart(nd, pred, endpoint_label=ep_label), "NPDE panel", "npde-plot"),
         _table(stats, table_id="npde-stats"),
         f'<p class="note">{n_sim} replicates simulated (seed {seed}); decorrelated NPDE '
         "(Brendel 2006, Comets 2008).</p>",
@@ -796,18 +798,20 @@ def _eta_body(fit, ebes) -> list[str]:
     omega = np.asarray(fit.model.compiled.omega(_theta(fit)))
     body = [
         "<h3>Distributions</h3>",
-        _img(plots.eta_distributions_chart(frame, named, omega), "EBE histograms", "eta-hist"),
+        _chart_html(
+            plots.eta_distributions_chart(frame, named, omega), "EBE histograms", "eta-hist"
+        ),
     ]
     if len(labels) >= 2:
         body += [
             "<h3>Pairs</h3>",
-            _img(plots.eta_pairs_chart(frame, named), "EBE pairs", "eta-pairs"),
+            _chart_html(plots.eta_pairs_chart(frame, named), "EBE pairs", "eta-pairs"),
         ]
     covs = list(fit.population.covariate_names)
     if covs:
         body += [
             "<h3>Against covariates</h3>",
-            _img(plots.eta_covariates_chart(frame, named, covs), "EBEs vs covariates"),
+            _chart_html(plots.eta_covariates_chart(frame, named, covs), "EBEs vs covariates"),
         ]
     return body
 
@@ -837,7 +841,7 @@ def _individual_body(table, shown, curves, pages: int, log_y: bool, ep_label: st
         max_pages=pages, endpoint_label=ep_label,
     )  # fmt: skip
     for k, fig in enumerate(figs):
-        body.append(_img(fig, f"individual fits, page {k + 1}", f"individual-{k + 1}"))
+        body.append(_chart_html(fig, f"individual fits, page {k + 1}", f"individual-{k + 1}"))
     rest = len(keys) - len(shown)
     if rest > 0:
         body.append(
