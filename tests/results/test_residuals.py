@@ -15,7 +15,7 @@ import pytest
 from scipy import stats
 
 import deepnlme as dn
-from deepnlme.results._diagnostics import _RESID_CACHE, _residuals, bind_fit
+from deepnlme.results._diagnostics import _OUTPUTS_CACHE, _outputs, bind_fit
 
 LINEAR = """
 param:
@@ -84,15 +84,15 @@ def test_residual_program_decorrelates_with_one_lapack_call(linear_fit):
     LAPACK calls that run at once can deadlock jaxlib 0.10's CPU thread pool (`_inv_sqrt`)."""
     fit, _ = linear_fit
     b = bind_fit(fit)
-    _residuals(b)
-    lowered = _RESID_CACHE[b.problem].lower(b.theta, b.eta, b.problem.subjects)
+    _outputs(b)
+    lowered = _OUTPUTS_CACHE[b.problem].lower(b.theta, b.eta, b.binding.data)
     calls = re.findall(r'custom_call_target="(lapack_[a-z]+)', lowered.compile().as_text())
     assert calls == ["lapack_dsyevd"]
 
 
 _REPEAT = """
 import numpy as np, deepnlme as dn
-from deepnlme.results._diagnostics import _residuals, bind_fit
+from deepnlme.results._diagnostics import _outputs, bind_fit
 model = dn.load_model(MODEL)
 design = dn.make_population(1000, obs_times=np.linspace(0.0, 9.0, 10))
 fit = dn.fit(model, dn.simulate(model, design, seed=5), dn.FOCEI(), max_iter=0,
@@ -100,7 +100,7 @@ fit = dn.fit(model, dn.simulate(model, design, seed=5), dn.FOCEI(), max_iter=0,
 tab, b = dn.predict(fit), bind_fit(fit)
 mask = np.asarray(b.binding.data.obs_mask)
 for _ in range(30):
-    np.testing.assert_array_equal(_residuals(b)["CWRES"][mask], tab["CWRES"])
+    np.testing.assert_array_equal(_outputs(b)[-1]["CWRES"][mask], tab["CWRES"])
 assert np.isfinite(tab["CWRES"]).all() and len(tab) == 10_000
 print("OK")
 """

@@ -16,11 +16,16 @@ import pandas as pd
 from ..errors import OptionError
 from ..estimation._table import individual_frame
 from ..likelihood import max_step_of, newton_lm
-from ..likelihood._from_model import batched, binding_of, model_problem
+from ..likelihood._from_model import (
+    batched,
+    binding_of,
+    model_problem,
+    obs_terms_from_prediction,
+)
 from ..model._distributions import inverse_transform
 from ..solve._ode import OdeOptions
 from ..solve._subject import raise_failed_solves
-from ._simulate import prediction_frame
+from ._simulate import predictions_frame
 
 
 class Bound(NamedTuple):
@@ -172,16 +177,19 @@ def _inv_sqrt(c: jax.Array) -> jax.Array:
     return (v / jnp.sqrt(w)[..., None, :]) @ jnp.swapaxes(v, -1, -2)
 
 
-def _subject_residuals(obs, theta, omega, eta_hat, subj):
-    """Per-observation residuals of one subject (transformed scale, NaN where undefined)."""
+def _subject_outputs(predictor, theta, omega, eta_hat, subj):
+    """One subject's predictions (PRED at eta = 0, IPRED at the EBEs, whether the solve
+    succeeded), its `derived:` variables at the EBEs and its per-observation residuals
+    (transformed scale, NaN where undefined)."""
     q = eta_hat.shape[0]
 
     def mv(e):
-        t = obs(theta, e, subj)
-        return t.mean, t
+        p = predictor.predict(theta, e, subj)
+        t = obs_terms_from_prediction(p, subj)
+        return t.mean, (t, p.dist.pred, p.ok, p.fail_time)
 
-    g0, t0 = jax.jacfwd(mv, has_aux=True)(jnp.zeros(q))
-    g1, t1 = jax.jacfwd(mv, has_aux=True)(eta_hat)
+    g0, (t0, pred0, ok0, _) = jax.jacfwd(mv, has_aux=True)(jnp.zeros(q))
+    g1, (t1, pred1, ok1, fail1) = jax.jacfwd(mv, has_aux=True)(eta_hat)
     use = t0.mask & t0.gaussian & (t0.cens == 0)
     y = t0.y
     eye = jnp.eye(use.shape[0])
@@ -197,32 +205,40 @@ def _subject_residuals(obs, theta, omega, eta_hat, subj):
     cwres = roots[1] @ jnp.where(use, y - (t1.mean - g1 @ eta_hat), 0.0)
     iwres = (y - t1.mean) / jnp.sqrt(jnp.where(use, t1.var, 1.0))
     nan = jnp.nan
-    return {
+    residuals = {
         "RES": jnp.where(use, y - t0.mean, nan),
         "WRES": jnp.where(use, wres, nan),
         "IRES": jnp.where(use, y - t1.mean, nan),
         "IWRES": jnp.where(use, iwres, nan),
         "CWRES": jnp.where(use, cwres, nan),
     }
+    derived = predictor.derived_values(theta, eta_hat, subj)
+    return pred0, pred1, ok0 & ok1, fail1, derived, residuals
 
 
-_RESID_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_OUTPUTS_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _residuals(bound: Bound) -> dict[str, np.ndarray]:
+def _outputs(bound: Bound):
+    """Every subject's `_subject_outputs` as NumPy arrays ``[N, T]``: (PRED, IPRED, ok,
+    failure time, derived variables, residuals). One compiled program per problem, kept in the
+    program store: the predictions and the residuals share its trace of the model (they were
+    two programs, compiled one after the other in a fresh process)."""
     problem = bound.problem
-    if problem not in _RESID_CACHE:
-        obs = problem.obs_terms
+    if problem not in _OUTPUTS_CACHE:
+        predictor = bound.predictor
 
         def all_subjects(theta, eta, subjects):
             omega = problem.omega(theta)
             return jax.vmap(
-                lambda e, s: _subject_residuals(obs, theta, omega, e, s), in_axes=(0, 0)
+                lambda e, s: _subject_outputs(predictor, theta, omega, e, s), in_axes=(0, 0)
             )(eta, subjects)
 
-        _RESID_CACHE[problem] = _jit_once(all_subjects, (problem.cache_token, "residuals"))
-    out = _RESID_CACHE[problem](bound.theta, bound.eta, problem.subjects)
-    return {k: np.asarray(v) for k, v in out.items()}
+        _OUTPUTS_CACHE[problem] = _jit_once(
+            all_subjects, (problem.cache_token, "predictions and residuals")
+        )
+    out = _OUTPUTS_CACHE[problem](bound.theta, bound.eta, bound.binding.data)
+    return jax.tree_util.tree_map(np.asarray, out)
 
 
 def predict(fit, population=None) -> pd.DataFrame:
@@ -246,11 +262,10 @@ def predict(fit, population=None) -> pd.DataFrame:
     """
     _check_fit(fit, "predict")
     b = bind_fit(fit, population)
-    frame = prediction_frame(
-        b.predictor, b.binding, b.population, b.theta, b.eta, token=b.problem.cache_token
-    )
+    ppred, ipred, ok, fail_time, derived, res = _outputs(b)
+    raise_failed_solves(ok, fail_time, b.binding.ids)
+    frame = predictions_frame(b.binding, b.population, ppred, ipred, derived)
     mask = np.asarray(b.binding.data.obs_mask)
-    res = _residuals(b)
     base = frame.iloc[:, :6]
     extra = frame.iloc[:, 6:]
     cols = {k: res[k][mask] for k in ("RES", "WRES", "IRES", "IWRES", "CWRES")}

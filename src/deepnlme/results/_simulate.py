@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -230,44 +229,22 @@ def model_predict(
     return prediction_frame(predictor, binding, population, theta, eta)
 
 
-_PREDICTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _prediction_program(predictor, token: str | None):
-    """IPRED (at eta), PRED (eta = 0) and the `derived:` variables (at eta) of every subject,
-    as one compiled program per predictor (`_jit_once`: one compilation, kept in the program
-    store under the problem's `token`), instead of some hundred operations run one by one."""
-    if predictor not in _PREDICTIONS:
-        from ._diagnostics import _jit_once
-
-        def program(theta, eta, data):
-            ipred = batched(predictor.predict)(theta, eta, data)
-            ppred = batched(predictor.predict)(theta, jnp.zeros_like(eta), data)
-            derived = batched(predictor.derived_values)(theta, eta, data)
-            return ipred.dist.pred, ipred.ok, ipred.fail_time, ppred.dist.pred, derived
-
-        _PREDICTIONS[predictor] = _jit_once(program, (token, "predictions"))
-    return _PREDICTIONS[predictor]
-
-
-def prediction_frame(
-    predictor, binding, population, theta, eta, *, token: str | None = None
-) -> pd.DataFrame:
-    """The per-observation frame of `model_predict` for given theta and etas ``[N, q]``.
-
-    With `token` (the problem's `cache_token`) the predictions come from one compiled program,
-    kept in the program store (`_prediction_program`; `predict(fit)` and the report); without
-    it they are computed operation by operation, as `simulate` computes its IPRED, so that the
-    two agree bit for bit (the compiled program's differ from them by rounding, ~1e-16)."""
-    if token is not None:
-        program = _prediction_program(predictor, token)
-        ipred, ok, fail_time, ppred, derived = program(theta, jnp.asarray(eta), binding.data)
-    else:
-        ip = batched(predictor.predict)(theta, eta, binding.data)
-        ipred, ok, fail_time = ip.dist.pred, ip.ok, ip.fail_time
-        ppred = batched(predictor.predict)(theta, jnp.zeros_like(eta), binding.data).dist.pred
-        derived = batched(predictor.derived_values)(theta, eta, binding.data)
+def prediction_frame(predictor, binding, population, theta, eta) -> pd.DataFrame:
+    """The per-observation frame of `model_predict` for given theta and etas ``[N, q]``,
+    computed operation by operation, as `simulate` computes its IPRED, so that the two agree
+    bit for bit. (`predict(fit)` takes its predictions from one compiled program with the
+    residuals: `_diagnostics._outputs`.)"""
+    ip = batched(predictor.predict)(theta, eta, binding.data)
+    ipred, ok, fail_time = ip.dist.pred, ip.ok, ip.fail_time
+    ppred = batched(predictor.predict)(theta, jnp.zeros_like(eta), binding.data).dist.pred
+    derived = batched(predictor.derived_values)(theta, eta, binding.data)
     raise_failed_solves(ok, fail_time, binding.ids)
+    return predictions_frame(binding, population, ppred, ipred, derived)
+
+
+def predictions_frame(binding, population, ppred, ipred, derived: dict) -> pd.DataFrame:
+    """One row per observation from ``[N, T]`` arrays: ID, TIME, ENDPOINT, DV, PRED, IPRED,
+    then the `derived:` variables."""
     mask = np.asarray(binding.data.obs_mask)
     n, t = mask.shape
     ids = np.repeat(np.asarray(binding.ids, dtype=object), t).reshape(n, t)
