@@ -178,9 +178,10 @@ def _inv_sqrt(c: jax.Array) -> jax.Array:
 
 
 def _subject_outputs(predictor, theta, omega, eta_hat, subj):
-    """One subject's predictions (PRED at eta = 0, IPRED at the EBEs, whether the solve
-    succeeded), its `derived:` variables at the EBEs and its per-observation residuals
-    (transformed scale, NaN where undefined)."""
+    """One subject's predictions (PRED at eta = 0, IPRED at the EBEs, whether the solve at
+    the EBEs succeeded and where it failed, as `predict` has always checked), its `derived:`
+    variables at the EBEs and its per-observation residuals (transformed scale, NaN where
+    undefined)."""
     q = eta_hat.shape[0]
 
     def mv(e):
@@ -188,7 +189,7 @@ def _subject_outputs(predictor, theta, omega, eta_hat, subj):
         t = obs_terms_from_prediction(p, subj)
         return t.mean, (t, p.dist.pred, p.ok, p.fail_time)
 
-    g0, (t0, pred0, ok0, _) = jax.jacfwd(mv, has_aux=True)(jnp.zeros(q))
+    g0, (t0, pred0, _, _) = jax.jacfwd(mv, has_aux=True)(jnp.zeros(q))
     g1, (t1, pred1, ok1, fail1) = jax.jacfwd(mv, has_aux=True)(eta_hat)
     use = t0.mask & t0.gaussian & (t0.cens == 0)
     y = t0.y
@@ -213,7 +214,7 @@ def _subject_outputs(predictor, theta, omega, eta_hat, subj):
         "CWRES": jnp.where(use, cwres, nan),
     }
     derived = predictor.derived_values(theta, eta_hat, subj)
-    return pred0, pred1, ok0 & ok1, fail1, derived, residuals
+    return pred0, pred1, ok1, fail1, derived, residuals
 
 
 _OUTPUTS_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
