@@ -14,7 +14,7 @@ import html
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -30,7 +30,7 @@ COLOURS = {
 CYCLE = ("blue", "orange", "green", "red", "purple", "brown", "pink", "grey", "olive", "cyan")
 
 LayerKind = Literal["points", "line", "band", "bars", "hline", "vline"]
-_KINDS = ("points", "line", "band", "bars", "hline", "vline")
+_KINDS = get_args(LayerKind)
 
 
 @dataclass(frozen=True)
