@@ -3,6 +3,10 @@ lowered (traced: Python and JAX's transformations) and compiled (XLA) apart, fro
 program store, at the model's initial estimates.
 
     python benchmarks/bench_trace_split.py [--subjects 20] [--multistart]
+    python benchmarks/bench_trace_split.py --theophylline-ode [--solver tsit5]
+
+With ``--theophylline-ode``: FOCE on the bundled theophylline data with the model written as
+ODEs (`examples/theophylline_ode.model`: additive error), integrated by `--solver`.
 
 The tracing of an ODE model's programs is mostly JAX batching (`vmap`) its loops: the scan
 over a subject's events and, inside it, diffrax's loops. Also printed: how many times JAX
@@ -41,12 +45,34 @@ def _count_batching() -> list[int]:
     return count
 
 
+def _theophylline_ode(solver: str):
+    """(problem, u, free, method, structure, eta) of FOCE on theophylline's ODE model at its
+    initial estimates (eta = 0), as `bench_pkpd_evaluation.setup` gives benchmark 3's."""
+    import deepnlme as dn
+    from deepnlme.estimation._compiled import structure_of
+    from deepnlme.likelihood._from_model import model_problem
+
+    root = Path(__file__).resolve().parents[1]
+    model = dn.load_model(root / "examples" / "theophylline_ode.model")
+    pop = dn.datasets.load("theophylline")
+    problem, _ = model_problem(model, pop, ode_options=dn.OdeOptions(solver))
+    u = jax.device_put(problem.init_u())
+    free = tuple(range(u.shape[0]))
+    eta = jax.device_put(np.zeros((problem.n_subjects, problem.n_eta)))
+    return problem, u, free, dn.FOCE(), structure_of(problem), eta
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subjects", type=int, default=20)
     ap.add_argument("--multistart", action="store_true")
+    ap.add_argument("--theophylline-ode", action="store_true", help="FOCE, theophylline ODE")
+    ap.add_argument("--solver", default="tsit5", help="with --theophylline-ode")
     args = ap.parse_args()
-    problem, u, free, method, structure, arg = evaluation.setup(args.subjects, args.multistart)
+    if args.theophylline_ode:
+        problem, u, free, method, structure, arg = _theophylline_ode(args.solver)
+    else:
+        problem, u, free, method, structure, arg = evaluation.setup(args.subjects, args.multistart)
     parts = []
     count = _count_batching()
     for stage in ("search", "rest"):
