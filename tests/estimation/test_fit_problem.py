@@ -98,6 +98,40 @@ def test_forward_difference_covariance_matches_central(synth100, focei100):
     assert np.max(np.abs(se_fwd[keep] / se_cen[keep] - 1)) < 1e-4
 
 
+@pytest.mark.parametrize("differences", ["forward", "central"])
+def test_covariance_step_evaluations_on_threads_give_the_same_matrix(monkeypatch, differences):
+    # the R matrix's evaluations at the shifted points run two at a time on the CPU: the
+    # matrix is the one computed one evaluation after the other, bit for bit
+    import os
+    import threading
+    from types import SimpleNamespace
+
+    from deepnlme.estimation import _covariance
+
+    a = np.array([[3.0, 0.4, 0.1], [0.4, 2.0, 0.3], [0.1, 0.3, 1.5]])
+    z_hat = np.array([0.3, -1.2, 2.5])
+    names = []
+
+    def grad_eval(z):  # per-subject gradients of 1/2 z'Az + sin(z) . 1, split over 2 subjects
+        names.append(threading.current_thread().name)
+        g = a @ z + np.cos(z)
+        return SimpleNamespace(grad_i=np.stack([0.25 * g, 0.75 * g]))
+
+    ev = grad_eval(z_hat)
+    cov = Sandwich(differences=differences)
+    names.clear()
+    threaded = cov._r_matrix(grad_eval, z_hat, ev, [0, 1, 2])
+    if (os.cpu_count() or 1) >= 2:
+        assert any(n.startswith("deepnlme-covariance") for n in names)
+    monkeypatch.setattr(_covariance, "_EVALUATION_THREADS", 1)
+    names.clear()
+    serial = cov._r_matrix(grad_eval, z_hat, ev, [0, 1, 2])
+    assert not any(n.startswith("deepnlme-covariance") for n in names)
+    np.testing.assert_array_equal(threaded, serial)
+    exact = 0.5 * (a - np.diag(np.sin(z_hat)))  # 1/2 Hessian of the summed gradient's source
+    np.testing.assert_allclose(threaded, exact, atol=1e-4)
+
+
 @pytest.mark.slow
 def test_fo_jointmap_naivepooled_and_chaining(synth100, focei100):
     fo = fit_problem(synth100, FO(), progress=False, covariance=None)

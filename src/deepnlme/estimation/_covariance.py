@@ -8,11 +8,14 @@ and its default sandwich R^-1 S R^-1.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
+import os
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+import jax
 import numpy as np
 import pandas as pd
 
@@ -83,23 +86,48 @@ class Covariance:
         return 0.5 * (cov + cov.T), f"ok ({self.label})"
 
     def _r_matrix(self, grad_eval, z_hat, ev, cov_pos) -> np.ndarray:
-        """R = 1/2 Hessian of the OFV, from differences of the exact gradient."""
+        """R = 1/2 Hessian of the OFV, from differences of the exact gradient. The evaluations
+        at the shifted points are independent: they run `_EVALUATION_THREADS` at a time."""
         k = len(cov_pos)
         hess = np.zeros((k, k))
         g0 = np.sum(np.asarray(ev.grad_i), axis=0)[cov_pos]
-        for col, pos in enumerate(cov_pos):
-            h = self.rel_step * max(1.0, abs(z_hat[pos]))
-            zp = z_hat.copy()
-            zp[pos] += h
-            gp = np.sum(grad_eval(zp).grad_i, axis=0)[cov_pos]
+        signs = (1.0, -1.0) if self.differences == "central" else (1.0,)
+        steps = [self.rel_step * max(1.0, abs(z_hat[pos])) for pos in cov_pos]
+        points = []
+        for pos, h in zip(cov_pos, steps):
+            for sign in signs:
+                z = z_hat.copy()
+                z[pos] += sign * h
+                points.append(z)
+
+        def gradient(z):
+            return np.sum(np.asarray(grad_eval(z).grad_i), axis=0)[cov_pos]
+
+        grads = _evaluated(gradient, points)
+        for col, h in enumerate(steps):
             if self.differences == "central":
-                zm = z_hat.copy()
-                zm[pos] -= h
-                gm = np.sum(grad_eval(zm).grad_i, axis=0)[cov_pos]
-                hess[:, col] = (gp - gm) / (2 * h)
+                hess[:, col] = (grads[2 * col] - grads[2 * col + 1]) / (2 * h)
             else:
-                hess[:, col] = (gp - g0) / h
+                hess[:, col] = (grads[col] - g0) / h
         return 0.25 * (hess + hess.T)  # 1/2 Hessian of the OFV = -Hessian of logL
+
+
+# The covariance step's evaluations run this many at a time on the CPU: one evaluation keeps
+# about one core and a third busy, and two at once took the step's seven evaluations of
+# benchmark 1 (issue 25) from 0.80 to 0.53 s at 150 subjects and from 12.9 to 9.0 s at 5,000,
+# the same numbers (benchmarks/RESULTS_multidose.md). More at once is not measured; on an
+# accelerator they would only queue on the one device.
+_EVALUATION_THREADS = 2
+
+
+def _evaluated(fn: Callable[[np.ndarray], np.ndarray], points: list) -> list:
+    """`[fn(z) for z in points]`, computed `_EVALUATION_THREADS` at a time on the CPU (each
+    call a compiled program, which runs without the interpreter lock)."""
+    workers = min(_EVALUATION_THREADS, len(points), os.cpu_count() or 1)
+    if workers < 2 or jax.default_backend() != "cpu":
+        return [fn(z) for z in points]
+    with concurrent.futures.ThreadPoolExecutor(workers, "deepnlme-covariance") as pool:
+        return list(pool.map(fn, points))
 
 
 @dataclasses.dataclass(frozen=True)
