@@ -132,6 +132,36 @@ def test_covariance_step_evaluations_on_threads_give_the_same_matrix(monkeypatch
     np.testing.assert_allclose(threaded, exact, atol=1e-4)
 
 
+@pytest.mark.parametrize("method", [FOCE(), JointMAP()], ids=["FOCE", "JointMAP"])
+def test_evaluation_in_two_halves_gives_the_whole(monkeypatch, method):
+    # from _HALVES_SUBJECTS subjects a CPU evaluation is two calls of a program for half the
+    # subjects, on two threads; an odd count fills the second half up with copies of its
+    # last subject: every output is the whole program's
+    import os
+
+    import jax
+
+    from deepnlme.estimation import _compiled
+
+    monkeypatch.setattr(_compiled, "_SERIAL_SUBJECTS", 0)
+    outs = {}
+    for name, threshold in (("halves", 2), ("whole", 10**9)):
+        monkeypatch.setattr(_compiled, "_HALVES_SUBJECTS", threshold)
+        prob = tm.small_oral(n=11)
+        assert _compiled.in_halves(prob) == (name == "halves" and (os.cpu_count() or 1) >= 2)
+        u = prob.init_u()
+        eta = np.linspace(-0.2, 0.2, prob.n_subjects * prob.n_eta).reshape(prob.n_subjects, -1)
+        args = (jax.device_put(u[:-1] + 0.05), jax.device_put(u), jax.device_put(eta))
+        args = (*args, prob.subjects)
+        compiled, _ = _compiled.compiled_evaluation(prob, method, tuple(range(u.size - 1)), args)
+        outs[name] = [compiled(*args), compiled(*args)]  # the second call reuses the cut data
+    for halves, whole in zip(outs["halves"], outs["whole"]):
+        for field in whole._fields:
+            a, b = np.asarray(getattr(halves, field)), np.asarray(getattr(whole, field))
+            assert a.shape == b.shape, field
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=field)
+
+
 @pytest.mark.slow
 def test_fo_jointmap_naivepooled_and_chaining(synth100, focei100):
     fo = fit_problem(synth100, FO(), progress=False, covariance=None)

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import functools
+import os
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -111,6 +114,8 @@ def compiled_evaluation(
         structure.n_cens > 0,
         structure.n_other > 0,
     )
+    halves = in_halves(problem, serial)
+    flags = (*flags, halves)
     share = (problem.shape_token, "eval", method, free, flags, _shapes(args))
     hit = _SHARED.get(share) if problem.shape_token is not None else None
     if hit is not None:
@@ -147,6 +152,8 @@ def compiled_evaluation(
                 out = build(*rebuild, pool).result()
         return out
 
+    if halves:  # the programs are traced and compiled for half the subjects
+        args = _Halves(problem.n_subjects).first(args)
     pool = concurrent.futures.ThreadPoolExecutor(2)
     # tracing and lowering allocate a few hundred thousand objects: no cyclic garbage
     # collections meanwhile (`_gc`)
@@ -168,25 +175,125 @@ def compiled_evaluation(
     if not method.has_search(problem):
         compiled = finished(*whole, pool)
         pool.shutdown()
+        if halves:
+            compiled = _Halves(problem.n_subjects).wrap(compiled)
         cache[key] = _shared(share, lambda: compiled)
         return compiled, time.perf_counter() - t0
     search = finished(*search_future, pool)
     t_search = time.perf_counter() - t0
     rest = []
+    first_call = threading.Lock()
 
     def compiled(z, base_u, eta, subjects):
         searched = search(z, base_u, eta, subjects)  # runs while the call goes on (JAX)
-        if not rest:
-            # the first call: the search runs while the rest may still be compiling
-            t = time.perf_counter()
-            rest.append(finished(*rest_future, pool))
-            pool.shutdown()
-            compiled.waited = time.perf_counter() - t
+        with first_call:
+            if not rest:
+                # the first call: the search runs while the rest may still be compiling
+                t = time.perf_counter()
+                rest.append(finished(*rest_future, pool))
+                pool.shutdown()
+                compiled.waited = time.perf_counter() - t
         return rest[0](z, base_u, searched, subjects)
 
     compiled.waited = 0.0
+    if halves:
+        compiled = _Halves(problem.n_subjects).wrap(compiled)
     cache[key] = _shared(share, lambda: compiled)
     return compiled, t_search
+
+
+# From this many subjects on, an evaluation on the CPU runs as two calls of one program
+# compiled for half the subjects, on two threads (`_Halves`): one call keeps about one core
+# and a third busy. Benchmark 1 of issue 25 (FOCE, warm starts, a /tmp script): 0.073-0.094 s
+# against 0.054-0.069 s an evaluation at 150 subjects, 1.64-1.80 s against 1.06-1.37 s at
+# 5,000; the same numbers (benchmarks/RESULTS_multidose.md). Fewer subjects are not measured.
+_HALVES_SUBJECTS = 128
+
+
+def in_halves(problem: Problem, serial: bool = False) -> bool:
+    """Whether `problem`'s evaluation runs in two halves of its subjects at once (`_Halves`):
+    on a CPU with two cores or more, from `_HALVES_SUBJECTS` subjects, batched programs."""
+    return (
+        not serial
+        and problem.n_subjects >= _HALVES_SUBJECTS
+        and (os.cpu_count() or 1) >= 2
+        and jax.default_backend() == "cpu"
+    )
+
+
+# Fields of `Evaluation` that are not per subject (the same in either half).
+_POPULATION_FIELDS = ("penalty", "penalty_grad")
+
+
+class _Halves:
+    """An evaluation of N subjects as two calls of a program traced for ``h = ceil(N / 2)``
+    of them, run at once on two threads (each call a compiled program, which runs without the
+    interpreter lock); the second half is filled up to h with copies of its last subject,
+    whose results are dropped. The subjects' data of each half are cut once per data object.
+    Each subject's numbers are its own: the halves give the whole's
+    (tests/estimation/test_fit_problem.py::test_evaluation_in_two_halves_gives_the_whole)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.h = -(-n // 2)
+
+    def _cut(self, a, second: bool):
+        a = np.asarray(a)
+        if not second:
+            return a[: self.h]
+        rest = a[self.h :]
+        fill = self.h - rest.shape[0]
+        return np.concatenate([rest, np.repeat(rest[-1:], fill, axis=0)]) if fill else rest
+
+    def first(self, args):
+        """The arguments `(z, base_u, eta, subjects)` of the first half (for tracing)."""
+        z, base_u, eta, subjects = args
+        cut = functools.partial(self._cut, second=False)
+        return z, base_u, cut(eta), jax.tree_util.tree_map(cut, subjects)
+
+    def wrap(self, compiled):
+        """`compiled(z, base_u, eta, subjects)` of all N subjects from the half program."""
+        cut_data: list = []  # (the subjects object, its two halves on the device)
+
+        def halves_of(subjects):
+            if not cut_data or cut_data[0][0] is not subjects:
+                parts = tuple(
+                    jax.device_put(
+                        jax.tree_util.tree_map(functools.partial(self._cut, second=s), subjects)
+                    )
+                    for s in (False, True)
+                )
+                cut_data[:] = [(subjects, parts)]
+            return cut_data[0][1]
+
+        def call(z, base_u, eta, subjects):
+            first, second = halves_of(subjects)
+            eta = np.asarray(eta)
+            z, base_u = jax.device_put(z), jax.device_put(base_u)
+            e1, e2 = (jax.device_put(self._cut(eta, s)) for s in (False, True))
+            other = _half_pool().submit(compiled, z, base_u, e2, second)
+            mine = compiled(z, base_u, e1, first)
+            theirs = other.result()
+            waited = getattr(compiled, "waited", 0.0)  # (the first call's wait for the rest)
+            if waited:
+                call.waited += waited
+                compiled.waited = 0.0
+            fields = {}
+            for name, a, b in zip(mine._fields, mine, theirs):
+                if name in _POPULATION_FIELDS:
+                    fields[name] = np.asarray(a)
+                else:
+                    fields[name] = np.concatenate([np.asarray(a), np.asarray(b)[: self.n - self.h]])
+            return type(mine)(**fields)
+
+        call.waited = 0.0
+        return call
+
+
+@functools.cache
+def _half_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """The thread that runs the second half of every `_Halves` evaluation."""
+    return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="deepnlme-half")
 
 
 def penalty_hessian(problem: Problem, free: tuple[int, ...]):
