@@ -206,7 +206,8 @@ def compiled_evaluation(
 # compiled for half the subjects, on two threads (`_Halves`): one call keeps about one core
 # and a third busy. Benchmark 1 of issue 25 (FOCE, warm starts, a /tmp script): 0.073-0.094 s
 # against 0.054-0.069 s an evaluation at 150 subjects, 1.64-1.80 s against 1.06-1.37 s at
-# 5,000; the same numbers (benchmarks/RESULTS_multidose.md). Fewer subjects are not measured.
+# 5,000; the same numbers to rounding (benchmarks/RESULTS_multidose.md). Fewer subjects are
+# not measured.
 _HALVES_SUBJECTS = 128
 
 
@@ -230,7 +231,8 @@ class _Halves:
     of them, run at once on two threads (each call a compiled program, which runs without the
     interpreter lock); the second half is filled up to h with copies of its last subject,
     whose results are dropped. The subjects' data of each half are cut once per data object.
-    Each subject's numbers are its own: the halves give the whole's
+    Each subject's numbers are its own: the halves give the whole's, to rounding (a batch of
+    another size may sum a product in another order)
     (tests/estimation/test_fit_problem.py::test_evaluation_in_two_halves_gives_the_whole)."""
 
     def __init__(self, n: int):
