@@ -114,8 +114,8 @@ def compiled_evaluation(
         structure.n_cens > 0,
         structure.n_other > 0,
     )
-    halves = in_halves(problem, serial)
-    flags = (*flags, halves)
+    halves = _Halves(problem.n_subjects) if in_halves(problem, serial) else None
+    flags = (*flags, halves is not None)
     share = (problem.shape_token, "eval", method, free, flags, _shapes(args))
     hit = _SHARED.get(share) if problem.shape_token is not None else None
     if hit is not None:
@@ -152,8 +152,8 @@ def compiled_evaluation(
                 out = build(*rebuild, pool).result()
         return out
 
-    if halves:  # the programs are traced and compiled for half the subjects
-        args = _Halves(problem.n_subjects).first(args)
+    if halves is not None:  # the programs are traced and compiled for half the subjects
+        args = halves.first(args)
     pool = concurrent.futures.ThreadPoolExecutor(2)
     # tracing and lowering allocate a few hundred thousand objects: no cyclic garbage
     # collections meanwhile (`_gc`)
@@ -175,8 +175,8 @@ def compiled_evaluation(
     if not method.has_search(problem):
         compiled = finished(*whole, pool)
         pool.shutdown()
-        if halves:
-            compiled = _Halves(problem.n_subjects).wrap(compiled)
+        if halves is not None:
+            compiled = halves.wrap(compiled)
         cache[key] = _shared(share, lambda: compiled)
         return compiled, time.perf_counter() - t0
     search = finished(*search_future, pool)
@@ -196,8 +196,8 @@ def compiled_evaluation(
         return rest[0](z, base_u, searched, subjects)
 
     compiled.waited = 0.0
-    if halves:
-        compiled = _Halves(problem.n_subjects).wrap(compiled)
+    if halves is not None:
+        compiled = halves.wrap(compiled)
     cache[key] = _shared(share, lambda: compiled)
     return compiled, t_search
 
