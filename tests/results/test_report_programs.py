@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 
 import deepnlme as dn
+from deepnlme.data._table import DataWarning
+from deepnlme.estimation._compiled import run_once_jit
 from deepnlme.interfaces import report
 from deepnlme.results import _diagnostics, _vpc
 from deepnlme.results._simulate import prediction_frame
@@ -84,3 +86,63 @@ def test_the_optimised_simulation_gives_the_same_replicates(fit, monkeypatch):
     np.testing.assert_allclose(fast.y, plain.y, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(fast.h, plain.h, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(fast.use, plain.use)
+
+
+def test_the_keys_of_several_numbers_come_from_one_program():
+    """The report's VPC and NPDE keys (two numbers) from one program; `replicate_keys`
+    afterwards reuses them instead of compiling a program of its own."""
+    import jax
+
+    programs = len(_diagnostics._KEYS)
+    small, big = _diagnostics.replicate_keys_of(11, (3, 5))
+    assert len(_diagnostics._KEYS) == programs + 1
+    for n, got in ((3, small), (5, big)):
+        want = jax.random.key_data(jax.random.split(jax.random.key(11), n))
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(_diagnostics.replicate_keys(11, n), want)
+    assert len(_diagnostics._KEYS) == programs + 1
+    assert not small.flags.writeable  # (kept: a caller cannot change them for the next)
+
+
+def test_a_program_asked_for_by_two_threads_at_once_is_compiled_once(monkeypatch):
+    import threading
+    import time
+
+    from deepnlme.estimation import _compiled
+
+    compiled = []
+    original = _compiled.compile_and_store
+
+    def slow(lowered, optimise, path):
+        compiled.append(path)
+        time.sleep(0.2)  # (the other thread asks meanwhile)
+        return original(lowered, optimise, path)
+
+    monkeypatch.setattr(_compiled, "compile_and_store", slow)
+    run = run_once_jit(lambda x: 2.0 * x + 1.0)
+    start = threading.Barrier(2)
+    out = [None, None]
+
+    def ask(k):
+        start.wait()
+        out[k] = np.asarray(run(np.arange(3.0)))
+
+    threads = [threading.Thread(target=ask, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(compiled) == 1
+    np.testing.assert_array_equal(out[0], [1.0, 3.0, 5.0])
+    np.testing.assert_array_equal(out[1], out[0])
+
+
+def test_the_subjects_shown_are_those_with_observations_in_the_tables_order(fit):
+    assert report._observed_ids(fit.population) == list(dict.fromkeys(dn.predict(fit)["ID"]))
+    df = fit.population.to_dataframe()
+    dose = df[df["EVID"] == 1].iloc[:1].assign(ID=1000)  # a subject with a dose alone
+    with pytest.warns(DataWarning, match="no observations: ID 1000"):
+        pop = dn.read_data(pd.concat([dose, df], ignore_index=True))
+    ids = report._observed_ids(pop)
+    assert 1000 in pop.ids and 1000 not in ids
+    assert ids == [s.id for s in pop.subjects if s.n_observations > 0]

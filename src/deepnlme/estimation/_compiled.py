@@ -400,25 +400,34 @@ def written_out(problem: Problem, serial: bool = False) -> bool:
     return not serial and (n >= _UNROLL_SUBJECTS or n * q**3 >= _LAPACK_SPLIT_WORK)
 
 
-def run_once_jit(fn, store: tuple[str | None, str] = (None, "")):
+def run_once_jit(fn, store: tuple[str | None, str] = (None, ""), *, optimise: bool = False):
     """`jax.jit(fn)`, compiled with deepnlme's options for programs that run a few times on
-    little data (-O0, classic emitters: about half the compile time); one compilation per
-    argument structure and shapes. `store` = (a problem's `cache_token`, a name): the
-    compiled programs are kept in the program store (`_programs`) under that name."""
+    little data (-O0, classic emitters: about half the compile time; the report's programs
+    took most of its time with XLA's default optimisation); one compilation per argument
+    structure and shapes, however many threads ask for it at once. `optimise=True` compiles
+    the optimised program, for one that runs long (the simulations of a large design or of an
+    ODE model: `results._diagnostics._simulation_program`).
+
+    `store` = (a problem's `cache_token`, a name for the program): the compiled programs are
+    kept in the program store (`_programs`) under that name, so that a later process loads
+    them instead of compiling them. The name and the token must decide the program together
+    (the store's key adds the shapes of the arguments and deepnlme's source)."""
     jitted = jax.jit(fn)
     compiled: dict = {}
+    lock = threading.Lock()
 
     def program(args):
         key = _shapes(args)
-        if key not in compiled:
-            token, name = store
-            path = program_path(token, (name, key), args, optimise=False)
-            stored = read_program(path)
-            if stored is None:
-                with gc_paused():
-                    stored = compile_and_store(jitted.lower(*args), False, path)
-            compiled[key] = stored
-        return compiled[key]
+        with lock:
+            if key not in compiled:
+                token, name = store
+                path = program_path(token, (name, key), args, optimise=optimise)
+                stored = read_program(path)
+                if stored is None:
+                    with gc_paused():  # tracing allocates many objects: no collections
+                        stored = compile_and_store(jitted.lower(*args), optimise, path)
+                compiled[key] = stored
+            return compiled[key]
 
     def call(*args):
         return program(args)(*args)
@@ -428,7 +437,29 @@ def run_once_jit(fn, store: tuple[str | None, str] = (None, "")):
         program(args)
 
     call.prepare = prepare
+    call.lower = jitted.lower  # (as a jitted function has it: to read the program)
     return call
+
+
+_UNPACK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_UNPACK_LOCK = threading.Lock()
+
+
+def unpacked(cm, u, token: str | None = None) -> dict:
+    """`cm.unpack(u)`: the parameter values by name of the compiled model `cm` at the
+    unconstrained vector `u`, from one small program per model (kept in the program store
+    under `token`, a problem's `cache_token`). Unpacked operation by operation, a fresh process
+    compiled each operation (0.36 s for pheno, a tenth of its report then)."""
+    u = np.asarray(u, dtype=np.float64)  # (`jnp.asarray` would compile a program per shape)
+    try:
+        with _UNPACK_LOCK:  # (the report's threads ask at once: one program for them all)
+            run = _UNPACK.get(cm)
+            if run is None:
+                ref = weakref.ref(cm)  # (the program needs the model only while it is traced)
+                run = _UNPACK[cm] = run_once_jit(lambda v: ref().unpack(v), (token, "unpack"))
+    except TypeError:  # not weak-referenceable: op by op
+        return cm.unpack(jax.device_put(u))
+    return run(u)
 
 
 def post_functions(problem: Problem):

@@ -198,17 +198,17 @@ class Fit:
                 "individual_parameters: this Fit has no model or population attached (it came "
                 "from fit_problem); it needs a fit made by deepnlme.fit(model, population, method)"
             )
-        import jax.numpy as jnp
-
         from ..likelihood._from_model import binding_of, model_problem
         from ..solve._ode import OdeOptions
+        from ._compiled import unpacked
         from ._table import individual_frame
 
         ode = self.ode_options or OdeOptions()
-        _, predictor = model_problem(self.model, self.population, ode_options=ode)
+        problem, predictor = model_problem(self.model, self.population, ode_options=ode)
         binding = binding_of(self.model, self.population, ode)
         cm = predictor.model.compiled  # the resolved model (networks' data scaling)
-        theta = cm.unpack(jnp.asarray(self.u))
+        # (the model's own layout of the parameters: the program the diagnostics use)
+        theta = unpacked(self.model.compiled, self.u, problem.cache_token)
         return individual_frame(
             cm, binding, self.population, theta, self.ebe_array, per_time=per_time
         )

@@ -839,7 +839,7 @@ def individual_frame(cm, binding, population, theta, eta, *, per_time: bool) -> 
     ids = list(binding.ids)
     if not per_time:
         frame = pd.DataFrame({"ID": ids})
-        values = pre_values(cm, theta, eta, binding.data.cov_value[:, 0, :])
+        values = pre_values(cm, theta, eta, np.asarray(binding.data.cov_value)[:, 0, :])
         for name, v in values.items():
             if name not in frame:
                 frame[name] = v

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError
+from ..estimation._compiled import run_once_jit, unpacked
 from ..estimation._table import individual_frame
 from ..likelihood import max_step_of, newton_lm
 from ..likelihood._from_model import (
@@ -57,60 +58,10 @@ def fit_ode_options(fit):
     return fit.ode_options or OdeOptions()
 
 
-_UNPACK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _theta(fit) -> dict:
-    """The fit's parameter values by name, from one compiled program per model (kept in the
-    program store): unpacked op by op, a fresh process compiled each operation (0.36 s for
-    pheno, a tenth of its report)."""
-    cm = fit.model.compiled
-    u = jnp.asarray(fit.u)
+    """The fit's parameter values by name (`estimation._compiled.unpacked`)."""
     problem = getattr(fit, "problem", None)
-    try:
-        unpack = _UNPACK.get(cm)
-        if unpack is None:
-            token = getattr(problem, "cache_token", None)
-            ref = weakref.ref(cm)  # (the program needs the model only while it is traced)
-            unpack = _UNPACK[cm] = _jit_once(lambda v: ref().unpack(v), (token, "unpack"))
-    except TypeError:  # not weak-referenceable: op by op
-        return cm.unpack(u)
-    return unpack(u)
-
-
-def _jit_once(fn, store: tuple[str | None, str] = (None, ""), *, optimise: bool = False):
-    """`jax.jit(fn)` compiled without LLVM optimisation (`compile_lowered(optimise=False)`),
-    once per shape of the arguments: the diagnostics' programs run a few times on a fit's
-    data, and XLA's default optimisation made their compilation most of a report's time.
-    `optimise=True` compiles the optimised program, for one that runs long (the simulations
-    of a large design or of an ODE model: `_simulation_program`).
-
-    `store` = (a problem's `cache_token`, a name for the program): the compiled programs are
-    kept in deepnlme's program store (`estimation._programs`), so that a later process
-    reporting the same model on the same data loads them instead of compiling them. The name
-    and the token must decide the program together (the store's key adds the shapes of the
-    arguments and deepnlme's source)."""
-    from .._gc import gc_paused
-    from ..estimation._programs import compile_and_store, program_path, read_program
-
-    jitted = jax.jit(fn)
-    compiled: dict = {}
-
-    def call(*args):
-        leaves, tree = jax.tree_util.tree_flatten(args)
-        key = (tree, tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in leaves))
-        if key not in compiled:
-            token, name = store
-            path = program_path(token, ("results", name, key), args, optimise=optimise)
-            program = read_program(path)
-            if program is None:
-                with gc_paused():  # tracing allocates many objects: no collections meanwhile
-                    program = compile_and_store(jitted.lower(*args), optimise, path)
-            compiled[key] = program
-        return compiled[key](*args)
-
-    call.lower = jitted.lower  # (as a jitted function has it: to read the program)
-    return call
+    return unpacked(fit.model.compiled, fit.u, getattr(problem, "cache_token", None))
 
 
 _EBE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -135,7 +86,7 @@ def _posthoc_ebes(problem, fit, theta) -> jax.Array:
             sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
             return newton_lm(f, jnp.zeros(q), method.inner_options, max_step_of(sd)).eta
 
-        per[method] = _jit_once(jax.vmap(one, in_axes=(None, 0)))
+        per[method] = run_once_jit(jax.vmap(one, in_axes=(None, 0)))
     return per[method](theta, problem.subjects)
 
 
@@ -159,7 +110,11 @@ def bind_fit(fit, population=None) -> Bound:
             )
     problem, predictor = model_problem(fit.model, population, ode_options=ode_options)
     binding = binding_of(fit.model, population, ode_options)
-    eta = jnp.asarray(fit.ebe_array) if own else _posthoc_ebes(problem, fit, theta)
+    eta = (
+        jax.device_put(np.asarray(fit.ebe_array, dtype=np.float64))
+        if own
+        else _posthoc_ebes(problem, fit, theta)
+    )
     return Bound(problem, predictor, binding, population, theta, eta, ode_options)
 
 
@@ -182,15 +137,21 @@ def _subject_outputs(predictor, theta, omega, eta_hat, subj):
     the EBEs succeeded and where it failed, as `predict` has always checked), its `derived:`
     variables at the EBEs and its per-observation residuals (transformed scale, NaN where
     undefined)."""
-    q = eta_hat.shape[0]
 
     def mv(e):
         p = predictor.predict(theta, e, subj)
         t = obs_terms_from_prediction(p, subj)
-        return t.mean, (t, p.dist.pred, p.ok, p.fail_time)
+        derived = predictor.derived_values(theta, e, subj, p.states)
+        return t.mean, (t, p.dist.pred, p.ok, p.fail_time, derived)
 
-    g0, (t0, pred0, _, _) = jax.jacfwd(mv, has_aux=True)(jnp.zeros(q))
-    g1, (t1, pred1, ok1, fail1) = jax.jacfwd(mv, has_aux=True)(eta_hat)
+    # at eta = 0 and at the EBEs in one batched pass: the model is traced (and compiled) once
+    # instead of three times (twice here and once more for the derived variables)
+    g, aux = jax.vmap(jax.jacfwd(mv, has_aux=True))(jnp.stack([jnp.zeros_like(eta_hat), eta_hat]))
+    g0, g1 = g[0], g[1]
+    t0, t1 = (jax.tree_util.tree_map(lambda a, k=k: a[k], aux[0]) for k in (0, 1))
+    pred0, pred1 = aux[1][0], aux[1][1]
+    ok1, fail1 = aux[2][1], aux[3][1]
+    derived = {k: v[1] for k, v in aux[4].items()}
     use = t0.mask & t0.gaussian & (t0.cens == 0)
     y = t0.y
     eye = jnp.eye(use.shape[0])
@@ -213,7 +174,6 @@ def _subject_outputs(predictor, theta, omega, eta_hat, subj):
         "IWRES": jnp.where(use, iwres, nan),
         "CWRES": jnp.where(use, cwres, nan),
     }
-    derived = predictor.derived_values(theta, eta_hat, subj)
     return pred0, pred1, ok1, fail1, derived, residuals
 
 
@@ -235,7 +195,7 @@ def _outputs(bound: Bound):
                 lambda e, s: _subject_outputs(predictor, theta, omega, e, s), in_axes=(0, 0)
             )(eta, subjects)
 
-        _OUTPUTS_CACHE[problem] = _jit_once(
+        _OUTPUTS_CACHE[problem] = run_once_jit(
             all_subjects, (problem.cache_token, "predictions and residuals")
         )
     out = _OUTPUTS_CACHE[problem](bound.theta, bound.eta, bound.binding.data)
@@ -387,7 +347,7 @@ def _simulation_program(b: Bound):
             use = terms.mask & terms.gaussian & (terms.cens == 0)
             return y, h, ok, terms.y, use
 
-        per["program"] = _jit_once(
+        per["program"] = run_once_jit(
             program, (problem.cache_token, "simulations"), optimise=_simulation_optimised(b)
         )
     return per["program"]
@@ -416,21 +376,42 @@ def _check_replicates(n_sim, seed) -> None:
         raise OptionError(f"`seed` must be an integer; got {seed!r}")
 
 
-_KEYS: dict[int, Any] = {}
+_KEYS: dict[tuple[int, ...], Any] = {}
+_KEY_VALUES: dict[tuple[int, int], np.ndarray] = {}  # (seed, n) -> keys
+_KEPT_KEYS = 16
 
 
 def replicate_keys(seed: int, n: int) -> np.ndarray:
     """The key data of `jax.random.split(jax.random.key(seed), n)` (`[n, 2]`) from one small
     stored program: made operation by operation, a fresh process compiled each operation
     (about half a second of a small fit's report, `benchmarks/RESULTS_report.md`)."""
-    run = _KEYS.get(n)
-    if run is None:
+    return replicate_keys_of(seed, (n,))[0]
 
-        def keys(s):
-            return jax.random.key_data(jax.random.split(jax.random.key(s), n))
 
-        run = _KEYS[n] = _jit_once(keys, ("replicate keys", f"split into {n}"))
-    return np.asarray(run(np.int64(seed)))
+def replicate_keys_of(seed: int, counts: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """`replicate_keys(seed, n)` for each n of `counts`, from one program (one compilation in
+    a fresh process, where the report's check that the VPC's keys are the first of the
+    NPDE's compiled two); each set is kept, so that a later `replicate_keys` of the same seed
+    and number does not compile again."""
+    seed, counts = int(seed), tuple(int(n) for n in counts)
+    missing = tuple(dict.fromkeys(n for n in counts if (seed, n) not in _KEY_VALUES))
+    if missing:
+        run = _KEYS.get(missing)
+        if run is None:
+
+            def keys(s):
+                key = jax.random.key(s)
+                return tuple(jax.random.key_data(jax.random.split(key, n)) for n in missing)
+
+            name = "split into " + ", ".join(str(n) for n in missing)
+            run = _KEYS[missing] = run_once_jit(keys, ("replicate keys", name))
+        for n, k in zip(missing, run(np.int64(seed))):
+            value = np.array(k)
+            value.setflags(write=False)
+            _KEY_VALUES[seed, n] = value
+        while len(_KEY_VALUES) > _KEPT_KEYS:  # (the oldest first)
+            del _KEY_VALUES[next(iter(_KEY_VALUES))]
+    return tuple(_KEY_VALUES[seed, n] for n in counts)
 
 
 def replicates(fit, n_sim: int, seed: int, population=None) -> _Replicates:

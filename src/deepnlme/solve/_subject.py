@@ -624,10 +624,12 @@ class SubjectPredictor:
             fail_time=fail_time,
         )
 
-    def derived_values(self, theta, eta, sd: SubjectData) -> dict[str, jax.Array]:
-        """Every variable of the `derived:` block at the observation times (``[T]`` each)."""
+    def derived_values(self, theta, eta, sd: SubjectData, states=None) -> dict[str, jax.Array]:
+        """Every variable of the `derived:` block at the observation times (``[T]`` each);
+        `states`: the amounts at those times when they are known (`Prediction.states` at the
+        same `eta`), else solved here."""
         cm = self.model.compiled
-        x, _, _ = self.states(theta, eta, sd)
+        x = self.states(theta, eta, sd)[0] if states is None else states
         ind, per_obs = self._individual(theta, eta, sd)
 
         def one(t, xt, cov, ind_t):
