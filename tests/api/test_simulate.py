@@ -130,3 +130,71 @@ def test_bad_options_name_the_option(theo):
         dn.OptionError, match=r"`etas` must have shape \(subjects, random effects\)"
     ):
         dn.model_predict(model, pop, etas=np.zeros((3, 3)))
+    with pytest.raises(dn.OptionError, match="`seed` must fit in 64 bits"):
+        dn.simulate(model, pop, seed=2**64)
+    with pytest.raises(dn.OptionError, match="the value of 'tka' must be a number"):
+        dn.simulate(model, pop, {"tka": "fast"}, seed=1)
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_the_compiled_simulation_gives_the_operation_by_operation_numbers(theo, residual):
+    """`simulate` runs as one compiled program; operation by operation (the same keys, draws
+    and model) gives the same numbers, whatever the seed."""
+    import jax
+    import jax.numpy as jnp
+
+    from deepnlme.likelihood._from_model import batched, binding_of, model_problem
+    from deepnlme.model._distributions import obs_draw
+    from deepnlme.results import _simulate, simulate_with_etas
+
+    model, pop = theo
+    params = {"tka": 0.5, "tcl": -3.2, "tv": -0.8}
+    _, predictor = model_problem(model, pop)
+    binding = binding_of(model, pop, None)
+    cm = model.compiled
+    for seed in (0, 5, 2**40, -3):
+        sim, eta = simulate_with_etas(model, pop, params, seed=seed, residual=residual)
+        theta = cm.unpack(cm.pack({**{p.name: p.init for p in cm.params if p.size}, **params}))
+        key_eta, key_eps = jax.random.split(jax.random.key(seed))
+        want_eta = _simulate._drawn_etas(cm, theta, len(pop), key_eta)
+        pred = batched(predictor.predict)(theta, want_eta, binding.data)
+        (dist,) = pred.per_output
+        k = jax.random.split(key_eps, 1)[0]
+        want = obs_draw(dist, k, binding.data.obs_output.shape) if residual else dist.pred
+        mask = np.asarray(binding.data.obs_mask)
+        np.testing.assert_allclose(eta, want_eta, rtol=1e-12, atol=1e-14)
+        got = sim.arrays().obs_dv[sim.arrays().obs_mask]
+        np.testing.assert_allclose(got, np.asarray(want)[mask], rtol=1e-12, atol=1e-14)
+        assert isinstance(want, jnp.ndarray)
+
+
+def test_simulations_of_one_design_share_one_program(theo):
+    from deepnlme.results import _simulate
+
+    model, pop = theo
+    dn.simulate(model, pop, seed=1)
+    programs = sum(len(v) for v in _simulate._PROGRAMS.values())
+    for seed in (2, 3):
+        dn.simulate(model, pop, {"tka": 0.3}, seed=seed)
+    assert sum(len(v) for v in _simulate._PROGRAMS.values()) == programs
+
+
+def test_the_compiled_model_predict_gives_the_operation_by_operation_frame(theo):
+    import pandas as pd
+
+    from deepnlme.likelihood._from_model import binding_of, model_problem
+    from deepnlme.results._simulate import _theta, prediction_frame
+
+    model, pop = theo
+    eta = np.random.default_rng(4).normal(0.0, 0.3, (len(pop), model.compiled.eta_size))
+    params = {"tka": 0.4, "tcl": -3.0}
+    got = dn.model_predict(model, pop, params, etas=eta)
+    _, predictor = model_problem(model, pop)
+    want = prediction_frame(
+        predictor, binding_of(model, pop, None), pop, _theta(model, params), eta
+    )
+    assert list(got.columns) == list(want.columns)
+    num = [c for c in want.columns if pd.api.types.is_numeric_dtype(want[c])]
+    assert {"PRED", "IPRED"} <= set(num) and len(got) == pop.n_observations
+    np.testing.assert_allclose(got[num], want[num], rtol=1e-12, atol=1e-12)
+    pd.testing.assert_frame_equal(got.drop(columns=num), want.drop(columns=num))
