@@ -665,7 +665,8 @@ def _network_rows(fit, raw: pd.DataFrame) -> list[dict]:
             label = f"{name}: MLP {'-'.join(str(d) for d in dom.dims)}, {count} weights"
             regs = ", ".join(str(r) for r in dom.reg)
             # one program (op by op, a fresh process compiled each operation: 0.5 s)
-            value = float(jax.jit(dom.penalty)(jnp.asarray(np.asarray(fit.estimates[name]))))
+            weights = np.asarray(fit.estimates[name], dtype=np.float64)  # (not jnp.asarray:
+            value = float(jax.jit(dom.penalty)(weights))  # a program of its own per shape)
             penalty = (
                 f"reg={regs}: penalty {value:.6g} at the estimates (-2LL scale, not in the OFV)"
                 if regs

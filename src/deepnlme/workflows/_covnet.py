@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError
+from ..estimation._compiled import unpacked
 from ..model import load_model
 from ..model._ir import Assign, BinOp, Call, Index, Name, ParamDecl
 from ..nn import L2, MLP
@@ -191,7 +192,8 @@ def posterior_table(
     for label in etas:
         frame[label] = ebes[label].to_numpy(dtype=np.float64)
     cm = fit.model.compiled
-    omega = np.asarray(cm.omega(cm.unpack(jnp.asarray(fit.u))), dtype=np.float64)
+    token = getattr(fit.problem, "cache_token", None)
+    omega = np.asarray(cm.omega(unpacked(cm, fit.u, token)), dtype=np.float64)
     cov = np.asarray(fit.eta_cov, dtype=np.float64)
     cov = 0.5 * (cov + np.swapaxes(cov, 1, 2))
     method = getattr(fit.method, "name", type(fit.method).__name__)
