@@ -441,25 +441,35 @@ def run_once_jit(fn, store: tuple[str | None, str] = (None, ""), *, optimise: bo
     return call
 
 
-_UNPACK: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_UNPACK_LOCK = threading.Lock()
+_PER_MODEL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {name: program}
+_PER_MODEL_LOCK = threading.Lock()
+
+
+def model_program(cm, name: str, body: Callable, token: str | None = None):
+    """`run_once_jit` of `lambda *args: body(cm, *args)`, one per compiled model `cm` and
+    `name` however many threads ask at once (kept in the program store under `token`, a
+    problem's `cache_token`, and `name`), holding the model only while it is traced; None
+    where the model cannot be weakly referenced (the caller then runs `body` operation by
+    operation)."""
+    try:
+        with _PER_MODEL_LOCK:
+            per = _PER_MODEL.setdefault(cm, {})
+            if name not in per:
+                ref = weakref.ref(cm)
+                per[name] = run_once_jit(lambda *args: body(ref(), *args), (token, name))
+            return per[name]
+    except TypeError:  # not weak-referenceable
+        return None
 
 
 def unpacked(cm, u, token: str | None = None) -> dict:
     """`cm.unpack(u)`: the parameter values by name of the compiled model `cm` at the
-    unconstrained vector `u`, from one small program per model (kept in the program store
-    under `token`, a problem's `cache_token`). Unpacked operation by operation, a fresh process
-    compiled each operation (0.36 s for pheno, a tenth of its report then)."""
+    unconstrained vector `u`, from one small program per model (`model_program`). Unpacked
+    operation by operation, a fresh process compiled each operation (0.36 s for pheno, a
+    tenth of its report then)."""
     u = np.asarray(u, dtype=np.float64)  # (`jnp.asarray` would compile a program per shape)
-    try:
-        with _UNPACK_LOCK:  # (the report's threads ask at once: one program for them all)
-            run = _UNPACK.get(cm)
-            if run is None:
-                ref = weakref.ref(cm)  # (the program needs the model only while it is traced)
-                run = _UNPACK[cm] = run_once_jit(lambda v: ref().unpack(v), (token, "unpack"))
-    except TypeError:  # not weak-referenceable: op by op
-        return cm.unpack(jax.device_put(u))
-    return run(u)
+    run = model_program(cm, "unpack", lambda m, v: m.unpack(v), token)
+    return cm.unpack(jax.device_put(u)) if run is None else run(u)
 
 
 def post_functions(problem: Problem):

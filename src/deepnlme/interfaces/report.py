@@ -577,8 +577,7 @@ def report_html(
     # the simulations and the dense curves (compiled and run by XLA, which frees the
     # interpreter) on threads of their own, started together: their programs are traced and
     # compiled while this thread traces and compiles the predictions', and run while it draws
-    # the first figures (the curves started after the predictions made the report 0.3-0.4 s
-    # longer: RESULTS_report.md, sixth round)
+    # the first figures (the report is bound by the processor there: RESULTS_report.md)
     shown = _observed_ids(fit.population)[: max_individual_pages * _PER_PAGE]
     pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="deepnlme-report")
     try:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError
-from ..estimation._compiled import run_once_jit
+from ..estimation._compiled import model_program, run_once_jit
 from ..likelihood._from_model import batched, binding_of, model_problem
 from ..model._distributions import obs_draw
 from ..solve._ode import OdeOptions
@@ -49,22 +49,10 @@ def _theta(model, params) -> dict[str, Any]:
                 f"`params`: the value of '{k}' must be a number or an array of numbers; got "
                 f"{v!r:.80}"
             ) from None
-    return _through_pack(cm)(arrays)
-
-
-_PACKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _through_pack(cm):
-    """`values -> cm.unpack(cm.pack(values))` (the values as the model holds them: fixed ones
-    filled in, each in its domain), one small program per model: operation by operation, a
-    fresh process compiled some thirty operations (0.34 s of theophylline's first
-    `simulate`)."""
-    run = _PACKS.get(cm)
-    if run is None:
-        ref = weakref.ref(cm)  # (the program needs the model only while it is traced)
-        run = _PACKS[cm] = run_once_jit(lambda values: ref().unpack(ref().pack(values)))
-    return run
+    # one small program per model: operation by operation, a fresh process compiled some
+    # thirty operations (0.34 s of theophylline's first `simulate`)
+    run = model_program(cm, "pack and unpack", lambda m, v: m.unpack(m.pack(v)))
+    return cm.unpack(cm.pack(arrays)) if run is None else run(arrays)
 
 
 def _given_etas(model, n: int, etas) -> np.ndarray:
