@@ -465,15 +465,13 @@ def _grid_population(pop, ids: list, n_points: int):
 def dense_predictions(fit, ids: list | None = None, *, n_points: int = 150) -> pd.DataFrame:
     """IPRED (at the EBEs) and PRED (eta = 0) of the subjects `ids` (default all) on a fine
     time grid, with their own doses and covariates: one row per grid point and endpoint
-    (columns ID, ENDPOINT, TIME, IPRED, PRED). The program is compiled without LLVM
-    optimisation (it runs once) and kept in the program store
-    (`estimation._compiled.run_once_jit`)."""
+    (columns ID, ENDPOINT, TIME, IPRED, PRED), from `model_predict`'s program (compiled
+    without LLVM optimisation, it runs once, and kept in the program store)."""
     import jax
-    import jax.numpy as jnp
 
-    from ..estimation._compiled import run_once_jit
-    from ..likelihood._from_model import batched, binding_of, model_problem
+    from ..likelihood._from_model import binding_of, model_problem
     from ..results._diagnostics import _theta, fit_ode_options
+    from ..results._simulate import _prediction_program
 
     pop = fit.population
     ids = list(pop.ids) if ids is None else list(ids)
@@ -484,15 +482,9 @@ def dense_predictions(fit, ids: list | None = None, *, n_points: int = 150) -> p
     theta = _theta(fit)
     eta = jax.device_put(fit.ebes.loc[ids].to_numpy(dtype=np.float64))
 
-    def both(theta, eta, data):
-        # at the EBEs and at eta = 0 in one batched pass (the model traced once)
-        p = jax.vmap(lambda e: batched(predictor.predict)(theta, e, data))(
-            jnp.stack([eta, jnp.zeros_like(eta)])
-        )
-        return p.dist.pred[0], p.dist.pred[1], p.ok[0] & p.ok[1]
-
-    run = run_once_jit(both, (problem.cache_token, "report dense predictions"))
-    ipred, ppred, _ = run(theta, eta, binding.data)
+    # `model_predict`'s program on the grid: the EBEs and eta = 0 in one batched pass
+    run = _prediction_program(predictor, problem.cache_token)
+    ipred, ppred = run(theta, eta, binding.data)[:2]
     mask = np.asarray(binding.data.obs_mask)
     n, t = mask.shape
     a = grid.arrays()

@@ -146,12 +146,10 @@ def _subject_outputs(predictor, theta, omega, eta_hat, subj):
 
     # at eta = 0 and at the EBEs in one batched pass: the model is traced (and compiled) once
     # instead of three times (twice here and once more for the derived variables)
-    g, aux = jax.vmap(jax.jacfwd(mv, has_aux=True))(jnp.stack([jnp.zeros_like(eta_hat), eta_hat]))
-    g0, g1 = g[0], g[1]
-    t0, t1 = (jax.tree_util.tree_map(lambda a, k=k: a[k], aux[0]) for k in (0, 1))
-    pred0, pred1 = aux[1][0], aux[1][1]
-    ok1, fail1 = aux[2][1], aux[3][1]
-    derived = {k: v[1] for k, v in aux[4].items()}
+    both = jax.vmap(jax.jacfwd(mv, has_aux=True))(jnp.stack([jnp.zeros_like(eta_hat), eta_hat]))
+    at0, at1 = (jax.tree_util.tree_map(lambda a, k=k: a[k], both) for k in (0, 1))
+    g0, (t0, pred0, _, _, _) = at0
+    g1, (t1, pred1, ok1, fail1, derived) = at1
     use = t0.mask & t0.gaussian & (t0.cens == 0)
     y = t0.y
     eye = jnp.eye(use.shape[0])
