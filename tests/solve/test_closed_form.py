@@ -382,3 +382,33 @@ def test_amounts_of_chosen_compartments_are_those_columns(kind, infusion):
         closed_form_amounts(kind, p, dosing(n), dose, obs, features=feats, states=(0, 0))
     with pytest.raises(ValueError, match=f"states=\\({n},\\)"):
         closed_form_amounts(kind, p, dosing(n), dose, obs, features=feats, states=(n,))
+
+
+@pytest.mark.parametrize(
+    "z", [-40.0, -3.0, -0.5, -0.02, -0.0101, -0.0099, -1e-3, 0.0, 1e-6, 0.005, 0.3, 2.0]
+)
+def test_psi_and_its_derivatives_match_quadrature(z):
+    # psi(z) = expm1(z) / z = int_0^1 exp(s z) ds: its k-th derivative is int_0^1 s^k exp(s z)
+    # ds, whichever way JAX nests the derivatives (forward, reverse, both), near 0 and on both
+    # sides of the series' threshold |z| = 1e-2
+    import math
+
+    import mpmath
+
+    from deepnlme.solve._closed_form import _psi
+
+    mpmath.mp.dps = 40
+    exact = [float(mpmath.quad(lambda s, k=k: s**k * mpmath.exp(s * z), [0, 1])) for k in range(4)]
+    d1 = jax.grad(_psi)
+    computed = [
+        _psi(z),
+        d1(z),
+        jax.jacfwd(jax.grad(_psi))(z),
+        jax.grad(jax.jacfwd(d1))(z),
+        jax.jacfwd(jax.jacfwd(jax.jacfwd(_psi)))(z),
+    ]
+    order = [0, 1, 2, 3, 3]
+    for k, value in zip(order, computed, strict=True):
+        # the quotient form loses about eps k! / |z|^k to cancellation above the threshold
+        loss = 0.0 if abs(z) < 1e-2 else 4 * np.finfo(float).eps * math.factorial(k) / abs(z) ** k
+        assert float(value) == pytest.approx(exact[k], rel=2e-15 + loss, abs=0.0), (k, z)

@@ -85,36 +85,46 @@ def closed_form_rhs(
 
 
 def _psi(z):
-    """``expm1(z) / z``, stable at 0 and in its derivatives near 0 (`_phi` with k = 0)."""
-    return _phi(0, z)
+    """``expm1(z) / z``, stable at 0 and in its derivatives near 0 (`_phis` with k = 0)."""
+    return _phis(0, 1, z)[0]
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _phi(k: int, z):
-    """``phi_k(z) = int_0^1 s^k exp(s z) ds`` (``phi_0 = expm1(z) / z``), whose derivative is
-    ``phi_(k+1)``: each derivative of `_psi` is one more `_phi`, not the derivative of its
-    formula.
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _phis(k: int, n: int, z) -> tuple:
+    """``(phi_k(z), ..., phi_(k+n-1)(z))``, ``phi_j(z) = int_0^1 s^j exp(s z) ds`` (``phi_0 =
+    expm1(z) / z``), whose derivative is ``phi_(j+1)``: a derivative of `_psi` is one more
+    `phi`, not the derivative of its formula, and the values and derivatives at one point are
+    one call (one exponential and one recurrence for all of them).
 
     Below ``|z| = 1e-2`` a Taylor series (7 terms, truncation error < 1e-18) replaces
-    ``phi_0 = expm1(z) / z`` and ``phi_k = (exp(z) - k phi_(k-1)) / z``, whose values lose
-    about ``eps k! / z**k`` to cancellation there. (Differentiated by JAX, the series and the
+    ``phi_0 = expm1(z) / z`` and ``phi_j = (exp(z) - j phi_(j-1)) / z``, whose values lose
+    about ``eps j! / z**j`` to cancellation there. (Differentiated by JAX, the series and the
     quotient became most of the program of a 3-compartment oral model with steady-state
     infusions: every derivative of every product of its Horner loop. As a rule of its own the
-    derivative is one evaluation of the next `_phi`.)
+    derivative is the next `phi`, from the same call.)
     """
     small = jnp.abs(z) < 1e-2
+    zq = jnp.where(small, 1.0, z)
+    e = jnp.exp(z) if k + n > 1 else None
+    quotients = [jnp.expm1(zq) / zq]
+    for j in range(1, k + n):
+        quotients.append((e - j * quotients[-1]) / zq)
+    top = k + n - 1
     series = 0.0
     for m in range(6, -1, -1):
-        series = series * z + 1.0 / (math.factorial(m) * (m + k + 1))
-    zq = jnp.where(small, 1.0, z)
-    quotient = jnp.expm1(zq) / zq if k == 0 else (jnp.exp(zq) - k * _phi(k - 1, zq)) / zq
-    return jnp.where(small, series, quotient)
+        series = series * z + 1.0 / (math.factorial(m) * (m + top + 1))
+    out = [jnp.where(small, series, quotients[top])]
+    for j in range(top, k, -1):  # phi_(j-1) = (exp(z) - z phi_j) / j: stable for small z
+        series = (e - z * series) / j
+        out.append(jnp.where(small, series, quotients[j - 1]))
+    return tuple(out[::-1])
 
 
-@_phi.defjvp
-def _phi_jvp(k, primals, tangents):
+@_phis.defjvp
+def _phis_jvp(k, n, primals, tangents):
     (z,), (dz,) = primals, tangents
-    return _phi(k, z), _phi(k + 1, z) * dz
+    values = _phis(k, n + 1, z)
+    return values[:n], tuple(v * dz for v in values[1:])
 
 
 def _ordered(a, b):
