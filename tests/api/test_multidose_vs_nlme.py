@@ -20,7 +20,7 @@ FIXED = {"lV": "tv", "lKa": "tka", "lCl": "tcl", "bcr": "bcr"}
 
 
 @pytest.fixture(scope="module")
-def nlme() -> pd.Series:
+def nlme() -> pd.DataFrame:
     return pd.read_csv(DATA / "multidose_N150_nlme_fit.csv", index_col="name")
 
 
