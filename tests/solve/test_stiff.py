@@ -51,9 +51,11 @@ def tmdd():
     return dn.load_model(TMDD), _population([1.0, 30.0, 300.0])
 
 
-def test_the_explicit_solver_cannot_integrate_the_tmdd_model(tmdd):
-    # what makes it a stiff test model: Tsit5 exhausts its steps on every subject
-    _, ok, _ = _states(*tmdd, dn.OdeOptions("tsit5"))
+@pytest.mark.parametrize("solver", ["tsit5", "dopri8"])
+def test_the_explicit_solvers_cannot_integrate_the_tmdd_model(tmdd, solver):
+    # what makes it a stiff test model: the explicit solvers exhaust their steps on every
+    # subject (Dopri8 is what "auto" tries first for dynamics without networks)
+    _, ok, _ = _states(*tmdd, dn.OdeOptions(solver))
     assert not ok.any()
 
 
@@ -71,9 +73,22 @@ def test_the_default_solver_switches_and_matches_a_tight_reference(tmdd):
 
 
 def test_a_non_stiff_model_keeps_the_explicit_solver():
+    # Dopri8 without networks (`explicit_solver`), and the same amounts as Tsit5 to their
+    # tolerances
     pop = dn.datasets.load("theophylline")
-    _, ok, used = _states(dn.load_model(THEO_MM), pop, dn.OdeOptions())
-    assert ok.all() and used.solver == "tsit5" and used.max_steps == dn.OdeOptions().max_steps
+    x, ok, used = _states(dn.load_model(THEO_MM), pop, dn.OdeOptions())
+    assert ok.all() and used.solver == "dopri8" and used.max_steps == dn.OdeOptions().max_steps
+    y, ok_y, _ = _states(dn.load_model(THEO_MM), pop, dn.OdeOptions("tsit5"))
+    assert ok_y.all()
+    np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-8 * np.abs(x).max())
+
+
+def test_dynamics_with_a_network_keep_tsit5():
+    from deepnlme.likelihood._from_model import explicit_solver
+
+    net = dn.load_model(ROOT / "examples" / "deepnlme_dynamics" / "deepnlme.model")
+    assert explicit_solver(net.compiled) == "tsit5"
+    assert explicit_solver(dn.load_model(THEO_MM).compiled) == "dopri8"
 
 
 def test_linear_dynamics_are_solved_exactly_without_a_probe(monkeypatch):
@@ -101,14 +116,14 @@ def test_the_choice_is_kept_in_the_cache_and_a_damaged_entry_probes_again(tmp_pa
     text = THEO_MM
     _, _, used = _states(dn.load_model(text), pop, dn.OdeOptions(rtol=1e-7))
     (entry,) = (tmp_path / "solver-choice").iterdir()
-    assert used.solver == "tsit5" and entry.read_text() == "tsit5"
+    assert used.solver == "dopri8" and entry.read_text() == "dopri8"
 
     def no_probe(*args):
         raise AssertionError("probed although the choice is stored")
 
     monkeypatch.setattr(_from_model, "_failed_solves", no_probe)
     _, _, again = _states(dn.load_model(text), pop, dn.OdeOptions(rtol=1e-7))
-    assert again.solver == "tsit5"
+    assert again.solver == "dopri8"
     entry.write_bytes(b"\x00garbage")  # not a choice: probed again and rewritten
     probed = []
 
@@ -118,4 +133,4 @@ def test_the_choice_is_kept_in_the_cache_and_a_damaged_entry_probes_again(tmp_pa
 
     monkeypatch.setattr(_from_model, "_failed_solves", fake)
     _, _, third = _states(dn.load_model(text), pop, dn.OdeOptions(rtol=1e-7))
-    assert third.solver == "tsit5" and probed == ["tsit5"] and entry.read_text() == "tsit5"
+    assert third.solver == "dopri8" and probed == ["dopri8"] and entry.read_text() == "dopri8"

@@ -97,11 +97,7 @@ def compiled_evaluation(
     t0 = time.perf_counter()
     structure = structure_of(problem)
     optimise = structure.n_obs > _FAST_COMPILE_OBS or problem.solves_ode
-    serial = (
-        not optimise
-        and problem.n_subjects <= _SERIAL_SUBJECTS
-        and not any(p.kind == "network" for p in problem.param_info)
-    )
+    serial = loops_over_subjects(problem, optimise)
     search_optimised = optimise or (
         not serial and data_entries(problem.subjects) >= _OPTIMISED_SEARCH_ENTRIES
     )
@@ -211,12 +207,25 @@ def compiled_evaluation(
 _HALVES_SUBJECTS = 128
 
 
+def loops_over_subjects(problem: Problem, optimise: bool) -> bool:
+    """Whether `problem`'s evaluation loops over the subjects (`make_evaluator`'s `serial`)
+    instead of batching them: a program not `optimise`d for at most `_SERIAL_SUBJECTS`
+    subjects, or an integrated ODE with uneven histories (`Problem.uneven_histories`), both
+    without networks (see `_SERIAL_SUBJECTS`)."""
+    if any(p.kind == "network" for p in problem.param_info):
+        return False
+    small = not optimise and problem.n_subjects <= _SERIAL_SUBJECTS
+    return small or problem.uneven_histories
+
+
 def in_halves(problem: Problem, serial: bool = False) -> bool:
     """Whether `problem`'s evaluation runs in two halves of its subjects at once (`_Halves`):
-    on a CPU with two cores or more, from `_HALVES_SUBJECTS` subjects, batched programs."""
+    on a CPU with two cores or more, batched programs from `_HALVES_SUBJECTS` subjects, and
+    the loops over the subjects of integrated ODEs with uneven histories from two (each
+    subject costs milliseconds there: the threads' overhead is nothing beside it)."""
     return (
-        not serial
-        and problem.n_subjects >= _HALVES_SUBJECTS
+        (not serial or problem.uneven_histories)
+        and problem.n_subjects >= (2 if serial else _HALVES_SUBJECTS)
         and (os.cpu_count() or 1) >= 2
         and jax.default_backend() == "cpu"
     )
@@ -379,6 +388,15 @@ _OPTIMISED_SEARCH_ENTRIES = 20_000
 # instead of batching them (`make_evaluator`'s `serial`): it traces faster, while each
 # evaluation costs a little more per subject, which past this many subjects the shorter
 # tracing no longer repays. Network models are left out: they take hundreds of evaluations.
+# Integrated ODEs with several doses a subject (`Problem.uneven_histories`, no networks) loop
+# over their subjects at any number, in two halves at once: batched, every segment between
+# two events steps as often as the batch's subject that needs most there, and with doses at
+# different times that is nearly every segment. Measured (issue 25's multiple-dose design as
+# ODEs, Tsit5, one warm FOCE evaluation; benchmarks/RESULTS_multidose.md, "Integrated ODEs
+# subject by subject"): 40 subjects 3.96 s batched against 1.55 s, 150 subjects 8.63 s (batched
+# in halves) against 6.26 s, and shorter compilations. A single dose each (Theoph as ODEs, the
+# network study's true model at 200 subjects) stays batched: 0.091 s batched against 0.215 s
+# subject by subject at 200 subjects.
 _SERIAL_SUBJECTS = 64
 
 # From this many subjects on, the per-subject q x q algebra is written out element by element

@@ -120,6 +120,7 @@ def _bound(model, population, ode_options: OdeOptions):
         gaussian = normal[np.asarray(data.obs_output)] & mask
         return mask, gaussian, np.where(mask, np.asarray(data.obs_cens), 0)
 
+    integrates = search is not None and not predictor.solves_exactly
     problem = Problem(
         cache_token=_cache_token(bound, binding, solver_options),
         shape_token=_cache_token(bound, binding, solver_options, data=False),
@@ -128,7 +129,8 @@ def _bound(model, population, ode_options: OdeOptions):
         obs_terms_near=obs_terms_near if predictor.expandable else None,
         obs_terms_search=search,
         solves_ode=search is not None,
-        integrates_ode=search is not None and not predictor.solves_exactly,
+        integrates_ode=integrates,
+        uneven_histories=integrates and np.shape(binding.data.doses.time)[1] >= 2,
         subjects=binding.data,
         omega=cm.omega,
         unpack=cm.unpack,
@@ -256,13 +258,29 @@ def _check_linear(model, binding) -> None:
         )
 
 
+def explicit_solver(cm) -> str:
+    """The explicit integrator ``"auto"`` takes for the compiled model `cm` where it is not
+    stiff: Dopri8 (order 8) for dynamics without networks, Tsit5 (order 5) with them.
+
+    At the default tolerances (rtol 1e-8) Dopri8 takes about a quarter of Tsit5's steps at
+    twice the stages each: where the right-hand side is cheap that wins, where a network
+    makes each stage costly it does not. Measured (`benchmarks/RESULTS_multidose.md`,
+    "Dopri8 where the dynamics have no network"; `python benchmarks/bench_ode_solvers.py`): one
+    warm FOCE evaluation of issue 25's multiple-dose design as ODEs, 150 subjects, 3.59 s
+    against 6.26 s; Theophylline as ODEs 0.042 against 0.046 s; the network study's model
+    (60 subjects) 1.2-2.2 times slower with Dopri8."""
+    networks = any(p.kind == "network" for p in cm.params)
+    return "tsit5" if networks else "dopri8"
+
+
 def _choose_solver(model, binding, options: OdeOptions) -> OdeOptions:
     """`OdeOptions` with the solver ``"auto"`` stands for: `EXACT_SOLVER` where the dynamics
-    are linear (`_linear`: no probe, nothing to integrate); otherwise Tsit5, or `STIFF_SOLVER` (with
-    `STIFF_STEPS_FACTOR` times the steps) when Tsit5 cannot integrate some subject at the
+    are linear (`_linear`: no probe, nothing to integrate); otherwise the explicit integrator
+    of `explicit_solver` (Dopri8, or Tsit5 for dynamics with networks), or `STIFF_SOLVER`
+    (with `STIFF_STEPS_FACTOR` times the steps) when that cannot integrate some subject at the
     model's initial estimates (eta = 0) and the stiff solver can (exhausted steps are the mark
     of stiffness; a failure both share, such as a non-finite parameter, is left to the fit to
-    report). Closed-form models: Tsit5 (never used).
+    report). Closed-form models: the explicit integrator (never used).
 
     The stiff solver gets more steps because Kvaerno5 at the default tolerances needed more
     than 4096 steps on one segment of the TMDD model of `examples/tmdd` at its largest dose
@@ -271,8 +289,8 @@ def _choose_solver(model, binding, options: OdeOptions) -> OdeOptions:
     The probe is one forward solve of every subject (vmapped) per solver tried: small
     programs against the fit's derivatives of the solve (about 4 s of compilation for the
     Theophylline ODE model); the choice is kept in the cache folder (`_choice_path`)."""
-    explicit = dataclasses.replace(options, solver="tsit5")
     cm = model.compiled
+    explicit = dataclasses.replace(options, solver=explicit_solver(cm))
     if cm.closed_form is not None or not cm.has_dynamics:
         return explicit
     if _linear(model, binding):
@@ -320,7 +338,7 @@ def _read_choice(path: str | None) -> str | None:
             text = fh.read(32).strip()
     except (OSError, UnicodeDecodeError):
         return None
-    return text if text in ("tsit5", STIFF_SOLVER) else None
+    return text if text in ("tsit5", "dopri8", STIFF_SOLVER) else None
 
 
 def _write_choice(path: str | None, solver: str) -> None:

@@ -101,6 +101,11 @@ class Problem:
       evaluations are costly, and a fit compiles them fully optimised at any data size.
     - `integrates_ode`: True when that ODE is integrated with adaptive steps (not solved
       exactly by matrix exponentials): subjects then differ in their solver steps.
+    - `uneven_histories`: True when, besides, the subjects' histories hold several dose
+      records each (set by `model_problem` from the padded dose axis): their segments from
+      event to event then fall at different times, and a batch of subjects solved together
+      steps each segment as often as the subject that needs most there. A fit then loops
+      over the subjects instead of batching them (`estimation._compiled`).
     - `cache_token`: a string that determines every function above and the data completely
       (set by `model_problem` from the model text, data and options); with it, a fit stores the
       traced evaluation program on disk and a later process reuses it instead of tracing the
@@ -128,6 +133,7 @@ class Problem:
     obs_terms_search: Callable[..., ObsTerms] | None = None
     solves_ode: bool = False
     integrates_ode: bool = False
+    uneven_histories: bool = False
     obs_kinds: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def __post_init__(self) -> None:

@@ -31,7 +31,8 @@ _SOLVERS = {
 """Shorthand -> diffrax solver class: the shorthand stands for the class's default instance
 (``"kvaerno5"`` is ``diffrax.Kvaerno5()``), both ways (`solver_name`, `solver_object`).
 ``"auto"`` integrates with Tsit5 too; binding a model to data (`likelihood.model_problem`)
-replaces it by `EXACT_SOLVER` for linear dynamics, else by ``"tsit5"`` or, for a stiff model,
+replaces it by `EXACT_SOLVER` for linear dynamics, else by ``"dopri8"`` (``"tsit5"`` for
+dynamics with networks: `likelihood._from_model.explicit_solver`) or, for a stiff model,
 ``"kvaerno5"`` (`STIFF_SOLVER`)."""
 
 EXACT_SOLVER = "expm"
@@ -57,9 +58,10 @@ class OdeOptions:
     - `solver`: ``"auto"`` (default): where the dynamics are linear in the states with
       coefficients that do not depend on time (``x' = K x + b``, K and b functions of the
       parameters and covariates: any linear compartment model written as ODEs), ``"expm"``,
-      the exact solution by matrix exponentials (as NONMEM's ADVAN5/7); otherwise Tsit5
-      (explicit, fast on non-stiff models), unless a
-      subject's Tsit5 solve at the initial estimates exhausts `max_steps` (the mark of a stiff
+      the exact solution by matrix exponentials (as NONMEM's ADVAN5/7); otherwise Dopri8
+      (explicit, order 8: fast on non-stiff models at tight tolerances; Tsit5, order 5, for
+      models with networks, whose costly right-hand side favours fewer stages), unless a
+      subject's solve by it at the initial estimates exhausts `max_steps` (the mark of a stiff
       system) where Kvaerno5 succeeds: then Kvaerno5, with 4 times `max_steps`, for the whole
       population (the choice is
       made once, when the model is bound to the data, and the fit records the solver used;
