@@ -65,6 +65,16 @@ def test_uneven_histories_are_integrated_odes_with_several_doses(model):
     one, _ = model_problem(model, _data(1))
     assert one.integrates_ode and not one.uneven_histories
     assert not _compiled.loops_over_subjects(one, optimise=True)
+    # with a network in the dynamics too
+    net = dn.load_model(
+        MODEL.replace("    sigma = Positive(init=0.2)\n", "    sigma = Positive(init=0.2)\n"
+                      "    NN = MLP(1, 3, (1, softplus), seed=1)\n")
+        .replace("vm * Central / v / (km + Central / v)",
+                 "vm * Central / v / (km + Central / v) - NN(Central / v)[0] * Central")
+    )  # fmt: skip
+    with_net, _ = model_problem(net, _data(3))
+    assert with_net.uneven_histories
+    assert _compiled.loops_over_subjects(with_net, optimise=True)
     # the same dynamics solved exactly (linear) are no integrated ODE
     linear = dn.load_model(MODEL.replace("/ (km + Central / v)", ""))
     exact, _ = model_problem(linear, _data(3))

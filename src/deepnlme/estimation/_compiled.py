@@ -210,12 +210,12 @@ _HALVES_SUBJECTS = 128
 def loops_over_subjects(problem: Problem, optimise: bool) -> bool:
     """Whether `problem`'s evaluation loops over the subjects (`make_evaluator`'s `serial`)
     instead of batching them: a program not `optimise`d for at most `_SERIAL_SUBJECTS`
-    subjects, or an integrated ODE with uneven histories (`Problem.uneven_histories`), both
-    without networks (see `_SERIAL_SUBJECTS`)."""
-    if any(p.kind == "network" for p in problem.param_info):
-        return False
-    small = not optimise and problem.n_subjects <= _SERIAL_SUBJECTS
-    return small or problem.uneven_histories
+    subjects without networks, or an integrated ODE with uneven histories
+    (`Problem.uneven_histories`), networks or not (see `_SERIAL_SUBJECTS`)."""
+    if problem.uneven_histories:
+        return True
+    networks = any(p.kind == "network" for p in problem.param_info)
+    return not networks and not optimise and problem.n_subjects <= _SERIAL_SUBJECTS
 
 
 def in_halves(problem: Problem, serial: bool = False) -> bool:
@@ -388,15 +388,16 @@ _OPTIMISED_SEARCH_ENTRIES = 20_000
 # instead of batching them (`make_evaluator`'s `serial`): it traces faster, while each
 # evaluation costs a little more per subject, which past this many subjects the shorter
 # tracing no longer repays. Network models are left out: they take hundreds of evaluations.
-# Integrated ODEs with several doses a subject (`Problem.uneven_histories`, no networks) loop
-# over their subjects at any number, in two halves at once: batched, every segment between
-# two events steps as often as the batch's subject that needs most there, and with doses at
-# different times that is nearly every segment. Measured (issue 25's multiple-dose design as
-# ODEs, Tsit5, one warm FOCE evaluation; benchmarks/RESULTS_multidose.md, "Integrated ODEs
-# subject by subject"): 40 subjects 3.96 s batched against 1.55 s, 150 subjects 8.63 s (batched
-# in halves) against 6.26 s, and shorter compilations. A single dose each (Theoph as ODEs, the
-# network study's true model at 200 subjects) stays batched: 0.091 s batched against 0.215 s
-# subject by subject at 200 subjects.
+# Integrated ODEs with several doses a subject (`Problem.uneven_histories`, with networks or
+# without) loop over their subjects at any number, in two halves at once: batched, every
+# segment between two events steps as often as the batch's subject that needs most there,
+# and with doses at different times that is nearly every segment. Measured (issue 25's
+# multiple-dose design as ODEs, one warm evaluation; benchmarks/RESULTS_multidose.md,
+# "Integrated ODEs subject by subject"): FOCE with Tsit5, 40 subjects 3.96 s batched against
+# 1.55 s, 150 subjects 8.63 s (batched in halves) against 6.26 s, with shorter compilations;
+# with a network in the dynamics, 40 subjects, JointMAP 2.64 s against 1.05 s and FOCE 149 s
+# (OFV NaN) against 61 s. A single dose each (the network study's true model, 200 subjects)
+# stays batched: 0.091 s against 0.215 s subject by subject.
 _SERIAL_SUBJECTS = 64
 
 # From this many subjects on, the per-subject q x q algebra is written out element by element
