@@ -16,7 +16,8 @@ from deepnlme.estimation import _compiled
 from deepnlme.likelihood import make_evaluator, probe
 from deepnlme.likelihood._from_model import model_problem
 
-# Michaelis-Menten elimination: dynamics not linear in the state, so integrated (Tsit5)
+# Michaelis-Menten elimination: dynamics not linear in the state, so integrated (Dopri8,
+# what "auto" takes for them)
 MODEL = """
 param:
     tvm   = Real(init=1.2)

@@ -214,8 +214,7 @@ def loops_over_subjects(problem: Problem, optimise: bool) -> bool:
     (`Problem.uneven_histories`), networks or not (see `_SERIAL_SUBJECTS`)."""
     if problem.uneven_histories:
         return True
-    networks = any(p.kind == "network" for p in problem.param_info)
-    return not networks and not optimise and problem.n_subjects <= _SERIAL_SUBJECTS
+    return not problem.has_networks and not optimise and problem.n_subjects <= _SERIAL_SUBJECTS
 
 
 def in_halves(problem: Problem, serial: bool = False) -> bool:

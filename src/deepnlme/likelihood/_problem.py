@@ -178,6 +178,11 @@ class Problem:
         """Number of random effects q."""
         return len(self.eta_labels)
 
+    @property
+    def has_networks(self) -> bool:
+        """Whether any parameter is a network's weights."""
+        return any(p.kind == "network" for p in self.param_info)
+
     def u_slices(self) -> dict[str, slice]:
         """Slice of `u` holding each parameter, by name."""
         out, start = {}, 0

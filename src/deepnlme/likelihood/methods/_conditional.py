@@ -92,7 +92,7 @@ class Conditional(Method):
         """`InnerOptions.multistart`; None: when the model has network parameters."""
         if self.inner.multistart is not None:
             return bool(self.inner.multistart)
-        return any(p.kind == "network" for p in problem.param_info)
+        return problem.has_networks
 
     def approximate_hessian(self, g_mat: jax.Array, dv: jax.Array, w: jax.Array) -> jax.Array:
         """Half the Hessian of -2 log p(y | eta) at the mode from the first derivatives of the
