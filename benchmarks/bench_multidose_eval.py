@@ -6,6 +6,7 @@ warm.
     python benchmarks/bench_multidose_eval.py --ode [--subjects 20] [--repeats 3]
     python benchmarks/bench_multidose_eval.py --split [--ode] [--subjects 150]
     python benchmarks/bench_multidose_eval.py --search-chunks 0,125,250 [--subjects 2000]
+    python benchmarks/bench_multidose_eval.py --network [--subjects 20] [--hessian auto]
 
 With ``--ode``: the ODE form of the model (`multidose_ode.model`, the default solver), CRCL
 changing only. With ``--split``: CRCL changing, the evaluation's two programs (the EBE search,
@@ -99,6 +100,74 @@ def split_times(problem, method, repeats: int) -> str:
     return " | ".join(parts) + f" | OFV {float(np.sum(out.m2ll_i)):.4f}"
 
 
+NETWORK_MODEL = """
+param:
+    tv    = Real(init=5.2)
+    tka   = Real(init=-0.1)
+    tcl   = Real(init=2.2)
+    omega = PDiag(init=[0.1, 0.1])
+    sigma = Positive(init=0.3)
+    NN = MLP(2, 4, (1, softplus), seed=1, reg=L2(1.0))
+random:
+    eta ~ MvNormal(omega)
+    eta_nl ~ Normal(0, 1)
+covariates: CRCL
+pre:
+    v  = exp(tv + eta[0])
+    ka = exp(tka)
+    cl = exp(tcl + eta[1])
+    clnl = fix(NN, eta_nl)
+dynamics:
+    Depot'   = -ka * Depot
+    Central' = ka * Depot - (cl + clnl(Central / v)[0]) / v * Central
+derived:
+    conc = Central / v
+    DV ~ Additive(conc, sigma)
+"""
+
+
+def network_times(problem, method) -> None:
+    """FOCE's search and rest on the network model, compiled and run as a fit does."""
+    from deepnlme._config import compile_lowered
+    from deepnlme.estimation._compiled import loops_over_subjects, structure_of
+    from deepnlme.likelihood import make_evaluator
+
+    serial = loops_over_subjects(problem, True)
+    start = starting_point(problem, method, None, None, None)
+    z0 = start.u0[list(start.free)]
+    multistart = method.uses_multistart(problem)
+    eta = _with_fixed_starts(problem, start.u0, start.eta0) if multistart else start.eta0
+    args = [jax.device_put(z0), jax.device_put(start.u0), jax.device_put(eta), problem.subjects]
+    programs = {}
+    for stage in ("search", "rest"):
+        fn = make_evaluator(problem, method, start.free, structure_of(problem), stage, serial)
+        t0 = time.perf_counter()
+        programs[stage] = compile_lowered(jax.jit(fn).lower(*args), True)
+        print(f"{stage}: compile {time.perf_counter() - t0:.2f} s", flush=True)
+        if stage == "search":
+            t0 = time.perf_counter()
+            found = jax.block_until_ready(programs["search"](*args))
+            first = time.perf_counter() - t0
+            args[2] = found
+    out = programs["rest"](*args)
+    ok = int(np.sum(found.converged))
+    print(f"first search {first:.3f} s, converged {ok}/{problem.n_subjects}, "
+          f"OFV {float(np.sum(out.m2ll_i)):.10f}", flush=True)  # fmt: skip
+    for shift in (0.02, 0.03):
+        z = jax.device_put(z0 + shift)
+        warm = [z, args[1], found.modes if multistart else found.eta, args[3]]
+        t0 = time.perf_counter()
+        found = jax.block_until_ready(programs["search"](*warm))
+        t_search = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(programs["rest"](z, args[1], found, args[3]))
+        t_rest = time.perf_counter() - t0
+        grad = np.sum(np.asarray(out.grad_i), axis=0)
+        print(f"moved {shift}: search {t_search:.3f} s, rest {t_rest:.3f} s, OFV "
+              f"{float(np.sum(out.m2ll_i)):.10f}, |gradient| {np.linalg.norm(grad):.8f}",
+              flush=True)  # fmt: skip
+
+
 def search_chunk_times(problem, method, chunks: list[str], repeats: int) -> None:
     """The EBE search at the model's start, for each chunk size of `chunks`: compile s, the
     search from the start, the median of `repeats` searches from what the first found."""
@@ -153,15 +222,26 @@ def main() -> None:
     ap.add_argument("--ode", action="store_true", help="the ODE form of the model")
     ap.add_argument("--split", action="store_true", help="search and rest apart")
     ap.add_argument("--search-chunks", help="the search alone, per chunk size (0,125,auto)")
+    ap.add_argument("--network", action="store_true", help="the ODE form with a network")
+    ap.add_argument("--hessian", default="auto", help="InnerOptions(hessian=...) (--network)")
     args = ap.parse_args()
     name = "multidose_ode.model" if args.ode else "multidose.model"
     model = dn.load_model(ROOT / "examples" / "multidose" / name)
+    if args.network:
+        model = dn.load_model(NETWORK_MODEL)
     with tempfile.TemporaryDirectory() as tmp:
         p_nm, _ = multidose_data.write(args.subjects, 1, Path(tmp))
         pop = dn.read_data(p_nm)
         frame = pop.to_dataframe()
         frame["CRCL"] = frame.groupby("ID")["CRCL"].transform("first")
         frozen = dn.read_data(frame)
+    if args.network:
+        inner = (
+            dn.InnerOptions() if args.hessian == "auto" else dn.InnerOptions(hessian=args.hessian)
+        )
+        method = dn.FOCE(inner=inner)
+        network_times(model_problem(model, pop)[0], method)
+        return
     if args.search_chunks:
         chunks = args.search_chunks.split(",")
         search_chunk_times(model_problem(model, pop)[0], dn.FOCE(), chunks, args.repeats)

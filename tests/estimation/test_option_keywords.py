@@ -61,7 +61,10 @@ def test_signatures_and_values_are_kept():
         "max_iter",
         "tol",
         "multistart",
+        "hessian",
     ]
+    with pytest.raises(dn.OptionError, match="`hessian` must be 'auto', 'exact' or 'fisher'"):
+        dn.InnerOptions(hessian="bfgs")
     m = dn.FOCE(inner=dn.InnerOptions(max_iter=7))
     assert m.inner.max_iter == 7 and m == dn.FOCE(dn.InnerOptions(7))
     assert dn.JointMAP(fix_omega=False).fix_omega is False

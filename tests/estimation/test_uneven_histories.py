@@ -97,5 +97,10 @@ def test_subject_by_subject_in_halves_equals_the_batched_evaluation(model):
     # to the integrator's accuracy, not to rounding: programs built another way round
     # differently, and a step-size decision that flips moves a solve by up to about rtol (the
     # full test suite saw 5e-10 relative in one gradient entry, a run alone none)
+    # The searches' end points (`modes`, next evaluation's warm starts) to the search's own
+    # accuracy: Fisher scoring (what "auto" takes for integrated ODEs) ends with a step of its
+    # own curvature, within about 1e-7 of the mode; the EBEs (after the exact implicit step)
+    # and everything else to the integrator's.
     for name, a, b in zip(batched._fields, batched, looped):
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-7, atol=1e-9, err_msg=name)
+        atol = 1e-6 if name == "modes" else 1e-9
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-7, atol=atol, err_msg=name)

@@ -34,11 +34,26 @@ class InnerOptions(KeywordChecked):
       None (default): on for models with network parameters, off otherwise; True or False:
       always or never. The inner solve costs up to 2q + 2 times as much with it (in a fit,
       searches that ended at the same mode run once the next time).
+    - `hessian`: the curvature the Newton steps use. "exact": the Hessian of the EBE
+      objective. "fisher": Fisher scoring, ``2 (sum J J'/V + 1/2 sum dV dV'/V^2) +
+      2 Omega^-1`` from the first derivatives J of the means and dV of the variances in
+      eta (positive definite; the steps converge to the same mode, linearly rather than
+      quadratically, and slowly where the residuals' own curvature dominates), for at most
+      20 iterations; then exact Newton steps from where it stands, for the kept search of
+      each subject: one where it converged (ending at the mode as an exact search finds it),
+      an exact search where it did not. The EBE's derivative in the parameters uses the
+      exact Hessian at the mode. An iteration needs q tangents through the model instead
+      of q + q^2: an integrated ODE solve's cost grows with its tangents. Fisher scoring
+      covers uncensored Gaussian observations; with censored or non-Gaussian records the
+      exact Hessian is used. "auto" (default): "fisher" for integrated ODE models with
+      networks (where it was measured to pay: `benchmarks/RESULTS_multidose.md`), "exact"
+      otherwise.
     """
 
     max_iter: int = 50
     tol: float = 1e-14
     multistart: bool | None = None
+    hessian: str = "auto"
 
     def __post_init__(self) -> None:
         check_range("InnerOptions", "max_iter", self.max_iter, 1, 10_000, integer=True)
@@ -47,6 +62,11 @@ class InnerOptions(KeywordChecked):
             raise OptionError(
                 "InnerOptions: option `multistart` must be None, True or False; got "
                 f"{self.multistart!r}"
+            )
+        if self.hessian not in ("auto", "exact", "fisher"):
+            raise OptionError(
+                "InnerOptions: option `hessian` must be 'auto', 'exact' or 'fisher'; got "
+                f"{self.hessian!r}"
             )
 
 
@@ -61,7 +81,7 @@ class InnerResult(NamedTuple):
     converged: jax.Array
 
 
-def _vgh(fun: Callable[[jax.Array], jax.Array], eta: jax.Array):
+def exact_vgh(fun: Callable[[jax.Array], jax.Array], eta: jax.Array):
     """Value, gradient and Hessian of `fun` at `eta`, all in forward mode.
 
     With a handful of random effects, forward-over-forward differentiation is several times
@@ -78,6 +98,7 @@ def newton_lm(
     eta0: jax.Array,
     options: InnerOptions,
     max_step: jax.Array | None = None,
+    vgh: Callable[[jax.Array], tuple] | None = None,
 ) -> InnerResult:
     """Minimise `fun` (one subject's -2 log p(y, eta), no gradient flows) from `eta0`.
 
@@ -96,12 +117,16 @@ def newton_lm(
     at random effects many SDs out, where an ODE model turns stiff and one subject's solve
     holds up the whole batch; bounded steps avoid such trial points and change nothing near
     the mode.
+
+    `vgh(eta) -> (value, gradient, curvature)`, when given, replaces the exact value, gradient
+    and Hessian of `fun` (`exact_vgh`): a positive definite curvature (Fisher scoring) in place of
+    the Hessian; `hess` is then that curvature.
     """
-    start, pending, body = _newton_parts(fun, options, max_step)
+    start, pending, body = _newton_parts(fun, options, max_step, vgh)
     return _newton_result(jax.lax.while_loop(pending, body, start(eta0)))
 
 
-def _newton_parts(fun, options: InnerOptions, max_step):
+def _newton_parts(fun, options: InnerOptions, max_step, vgh=None):
     """`newton_lm` as (start(eta0) -> state, pending(state) -> bool, body(state) -> state)."""
 
     def start(eta0):
@@ -127,12 +152,14 @@ def _newton_parts(fun, options: InnerOptions, max_step):
         return (~state[7]) & (state[6] <= options.max_iter)
 
     unit = 1.0 if max_step is None else max_step
+    if vgh is None:
+        vgh = functools.partial(exact_vgh, fun)
 
     def body(state):
         eta, v, g, h, cand, lam, it, _, _ = state
         # the length of the step just tried, in units of `max_step` (max-norm)
         tried = jnp.max(jnp.abs(cand - eta) / unit)
-        v_new, g_new, h_new = _vgh(fun, cand)
+        v_new, g_new, h_new = vgh(cand)
         finite = jnp.isfinite(v_new) & jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(h_new))
         accept = finite & (v_new <= v + 1e-12 * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0))))
         first = ~jnp.isfinite(v)  # nothing accepted yet: `cand` is a start
@@ -196,6 +223,7 @@ def newton_lm_lanes(
     chunk: int | None = None,
     serial: bool = False,
     active: jax.Array | None = None,
+    vgh: Callable[[jax.Array, Any], tuple] | None = None,
 ) -> InnerResult:
     """`newton_lm` for L searches at once ("lanes"): lane l minimises ``fun(eta, x_l)`` from
     ``eta0[l]`` (`x`: a pytree of ``[L, ...]`` arrays; `max_step` ``[L, q]``). Each lane takes
@@ -211,16 +239,19 @@ def newton_lm_lanes(
     start far from any mode) make all the others wait at full cost. With `chunk`, each pass of
     the loop instead takes one iteration of `chunk` pending lanes (gathered, stepped and
     scattered back): the lanes still pending cost their own iterations only. `chunk` None (or
-    >= L): every pass steps all lanes.
+    >= L): every pass steps all lanes. `vgh(eta, x_l)`: as `newton_lm`'s, per lane.
     """
     n_lanes = eta0.shape[0]
     if serial:
-        return jax.lax.map(
-            lambda a: newton_lm(lambda e: fun(e, a[1]), a[0], options, a[2]), (eta0, x, max_step)
-        )
+
+        def one(a):
+            e0, xl, ms = a
+            return newton_lm(lambda e: fun(e, xl), e0, options, ms, _bound_vgh(vgh, xl))
+
+        return map_lanes(one, (eta0, x, max_step), active, None, serial=True)
 
     def parts(xl, ms):
-        return _newton_parts(lambda e: fun(e, xl), options, ms)
+        return _newton_parts(lambda e: fun(e, xl), options, ms, _bound_vgh(vgh, xl))
 
     def start(e0, xl, ms):
         return parts(xl, ms)[0](e0)
@@ -250,12 +281,31 @@ def newton_lm_lanes(
     return _newton_result(state)
 
 
+def _bound_vgh(vgh, xl):
+    """`vgh` of one lane (None stays None)."""
+    return None if vgh is None else (lambda e: vgh(e, xl))
+
+
 def map_lanes(
-    fun: Callable[[Any], Any], x: Any, active: jax.Array | None, chunk: int | None
+    fun: Callable[[Any], Any],
+    x: Any,
+    active: jax.Array | None,
+    chunk: int | None,
+    serial: bool = False,
 ) -> Any:
     """``vmap(fun)(x)`` over L lanes (`x`: a pytree of ``[L, ...]``), computed on the `active`
     lanes only, `chunk` at a time (a loop over as many chunks as the active lanes fill); the
-    results of inactive lanes are meaningless. `active` or `chunk` None: one `vmap` of all."""
+    results of inactive lanes are meaningless. `active` or `chunk` None: one `vmap` of all.
+    `serial`: a loop over the lanes, the inactive ones skipped (their results zeros)."""
+    if serial:
+        if active is None:
+            return jax.lax.map(fun, x)
+        shapes = jax.eval_shape(fun, jax.tree_util.tree_map(lambda a: a[0], x))
+
+        def skipped(_):
+            return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+        return jax.lax.map(lambda a: jax.lax.cond(a[0], fun, skipped, a[1]), (active, x))
     if active is None or chunk is None:
         return jax.vmap(fun)(x)
     n_lanes = active.shape[0]
@@ -307,16 +357,26 @@ def implicit_step(
     fun_theta: Callable[[jax.Array, object], jax.Array],
     theta: object,
     eta_hat: jax.Array,
-    hess: jax.Array,
+    hess: jax.Array | None,
     fun_near: Callable[[jax.Array], Callable[[jax.Array, object], jax.Array]] | None = None,
 ) -> jax.Array:
     """The mode `eta_hat` (Hessian `hess` of the inner objective there) as a differentiable
-    function of `theta`: one Newton step with the Hessian held constant (see `implicit_eta`)."""
+    function of `theta`: one Newton step with the Hessian held constant (see `implicit_eta`).
+    `hess` None: the exact Hessian at `eta_hat`, computed here with the gradient (forward over
+    forward; with `fun_near`, from the one expansion both use)."""
     eta_hat = jax.lax.stop_gradient(eta_hat)
-    hess = jax.lax.stop_gradient(hess)
     fun = fun_theta if fun_near is None else fun_near(eta_hat)
-    grad = jax.jacfwd(fun)(eta_hat, theta)  # forward: cheaper than reverse here
-    return eta_hat - solve(hess, grad)
+    if hess is None:
+
+        def gradient(e):
+            g = jax.jacfwd(fun)(e, theta)
+            return g, g
+
+        hess, grad = jax.jacfwd(gradient, has_aux=True)(eta_hat)
+        hess = 0.5 * (hess + hess.T)
+    else:
+        grad = jax.jacfwd(fun)(eta_hat, theta)  # forward: cheaper than reverse here
+    return eta_hat - solve(jax.lax.stop_gradient(hess), grad)
 
 
 def implicit_eta(

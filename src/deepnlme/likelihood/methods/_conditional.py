@@ -63,6 +63,36 @@ def _first(problem: Problem):
     return lambda th, e, s: obs_first(problem, th, e, s)
 
 
+# Fisher scoring's iterations at most before exact Newton steps take over (a converged search
+# took 4-11 on issue 25's multiple-dose design, `benchmarks/RESULTS_multidose.md`)
+_FISHER_ITER = 20
+
+
+def _fisher_vgh(obs_fn, theta, om_inv):
+    """`vgh(eta, (subj, v0)) -> (value, gradient, curvature)` of the EBE objective
+    (`inner_value`, uncensored Gaussian observations only) with Fisher scoring's curvature
+    ``2 (sum J J'/V + 1/2 sum dV dV'/V^2) + 2 Omega^-1`` (J, dV: the first derivatives of the
+    means and variances in eta; dV = 0 where `v0` holds the variances fixed). One forward
+    pass with q tangents gives all three."""
+
+    def vgh(e, xl):
+        subj, v0 = xl
+
+        def parts(x):
+            t = obs_fn(theta, x, subj)
+            var = t.var if v0 is None else v0
+            val = cond_parts(t, v0, False)[0] + x @ om_inv @ x
+            out = (val, t.mean, var)
+            return out, (out, t.mask & t.gaussian & (t.cens == 0))
+
+        (g, jm, jv), ((val, _, var), gobs) = jax.jacfwd(parts, has_aux=True)(e)
+        w = jnp.where(gobs, 1.0 / jnp.where(gobs, var, 1.0), 0.0)
+        h = 2.0 * (jm.T @ (w[:, None] * jm) + 0.5 * jv.T @ ((w * w)[:, None] * jv) + om_inv)
+        return val, g, 0.5 * (h + h.T)
+
+    return vgh
+
+
 @dataclasses.dataclass(frozen=True)
 class Conditional(Method):
     """Base of the methods that find each subject's EBE and apply Laplace's formula there.
@@ -93,6 +123,13 @@ class Conditional(Method):
         if self.inner.multistart is not None:
             return bool(self.inner.multistart)
         return problem.has_networks
+
+    def uses_fisher_scoring(self, problem: Problem, has_other: bool) -> bool:
+        """`InnerOptions.hessian` resolved: Fisher scoring in the EBE searches ("auto": for
+        integrated ODE models with networks), never with censored or non-Gaussian records."""
+        if has_other or self.inner.hessian == "exact":
+            return False
+        return self.inner.hessian == "fisher" or (problem.integrates_ode and problem.has_networks)
 
     def approximate_hessian(self, g_mat: jax.Array, dv: jax.Array, w: jax.Array) -> jax.Array:
         """Half the Hessian of -2 log p(y | eta) at the mode from the first derivatives of the
@@ -176,15 +213,25 @@ class Conditional(Method):
         # search in 2q + 2). The fixed starts (at the restarts: `estimation._outer`) all run.
         source = duplicate_starts(starts, limit) if eta.ndim == 3 and k1 > 1 else None
         active = None if source is None else (source == jnp.arange(k1)).reshape(-1)
+
+        def value(e, xl):
+            return inner_value(search_obs, theta, om_inv, xl[1], e, xl[0], ctx.has_other)
+
+        fisher = self.uses_fisher_scoring(problem, ctx.has_other)
+        # Fisher scoring: at most `_FISHER_ITER` iterations, then exact steps (`newton_finish`)
+        inner = self.inner
+        if fisher:
+            inner = dataclasses.replace(inner, max_iter=min(inner.max_iter, _FISHER_ITER))
         res = newton_lm_lanes(
-            lambda e, xl: inner_value(search_obs, theta, om_inv, xl[1], e, xl[0], ctx.has_other),
+            value,
             starts.reshape(n * k1, q),
             x,
-            self.inner,
+            inner,
             jnp.broadcast_to(limit, (n * k1, q)),
             chunk,
             serial,
             active,
+            _fisher_vgh(search_obs, theta, om_inv) if fisher else None,
         )
 
         def per_subject(a):  # [N K1, ...] -> [N, K1, ...], each group given its first's values
@@ -194,21 +241,44 @@ class Conditional(Method):
             return jnp.take_along_axis(a, source.reshape((n, k1) + (1,) * (a.ndim - 2)), axis=1)
 
         found = jax.tree_util.tree_map(per_subject, res)
+
+        def newton_finish(kept: Searched) -> Searched:
+            # Fisher scoring converges linearly (and slowly, or not at all, where the
+            # residuals' own curvature dominates): exact Newton steps from where it stopped,
+            # per subject for its kept search only. After a converged Fisher search that is
+            # one step, which ends where an exact search ends (the mode to about tol); an
+            # unconverged one goes on as an exact search. (`hess` stays that of the last
+            # accepted point: `contribution` computes the exact one at the mode.)
+            if not fisher:
+                return kept
+            again = newton_lm_lanes(
+                value,
+                kept.eta,
+                (subjects, v0),
+                self.inner,
+                jnp.broadcast_to(limit, (n, q)),
+                chunk,
+                serial,
+            )
+            return kept._replace(eta=again.eta, hess=again.hess, converged=again.converged)
+
         if k1 == 1:
             first_found = jax.tree_util.tree_map(lambda a: a[:, 0], found)
-            return Searched(first_found.eta, first_found.hess, first_found.converged, found.eta)
+            return newton_finish(
+                Searched(first_found.eta, first_found.hess, first_found.converged, found.eta)
+            )
 
         def score(lane_x):  # modes compete by their contribution to the objective
             e, (subj, v0_l) = lane_x
             return self.laplace(ctx, theta, e, search_obs, subj, v0_l)[0]
 
-        scores = per_subject(map_lanes(score, (res.eta, x), active, chunk))
+        scores = per_subject(map_lanes(score, (res.eta, x), active, chunk, serial))
 
         def choose(found_i, scores_i):
             kept, modes = keep_best(found_i, scores_i)
             return Searched(kept.eta, kept.hess, kept.converged, modes)
 
-        return jax.vmap(choose)(found, scores)
+        return newton_finish(jax.vmap(choose)(found, scores))
 
     def contribution(
         self, ctx: Context, searched: Searched, subj: Any
@@ -241,7 +311,13 @@ class Conditional(Method):
 
         p = (theta, ctx.om_inv, v0)
         fun_near = (lambda eta_c: inner_with(obs_at(eta_c))) if use_near else None
-        eta = implicit_step(inner_with(obs), p, searched.eta, searched.hess, fun_near)
+        # after Fisher scoring (and its exact Newton step) the search's `hess` is Fisher's
+        # curvature: the implicit step computes the exact Hessian at the mode itself (from
+        # the expansion about it, where there is one: little to add), which keeps the
+        # gradient as accurate as after an exact search
+        fisher = self.uses_fisher_scoring(problem, ctx.has_other)
+        hess = None if fisher else searched.hess
+        eta = implicit_step(inner_with(obs), p, searched.eta, hess, fun_near)
         # expanded about the search's mode, like the implicit step: one expansion serves both;
         # the returned EBE `eta` differs from it by the implicit step's Newton step, of order
         # |d|^2 after the search's final step d (`newton_lm`)
