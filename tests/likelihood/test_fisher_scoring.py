@@ -14,7 +14,7 @@ import deepnlme as dn
 from deepnlme.likelihood import make_evaluator, probe
 from deepnlme.likelihood._from_model import model_problem
 
-# Michaelis-Menten elimination (integrated: "auto" scores by Fisher), two random effects and a
+# Michaelis-Menten elimination (integrated), two random effects and a
 # proportional error (FOCEI's residual variance depends on eta)
 ODE_MODEL = """
 param:
@@ -37,10 +37,10 @@ derived:
 """
 
 
-def _data() -> dn.Population:
+def _data(doses: int = 2) -> dn.Population:
     rows = []
     for i in range(4):
-        for k in range(2):
+        for k in range(doses):
             rows.append(dict(ID=i + 1, TIME=12.0 * k, DV=0.0, AMT=100.0 + 20 * i, EVID=1, MDV=1))
         for j, t in enumerate((1.0, 4.0, 10.0, 14.0, 20.0)):
             dv = (10.0 + 2 * i) * np.exp(-0.1 * t) * (1.0 + 0.1 * np.sin(3.0 * i + j))
@@ -103,7 +103,7 @@ def test_which_searches_use_fisher_scoring():
     assert not fisher.uses_fisher_scoring(problem, has_other=True)
     exact = dn.FOCE(inner=dn.InnerOptions(hessian="exact"))
     assert not exact.uses_fisher_scoring(problem, has_other=False)
-    # "auto": integrated ODE models with networks only
+    # "auto": integrated ODE models with networks and several doses a subject only
     assert problem.integrates_ode and not dn.FOCE().uses_fisher_scoring(problem, False)
     net = dn.load_model(
         ODE_MODEL.replace("    sigma = Positive(init=0.15)\n", "    sigma = Positive(init=0.15)\n"
@@ -111,6 +111,9 @@ def test_which_searches_use_fisher_scoring():
         .replace("(km + Central / v)\n", "(km + Central / v) - NN(Central / v)[0] * Central\n")
     )  # fmt: skip
     with_net, _ = model_problem(net, _data())
-    assert with_net.integrates_ode and with_net.has_networks
+    assert with_net.uneven_histories and with_net.has_networks
     assert dn.FOCE().uses_fisher_scoring(with_net, has_other=False)
     assert dn.LaplaceI().uses_fisher_scoring(with_net, has_other=False)
+    one_dose, _ = model_problem(net, _data(doses=1))
+    assert one_dose.integrates_ode and not one_dose.uneven_histories
+    assert not dn.FOCE().uses_fisher_scoring(one_dose, has_other=False)

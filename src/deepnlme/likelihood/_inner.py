@@ -46,8 +46,8 @@ class InnerOptions(KeywordChecked):
       of q + q^2: an integrated ODE solve's cost grows with its tangents. Fisher scoring
       covers uncensored Gaussian observations; with censored or non-Gaussian records the
       exact Hessian is used. "auto" (default): "fisher" for integrated ODE models with
-      networks (where it was measured to pay: `benchmarks/RESULTS_multidose.md`), "exact"
-      otherwise.
+      networks and several doses a subject (evaluated subject by subject, where it was
+      measured to pay: `benchmarks/RESULTS_multidose.md`), "exact" otherwise.
     """
 
     max_iter: int = 50

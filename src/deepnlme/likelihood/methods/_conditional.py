@@ -126,10 +126,12 @@ class Conditional(Method):
 
     def uses_fisher_scoring(self, problem: Problem, has_other: bool) -> bool:
         """`InnerOptions.hessian` resolved: Fisher scoring in the EBE searches ("auto": for
-        integrated ODE models with networks), never with censored or non-Gaussian records."""
+        integrated ODE models with networks and several doses a subject, whose evaluations
+        run subject by subject), never with censored or non-Gaussian records."""
         if has_other or self.inner.hessian == "exact":
             return False
-        return self.inner.hessian == "fisher" or (problem.integrates_ode and problem.has_networks)
+        auto = problem.uneven_histories and problem.has_networks
+        return self.inner.hessian == "fisher" or auto
 
     def approximate_hessian(self, g_mat: jax.Array, dv: jax.Array, w: jax.Array) -> jax.Array:
         """Half the Hessian of -2 log p(y | eta) at the mode from the first derivatives of the
