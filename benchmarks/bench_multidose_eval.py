@@ -236,6 +236,7 @@ def main() -> None:
         frame["CRCL"] = frame.groupby("ID")["CRCL"].transform("first")
         frozen = dn.read_data(frame)
     if args.network:
+        # ("auto" passes no option: the same command times code from before the option)
         inner = (
             dn.InnerOptions() if args.hessian == "auto" else dn.InnerOptions(hessian=args.hessian)
         )

@@ -63,6 +63,13 @@ def _first(problem: Problem):
     return lambda th, e, s: obs_first(problem, th, e, s)
 
 
+def expected_information(g_mat: jax.Array, dv: jax.Array, w: jax.Array) -> jax.Array:
+    """Half the expected (Fisher) information of -2 log p(y | eta) in eta for Gaussian
+    observations: sum g g'/V + 1/2 sum dV dV'/V^2 from the first derivatives of the means
+    (`g_mat`) and variances (`dv`), `w` the inverse variances (0 where no such record)."""
+    return g_mat.T @ (w[:, None] * g_mat) + 0.5 * dv.T @ ((w * w)[:, None] * dv)
+
+
 # Fisher scoring's iterations at most before exact Newton steps take over (a converged search
 # took 4-11 on issue 25's multiple-dose design, `benchmarks/RESULTS_multidose.md`)
 _FISHER_ITER = 20
@@ -87,7 +94,7 @@ def _fisher_vgh(obs_fn, theta, om_inv):
 
         (g, jm, jv), ((val, _, var), gobs) = jax.jacfwd(parts, has_aux=True)(e)
         w = jnp.where(gobs, 1.0 / jnp.where(gobs, var, 1.0), 0.0)
-        h = 2.0 * (jm.T @ (w[:, None] * jm) + 0.5 * jv.T @ ((w * w)[:, None] * jv) + om_inv)
+        h = 2.0 * (expected_information(jm, jv, w) + om_inv)
         return val, g, 0.5 * (h + h.T)
 
     return vgh
@@ -313,10 +320,10 @@ class Conditional(Method):
 
         p = (theta, ctx.om_inv, v0)
         fun_near = (lambda eta_c: inner_with(obs_at(eta_c))) if use_near else None
-        # after Fisher scoring (and its exact Newton step) the search's `hess` is Fisher's
-        # curvature: the implicit step computes the exact Hessian at the mode itself (from
-        # the expansion about it, where there is one: little to add), which keeps the
-        # gradient as accurate as after an exact search
+        # after Fisher scoring the search's `hess` is the exact Hessian at the point before
+        # its last (exact) step, up to about sqrt(tol) from the mode: the implicit step
+        # computes it at the mode itself (from the expansion about it, where there is one:
+        # little to add), which keeps the gradient as accurate as after an exact search
         fisher = self.uses_fisher_scoring(problem, ctx.has_other)
         hess = None if fisher else searched.hess
         eta = implicit_step(inner_with(obs), p, searched.eta, hess, fun_near)

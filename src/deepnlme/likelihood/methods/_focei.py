@@ -6,7 +6,7 @@ import dataclasses
 
 import jax
 
-from ._conditional import Conditional
+from ._conditional import Conditional, expected_information
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,5 +21,4 @@ class FOCEI(Conditional):
     name = "FOCEI"
 
     def approximate_hessian(self, g_mat: jax.Array, dv: jax.Array, w: jax.Array) -> jax.Array:
-        h_half = g_mat.T @ (w[:, None] * g_mat)
-        return h_half + 0.5 * dv.T @ ((w * w)[:, None] * dv)
+        return expected_information(g_mat, dv, w)
