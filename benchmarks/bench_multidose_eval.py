@@ -7,6 +7,7 @@ warm.
     python benchmarks/bench_multidose_eval.py --split [--ode] [--subjects 150]
     python benchmarks/bench_multidose_eval.py --search-chunks 0,125,250 [--subjects 2000]
     python benchmarks/bench_multidose_eval.py --network [--subjects 20] [--hessian auto]
+        [--max-expansion 64]
 
 With ``--ode``: the ODE form of the model (`multidose_ode.model`, the default solver), CRCL
 changing only. With ``--split``: CRCL changing, the evaluation's two programs (the EBE search,
@@ -224,7 +225,16 @@ def main() -> None:
     ap.add_argument("--search-chunks", help="the search alone, per chunk size (0,125,auto)")
     ap.add_argument("--network", action="store_true", help="the ODE form with a network")
     ap.add_argument("--hessian", default="auto", help="InnerOptions(hessian=...) (--network)")
+    ap.add_argument(
+        "--max-expansion",
+        type=int,
+        help="entries up to which an ODE solve is expanded (solve._subject._MAX_ODE_EXPANSION)",
+    )
     args = ap.parse_args()
+    if args.max_expansion is not None:
+        from deepnlme.solve import _subject
+
+        _subject._MAX_ODE_EXPANSION = args.max_expansion
     name = "multidose_ode.model" if args.ode else "multidose.model"
     model = dn.load_model(ROOT / "examples" / "multidose" / name)
     if args.network:

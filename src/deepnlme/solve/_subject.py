@@ -219,9 +219,10 @@ class Prediction(NamedTuple):
 
 # The ODE solve is expanded (`SubjectPredictor.states_near`) when it depends on at most this
 # many parameter and random-effect entries: the expansion's forward cost grows with their
-# number times (1 + q), while reverse mode through the solve does not. The network model of
-# examples/deepnlme_dynamics (about 30 entries) gains from it; the crossover has not been
-# measured.
+# number times (1 + q), while reverse mode through the solve does not. Measured: at 23 entries
+# (issue 25's multiple-dose network model) the expansion's rest ran 1.2x faster and compiled
+# 4.4x faster than reverse mode; at 113 (benchmark 3) reverse mode ran 3-4x faster
+# (benchmarks/RESULTS_multidose.md, "Derivatives of integrated solves").
 _MAX_ODE_EXPANSION = 64
 
 # A time-varying closed-form model is expanded in its per-segment parameters (C segments x
