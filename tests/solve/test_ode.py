@@ -11,6 +11,7 @@ import pytest
 
 from deepnlme._config import compile_lowered
 from deepnlme.errors import OptionError
+from deepnlme.model.types import DosingParams
 from deepnlme.solve import (
     CLOSED_FORMS,
     DoseFeatures,
@@ -312,3 +313,41 @@ def test_jit_matches_eager_and_vmap_matches_loop(solvers):
         kind, {**PARAMS[kind], "cl": cls[1]}, dp, dose, T, options=OdeOptions(steady_state=False)
     )
     np.testing.assert_allclose(np.asarray(eager.states), loop[1], rtol=1e-10, atol=1e-12)
+
+
+def test_steady_state_derivatives_by_the_implicit_function():
+    """A nonlinear model's SS states (SS=1 and SS=2, a lag on the dose) in forward mode, whose
+    rule solves the periodic map once in the tangent's direction (`_fixed_point`): first and
+    second derivatives against central differences of the values and of the first."""
+
+    def states(theta, adjoint):
+        def rhs(t, x, args):
+            ka, vmax, km = args
+            return jnp.stack([-ka * x[0], ka * x[0] - vmax * x[1] / (km + x[1])])
+
+        dose = doses([0.0, 30.0], [100.0, 60.0], [1, 1], ss=[1, 2], ii=[12.0, 8.0])
+        z = jnp.zeros(1)
+        dp = DosingParams(
+            jnp.concatenate([theta[3:4], z]),
+            jnp.ones(2),
+            jnp.full(2, jnp.nan),
+            jnp.full(2, jnp.nan),
+        )
+        t = jnp.array([1.0, 6.0, 31.0, 40.0])
+        options = OdeOptions(solver="tsit5", adjoint=adjoint, rtol=1e-10, atol=1e-12)
+        return ode_states(
+            rhs, jnp.zeros(2), lambda cov: (theta[0], theta[1], theta[2]), *NOCOV, dose, dp, t,
+            options=options,
+        ).states  # fmt: skip
+
+    theta = jnp.array([1.3, 20.0, 5.0, 0.5])
+    value = jax.jit(lambda th: states(th, "forward"))
+    fwd = jax.jit(jax.jacfwd(lambda th: states(th, "forward")))
+    jac = fwd(theta)
+    hess = jax.jit(jax.jacfwd(jax.jacfwd(lambda th: states(th, "forward"))))(theta)
+    for k, h in enumerate((1e-5, 1e-3, 1e-4, 1e-5)):
+        step = jnp.zeros(4).at[k].set(h)
+        fd = (value(theta + step) - value(theta - step)) / (2 * h)
+        np.testing.assert_allclose(np.asarray(jac[..., k]), np.asarray(fd), rtol=1e-6, atol=1e-7)
+        fd = (fwd(theta + step) - fwd(theta - step)) / (2 * h)
+        np.testing.assert_allclose(np.asarray(hess[..., k]), np.asarray(fd), rtol=1e-5, atol=1e-6)

@@ -426,9 +426,10 @@ def _solver_and_adjoint(options: OdeOptions) -> tuple[Any, Any]:
     return solver_object(options.solver), getattr(dfx, _ADJOINTS[options.adjoint])()
 
 
-def _integrate(prob: _Problem, field, a, b, y, args, jump=None):
+def _integrate(prob: _Problem | _Integration, field, a, b, y, args, jump=None):
     """`y` carried from `a` to `b` along `field` (one ``diffeqsolve``; `jump`: times where
-    the field is discontinuous), and whether the solve succeeded."""
+    the field is discontinuous), and whether the solve succeeded (`prob`: its solver,
+    adjoint and options)."""
     import diffrax as dfx
 
     opts = prob.options
@@ -558,8 +559,8 @@ def _steady_state(prob: _Problem, d, args):
     """SS state at the record time of dose d (x0 when d is not an SS dose), and whether it was
     found."""
     iv = _ss_interval(prob, d)
-    eye = jnp.eye(prob.x0.shape[0])  # (one identity for both Newton solves)
-    x_per, ok_per = _periodic_state(prob, d, iv, args, eye)
+    eye = jnp.eye(prob.x0.shape[0])
+    x_per, ok_per = _periodic_state(prob, d, iv, args)
     x_c, ok_c, is_c = _constant_infusion_state(prob, d, args, eye)
     x_ss = jnp.where(is_c, x_c, x_per)
     ok_ss = jnp.where(is_c, ok_c, jnp.where(iv.is_per, ok_per, True))
@@ -578,37 +579,119 @@ def _ss_interval(prob: _Problem, d) -> _Interval:
     return _Interval(t_a, is_per, tau, bolus, u_inf, t_end, jnp.reshape(t_end, (1,)))
 
 
-def _periodic_state(prob: _Problem, d, iv: _Interval, args, eye):
+def _periodic_state(prob: _Problem, d, iv: _Interval, args):
     """The periodic SS state of dose `d` at its record time (x0 when not periodic), by
-    Newton's method on the one-interval map, and whether it converged."""
-    rhs, x0, opts = prob.rhs, prob.x0, prob.options
-
-    def field(t, y, args):
-        x, phi = y
-        u = jnp.where(t < iv.t_end, iv.u_inf, 0.0)
-        jac = jax.jacfwd(lambda xx: rhs(t, xx, args))(x)
-        return rhs(t, x, args) + u, jac @ phi
+    Newton's method on the one-interval map (`_fixed_point`), and whether it converged."""
+    # the values the right-hand side closes over (parameters, random effects) become
+    # arguments of the one-interval map, whose derivatives the fixed point's rule takes
+    rhs, consts = jax.closure_convert(prob.rhs, iv.t_a, prob.x0, args)
+    maps = _PeriodicMap(rhs, _Integration(prob.solver, prob.adjoint, prob.options))
+    p = (args, tuple(consts), iv.bolus, iv.u_inf, iv.t_a, iv.tau, iv.t_end)
+    # (reverse mode alone, recursive checkpointing, differentiates the Newton steps: the
+    # rule's solve in the tangent's directions is forward mode)
+    forward = not isinstance(prob.adjoint, _recursive_adjoint())
+    solve = _fixed_point if forward else _newton_periodic
+    x, ok = solve(maps, p, jax.lax.stop_gradient(prob.x0), iv.is_per)
 
     def xfield(t, x, args):
-        return rhs(t, x, args) + jnp.where(t < iv.t_end, iv.u_inf, 0.0)
+        return prob.rhs(t, x, args) + jnp.where(t < iv.t_end, iv.u_inf, 0.0)
 
-    x = x0
-    ok = jnp.array(True)
-    r = jnp.zeros(x0.shape[0])
-    for _ in range(opts.ss_iterations):
-        (px, phi), ok_i = _integrate(
-            prob, field, iv.t_a, iv.t_a + iv.tau, (x + iv.bolus, eye), args, iv.jump
-        )
-        ok = ok & ok_i
-        r = px - x
-        mat = jnp.where(iv.is_per, phi - eye, -eye)
-        x = x - jnp.linalg.solve(mat, r)
-    scale = opts.rtol * jnp.max(jnp.abs(x)) + opts.atol
-    ok = ok & (jnp.max(jnp.abs(r)) <= 1e3 * scale)
     # the state at the record time: phase tau - lag after the previous administration
     t_rec = iv.t_a + iv.tau - prob.adm.lag[d] * iv.is_per
     x_rec, ok_p = _integrate(prob, xfield, iv.t_a, t_rec, x + iv.bolus, args, iv.jump)
-    return jnp.where(iv.is_per, x_rec, x0), ok & ok_p
+    return jnp.where(iv.is_per, x_rec, prob.x0), (ok > 0.5) & ok_p
+
+
+class _Integration(NamedTuple):
+    """What `_integrate` reads of a `_Problem`."""
+
+    solver: Any
+    adjoint: Any
+    options: OdeOptions
+
+
+class _PeriodicMap(NamedTuple):
+    """The one-interval map of an SS dose: ``rhs(t, x, args, *consts)`` (closure-converted)
+    and how to integrate it."""
+
+    rhs: Callable
+    how: _Integration
+
+
+def _interval_map(maps: _PeriodicMap, x, p, jacobian: bool):
+    """The state one dosing interval after `x` (the dose given at its start), with
+    `jacobian` also its Jacobian in `x` (the variational equations), and whether the solve
+    succeeded. `p`: (args, consts, bolus, u_inf, t_a, tau, t_end)."""
+    args, consts, bolus, u_inf, t_a, tau, t_end = p
+
+    def xfield(t, xx, a):
+        args, consts, u_inf, t_end = a
+        return maps.rhs(t, xx, args, *consts) + jnp.where(t < t_end, u_inf, 0.0)
+
+    def field(t, y, a):
+        xx, phi = y
+        jac = jax.jacfwd(lambda z: xfield(t, z, a))(xx)
+        return xfield(t, xx, a), jac @ phi
+
+    a = (args, consts, u_inf, t_end)
+    y = (x + bolus, jnp.eye(x.shape[0])) if jacobian else x + bolus
+    jump = jnp.reshape(t_end, (1,))
+    return _integrate(maps.how, field if jacobian else xfield, t_a, t_a + tau, y, a, jump)
+
+
+def _recursive_adjoint():
+    import diffrax as dfx
+
+    return dfx.RecursiveCheckpointAdjoint
+
+
+def _newton_periodic(maps: _PeriodicMap, p, x_start, is_per, loop: bool = False):
+    """The periodic state ``x = Phi(x)`` of the one-interval map (`_interval_map`), by
+    `ss_iterations` Newton steps from `x_start` (the last one checks convergence), and 1.0
+    where it converged (0.0 where not). `loop`: the steps as one ``fori_loop`` (one solve of
+    the map to compile; not for reverse mode, which differentiates the steps)."""
+    opts = maps.how.options
+    eye = jnp.eye(x_start.shape[0])
+
+    def step(_, carry):
+        x, ok, _ = carry
+        (px, phi), ok_i = _interval_map(maps, x, p, True)
+        r = px - x
+        return x - jnp.linalg.solve(jnp.where(is_per, phi - eye, -eye), r), ok & ok_i, r
+
+    carry = (x_start, jnp.array(True), jnp.zeros(x_start.shape[0]))
+    if loop:
+        carry = jax.lax.fori_loop(0, opts.ss_iterations, step, carry)
+    else:
+        for i in range(opts.ss_iterations):
+            carry = step(i, carry)
+    x, ok, r = carry
+    scale = opts.rtol * jnp.max(jnp.abs(x)) + opts.atol
+    ok = ok & (jnp.max(jnp.abs(r)) <= 1e3 * scale)
+    return x, ok.astype(float)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _fixed_point(maps: _PeriodicMap, p, x_start, is_per):
+    """`_newton_periodic`, differentiated as the implicit function: ``(I - Phi_x)^-1 Phi_p
+    dp`` at the periodic state, from the map's variational equations there and one solve of
+    the map in the tangent's direction, where differentiating the Newton steps solved the map
+    and its variational equations in the tangent's direction at every step (the rule is
+    differentiated again for higher orders: exact at any order)."""
+    return _newton_periodic(maps, p, x_start, is_per, loop=True)
+
+
+@_fixed_point.defjvp
+def _fixed_point_jvp(maps: _PeriodicMap, primals, tangents):
+    p, x_start, is_per = primals
+    x, ok = _fixed_point(maps, p, x_start, is_per)
+    # Phi_x from the variational equations at x, apart from the solve in the tangent's
+    # direction (so that reverse mode over this rule sees the matrix as known)
+    (_, phi_x), _ = _interval_map(maps, x, p, True)
+    _, dphi = jax.jvp(lambda pp: _interval_map(maps, x, pp, False)[0], (p,), (tangents[0],))
+    eye = jnp.eye(x.shape[0])
+    mat = jnp.where(is_per, phi_x - eye, -eye)
+    return (x, ok), (-jnp.linalg.solve(mat, dphi), jnp.zeros_like(ok))
 
 
 def _constant_infusion_state(prob: _Problem, d, args, eye):
