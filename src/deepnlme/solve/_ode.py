@@ -593,6 +593,11 @@ def _periodic_state(prob: _Problem, d, iv: _Interval, args):
     solve = _fixed_point if forward else _newton_periodic
     x, ok = solve(maps, p, jax.lax.stop_gradient(prob.x0), iv.is_per)
 
+    if prob.merged:
+        # no lag: the record time is the administration's, where the periodic state is the
+        # fixed point itself (the map solved once more would give it back)
+        return jnp.where(iv.is_per, x, prob.x0), ok > 0.5
+
     def xfield(t, x, args):
         return prob.rhs(t, x, args) + jnp.where(t < iv.t_end, iv.u_inf, 0.0)
 
