@@ -559,9 +559,8 @@ def _steady_state(prob: _Problem, d, args):
     """SS state at the record time of dose d (x0 when d is not an SS dose), and whether it was
     found."""
     iv = _ss_interval(prob, d)
-    eye = jnp.eye(prob.x0.shape[0])
     x_per, ok_per = _periodic_state(prob, d, iv, args)
-    x_c, ok_c, is_c = _constant_infusion_state(prob, d, args, eye)
+    x_c, ok_c, is_c = _constant_infusion_state(prob, d, args)
     x_ss = jnp.where(is_c, x_c, x_per)
     ok_ss = jnp.where(is_c, ok_c, jnp.where(iv.is_per, ok_per, True))
     return x_ss, ok_ss
@@ -589,8 +588,7 @@ def _periodic_state(prob: _Problem, d, iv: _Interval, args):
     p = (args, tuple(consts), iv.bolus, iv.u_inf, iv.t_a, iv.tau, iv.t_end)
     # (reverse mode alone, recursive checkpointing, differentiates the Newton steps: the
     # rule's solve in the tangent's directions is forward mode)
-    forward = not isinstance(prob.adjoint, _recursive_adjoint())
-    solve = _fixed_point if forward else _newton_periodic
+    solve = _newton_periodic if prob.options.adjoint == "recursive" else _fixed_point
     x, ok = solve(maps, p, jax.lax.stop_gradient(prob.x0), iv.is_per)
 
     if prob.merged:
@@ -598,12 +596,9 @@ def _periodic_state(prob: _Problem, d, iv: _Interval, args):
         # fixed point itself (the map solved once more would give it back)
         return jnp.where(iv.is_per, x, prob.x0), ok > 0.5
 
-    def xfield(t, x, args):
-        return prob.rhs(t, x, args) + jnp.where(t < iv.t_end, iv.u_inf, 0.0)
-
     # the state at the record time: phase tau - lag after the previous administration
     t_rec = iv.t_a + iv.tau - prob.adm.lag[d] * iv.is_per
-    x_rec, ok_p = _integrate(prob, xfield, iv.t_a, t_rec, x + iv.bolus, args, iv.jump)
+    x_rec, ok_p = _interval_map(maps, x, p, False, t_rec)
     return jnp.where(iv.is_per, x_rec, prob.x0), (ok > 0.5) & ok_p
 
 
@@ -623,10 +618,10 @@ class _PeriodicMap(NamedTuple):
     how: _Integration
 
 
-def _interval_map(maps: _PeriodicMap, x, p, jacobian: bool):
-    """The state one dosing interval after `x` (the dose given at its start), with
-    `jacobian` also its Jacobian in `x` (the variational equations), and whether the solve
-    succeeded. `p`: (args, consts, bolus, u_inf, t_a, tau, t_end)."""
+def _interval_map(maps: _PeriodicMap, x, p, jacobian: bool, t_stop=None):
+    """The state one dosing interval after `x` (the dose given at its start; or at `t_stop`
+    within it), with `jacobian` also its Jacobian in `x` (the variational equations), and
+    whether the solve succeeded. `p`: (args, consts, bolus, u_inf, t_a, tau, t_end)."""
     args, consts, bolus, u_inf, t_a, tau, t_end = p
 
     def xfield(t, xx, a):
@@ -641,13 +636,8 @@ def _interval_map(maps: _PeriodicMap, x, p, jacobian: bool):
     a = (args, consts, u_inf, t_end)
     y = (x + bolus, jnp.eye(x.shape[0])) if jacobian else x + bolus
     jump = jnp.reshape(t_end, (1,))
-    return _integrate(maps.how, field if jacobian else xfield, t_a, t_a + tau, y, a, jump)
-
-
-def _recursive_adjoint():
-    import diffrax as dfx
-
-    return dfx.RecursiveCheckpointAdjoint
+    t_stop = t_a + tau if t_stop is None else t_stop
+    return _integrate(maps.how, field if jacobian else xfield, t_a, t_stop, y, a, jump)
 
 
 def _newton_periodic(maps: _PeriodicMap, p, x_start, is_per, loop: bool = False):
@@ -699,12 +689,13 @@ def _fixed_point_jvp(maps: _PeriodicMap, primals, tangents):
     return (x, ok), (-jnp.linalg.solve(mat, dphi), jnp.zeros_like(ok))
 
 
-def _constant_infusion_state(prob: _Problem, d, args, eye):
+def _constant_infusion_state(prob: _Problem, d, args):
     """The SS state of dose `d` when it is a constant infusion (``rhs(x) + rate = 0``, by
     Newton's method), whether it converged, and whether `d` is one."""
     rhs, x0, res, opts = prob.rhs, prob.x0, prob.res, prob.options
     is_c = res.is_const[d] & prob.adm.live[d]
     u_c = jnp.where(is_c, res.rate[d], 0.0) * prob.adm.onehot[d]
+    eye = jnp.eye(x0.shape[0])
     xc = x0
     g = jnp.zeros(x0.shape[0])
     for _ in range(opts.ss_iterations):
