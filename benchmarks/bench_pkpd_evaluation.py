@@ -1,4 +1,4 @@
-"""Where one FOCE evaluation of benchmark 3's network model spends its time.
+"""Where one FOCE (or FOCEI, LaplaceI) evaluation of benchmark 3's network model spends its time.
 
 The evaluation is two compiled programs, the EBE search and the rest (Laplace's formula at
 the modes and its exact gradient); each is compiled and timed apart, at the model's initial
@@ -7,12 +7,13 @@ nearby point warm-started from what the first found (with multistart: the tracke
 a fit warm-starts them).
 
     python benchmarks/bench_pkpd_evaluation.py [--subjects 50] [--multistart]
-        [--max-expansion 64] [--hessian auto]
+        [--max-expansion 64] [--hessian auto] [--method foce]
 
 `--max-expansion`: the number of parameter and random-effect entries of an ODE solve up to
 which the rest expands the solve by forward sensitivities instead of differentiating it
 (`solve._subject._MAX_ODE_EXPANSION`). `--hessian`: the EBE searches' curvature,
 `InnerOptions(hessian=...)` ("auto" takes Fisher scoring for this network model).
+`--method`: foce (default), focei or laplacei.
 """
 
 from __future__ import annotations
@@ -38,8 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_deepnlme_pkpd as pkpd  # noqa: E402
 
 
-def setup(subjects: int, multistart: bool, hessian: str = "auto"):
-    """Benchmark 3's FOCE evaluation on `subjects` training subjects at the initial
+METHODS = {"foce": dn.FOCE, "focei": dn.FOCEI, "laplacei": dn.LaplaceI}
+
+
+def setup(subjects: int, multistart: bool, hessian: str = "auto", method: str = "foce"):
+    """Benchmark 3's FOCE (`method`) evaluation on `subjects` training subjects at the initial
     estimates: (problem, u, free, method, structure, first EBE starts)."""
     with tempfile.TemporaryDirectory() as tmp:
         train, _ = pkpd.make_data(subjects, 1, Path(tmp))
@@ -47,7 +51,8 @@ def setup(subjects: int, multistart: bool, hessian: str = "auto"):
     model = dn.load_model(pkpd.HERE / "deepnlme.model")
     problem, _ = model_problem(model, pop)
     u = jnp.asarray(problem.init_u())
-    method = dn.FOCE(inner=dn.InnerOptions(multistart=multistart, hessian=hessian))
+    inner = dn.InnerOptions(multistart=multistart, hessian=hessian)
+    method = METHODS[method](inner=inner)
     eta0 = np.zeros((problem.n_subjects, problem.n_eta))
     eta0 = jnp.asarray(_with_fixed_starts(problem, np.asarray(u), eta0) if multistart else eta0)
     return problem, u, tuple(range(u.size)), method, structure_of(problem), eta0
@@ -59,9 +64,12 @@ def main() -> None:
     ap.add_argument("--multistart", action="store_true")
     ap.add_argument("--max-expansion", type=int, default=subject_module._MAX_ODE_EXPANSION)
     ap.add_argument("--hessian", default="auto", help="InnerOptions(hessian=...)")
+    ap.add_argument("--method", default="foce", choices=sorted(METHODS))
     args = ap.parse_args()
     subject_module._MAX_ODE_EXPANSION = args.max_expansion
-    problem, u, free, method, structure, eta0 = setup(args.subjects, args.multistart, args.hessian)
+    problem, u, free, method, structure, eta0 = setup(
+        args.subjects, args.multistart, args.hessian, args.method
+    )
     search = jax.jit(make_evaluator(problem, method, free, structure, stage="search"))
     rest = jax.jit(make_evaluator(problem, method, free, structure, stage="rest"))
 
@@ -82,7 +90,7 @@ def main() -> None:
         _, tr = timed(c_rest, u2, u2, found2, problem.subjects)
         runs.append((ts, tr))
     print(
-        f"{problem.n_subjects} subjects, multistart {args.multistart}, hessian {args.hessian}, "
+        f"{args.method}, {problem.n_subjects} subjects, multistart {args.multistart}, hessian {args.hessian}, "
         f"max expansion {args.max_expansion}: "
         f"compile search {t_cs:.1f} s, rest {t_cr:.1f} s; from eta = 0: search {t_s0:.3f} s, "
         f"rest {t_r0:.3f} s (OFV {float(jnp.sum(ev.m2ll_i)):.6f}); warm: "

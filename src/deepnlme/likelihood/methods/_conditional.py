@@ -8,12 +8,14 @@ residual variances fixed (`residual_variance`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..._autodiff import value_jac_hess
 from ...errors import OptionError
 from .._inner import (
     InnerOptions,
@@ -61,6 +63,29 @@ def multistart_points(om: Any) -> Any:
 def _first(problem: Problem):
     """`obs_first` of `problem` as an `obs_terms`-like function."""
     return lambda th, e, s: obs_first(problem, th, e, s)
+
+
+def value_and_hessian(problem: Problem, fun: Callable, e: jax.Array) -> tuple:
+    """``(fun(e), Hessian of fun at e)``, exact: forward over forward where `problem`
+    integrates an ODE, forward over reverse otherwise.
+
+    Under the fit's gradient, reverse mode through an integrated solve (diffrax's adjoint)
+    costs more than the q + q^2 forward tangents: benchmark 3's network model (issue 25),
+    20 subjects, the rest of a LaplaceI evaluation 1.3 s against 3.1 s; theophylline as
+    ODEs (Tsit5), a LaplaceI fit 7.3 s against 11.0 s warm. On closed forms forward over
+    reverse stays: the same fit in closed form 0.10 s against 0.14 s
+    (benchmarks/RESULTS_deepnlme_pkpd.md, "LaplaceI").
+    """
+    if problem.integrates_ode:
+        val, _, hess = value_jac_hess(fun, e)
+        return val, hess
+
+    def gh(x):
+        val, grad = jax.value_and_grad(fun)(x)
+        return grad, val
+
+    hess, val = jax.jacfwd(gh, has_aux=True)(e)
+    return val, hess
 
 
 def expected_information(g_mat: jax.Array, dv: jax.Array, w: jax.Array) -> jax.Array:
@@ -164,7 +189,10 @@ class Conditional(Method):
         h_half = self.approximate_hessian(g_mat, dv, w)
         if ctx.has_other:
             obs = ctx.problem.obs_terms
-            h_half = h_half + 0.5 * jax.hessian(lambda x: cond_parts(obs(th, x, subj), v0)[1])(e)
+            _, h_other = value_and_hessian(
+                ctx.problem, lambda x: cond_parts(obs(th, x, subj), v0)[1], e
+            )
+            h_half = h_half + 0.5 * h_other
         return self.at_mode(ctx, e, cval, h_half)
 
     @staticmethod

@@ -9,7 +9,7 @@ import jax
 
 from .._terms import cond_parts
 from ._base import Context
-from ._conditional import Conditional
+from ._conditional import Conditional, value_and_hessian
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,9 +30,5 @@ class LaplaceI(Conditional):
             gp, xp = cond_parts(obs(th, x, subj), None, ctx.has_other)
             return gp + xp
 
-        def gh(x):
-            val, grad = jax.value_and_grad(cond_total)(x)
-            return grad, val
-
-        hess, cval = jax.jacfwd(gh, has_aux=True)(e)
+        cval, hess = value_and_hessian(ctx.problem, cond_total, e)
         return self.at_mode(ctx, e, cval, 0.25 * (hess + hess.T))
