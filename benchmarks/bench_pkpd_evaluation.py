@@ -1,4 +1,4 @@
-"""Where one FOCE (or FOCEI, LaplaceI) evaluation of benchmark 3's network model spends its time.
+"""Where one FOCE (FOCEI, LaplaceI) evaluation of benchmark 3's network model spends its time.
 
 The evaluation is two compiled programs, the EBE search and the rest (Laplace's formula at
 the modes and its exact gradient); each is compiled and timed apart, at the model's initial
@@ -37,7 +37,6 @@ from deepnlme.likelihood._from_model import model_problem
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_deepnlme_pkpd as pkpd  # noqa: E402
-
 
 METHODS = {"foce": dn.FOCE, "focei": dn.FOCEI, "laplacei": dn.LaplaceI}
 
@@ -90,7 +89,8 @@ def main() -> None:
         _, tr = timed(c_rest, u2, u2, found2, problem.subjects)
         runs.append((ts, tr))
     print(
-        f"{args.method}, {problem.n_subjects} subjects, multistart {args.multistart}, hessian {args.hessian}, "
+        f"{args.method}, {problem.n_subjects} subjects, multistart {args.multistart}, "
+        f"hessian {args.hessian}, "
         f"max expansion {args.max_expansion}: "
         f"compile search {t_cs:.1f} s, rest {t_cr:.1f} s; from eta = 0: search {t_s0:.3f} s, "
         f"rest {t_r0:.3f} s (OFV {float(jnp.sum(ev.m2ll_i)):.6f}); warm: "
