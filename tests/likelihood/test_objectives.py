@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import jax
@@ -569,8 +570,6 @@ def test_hessian_in_eta_forward_over_forward_for_integrated_odes(method, blq):
     # Laplace's exact Hessian in eta (LaplaceI; FOCEI's censored terms) is taken forward over
     # forward where the model integrates an ODE, forward over reverse otherwise: the same
     # objective and gradient either way
-    import dataclasses
-
     prob = tm.small_oral(blq=blq)
     outs = []
     for integrates in (False, True):

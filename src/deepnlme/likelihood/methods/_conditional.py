@@ -71,11 +71,11 @@ def value_and_hessian(problem: Problem, fun: Callable, e: jax.Array) -> tuple:
 
     Under the fit's gradient, reverse mode through an integrated solve (diffrax's adjoint)
     costs more than the q + q^2 forward tangents: benchmark 3's network model (issue 25),
-    20 subjects, the rest of a LaplaceI evaluation 1.3 s against 3.1 s; theophylline as
-    ODEs (Tsit5), a LaplaceI fit 7.3 s against 11.0 s warm, a FOCEI fit with 15 BLQ records
-    5.9 s against 8.9 s. On closed forms forward over
-    reverse stays: the same fit in closed form 0.10 s against 0.14 s
-    (benchmarks/RESULTS_deepnlme_pkpd.md, "LaplaceI").
+    20 subjects, the rest of a LaplaceI evaluation 1.1 s against 3.1 s; Theophylline as
+    ODEs (Tsit5), a LaplaceI fit 6.5 s against 10.2 s warm, a FOCEI fit with 15 BLQ records
+    6.0 s against 9.2 s. On closed forms forward over reverse stays (forward over forward:
+    0.14 s against 0.10 s for the same LaplaceI fit in closed form).
+    Measured: benchmarks/RESULTS_deepnlme_pkpd.md, "LaplaceI".
     """
     if problem.integrates_ode:
         val, _, hess = value_jac_hess(fun, e)
