@@ -4,10 +4,13 @@ data sets and models by name, read_data's options, --version, compare, the progr
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import re
 import shutil
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -125,6 +128,29 @@ def test_version_is_the_package_version(capsys):
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out == f"{dn.__version__}\n"
+
+
+def test_python_dash_m_runs_the_command(in_tmp):
+    """``python -m deepnlme`` is the ``deepnlme`` command: same output, same exit codes."""
+    run = functools.partial(subprocess.run, capture_output=True, text=True, check=False, cwd=in_tmp)
+    ok = run([sys.executable, "-m", "deepnlme", "--version"])
+    assert (ok.returncode, ok.stdout) == (0, f"{dn.__version__}\n")
+    bad = run(
+        [
+            sys.executable,
+            "-m",
+            "deepnlme",
+            "fit",
+            "x.model",
+            "y.csv",
+            "--method",
+            "FOCI",
+            "--out",
+            "o",
+        ]
+    )
+    assert bad.returncode == 2
+    assert "deepnlme: error: --method: unknown estimation method 'FOCI'" in bad.stderr
 
 
 def test_data_set_by_name(in_tmp, capsys):
