@@ -29,7 +29,7 @@ LAYERS = [
     ("export", ("export",)),
     ("workflows", ("workflows",)),
     ("interfaces", ("interfaces",)),
-    ("root", ("", "_validation")),
+    ("root", ("", "_validation", "__main__")),
 ]
 RANK = {part: i for i, (_, parts) in enumerate(LAYERS) for part in parts}
 
