@@ -2,7 +2,7 @@
 with the ways tried to shorten it side by side, and optionally the Hessian at the end.
 
     python benchmarks/bench_pkpd_foce_tail.py [--subjects 50] [--iterations 40]
-        [--variants bfgs,omega-from-ebes,sr1] [--hessian]
+        [--variants bfgs,omega-from-ebes,sr1,bhhh] [--hessian]
 
 JointMAP with its defaults once, then for each variant FOCE for `--iterations` accepted steps
 from it (the EBE searches warm-started at accepted points in every variant):
@@ -11,6 +11,11 @@ from it (the EBE searches warm-started at accepted points in every variant):
   `init=jointmap_fit` passes, as the benchmark chains them).
 - ``omega-from-ebes``: the same with Omega started at the mean squares of JointMAP's EBEs
   (JointMAP holds Omega at its initial values: the EM update of Omega given the modes).
+- ``bhhh``: the ``bfgs`` fit with its inverse Hessian taken at every accepted step from BHHH
+  (the per-subject gradients' outer products, plus the penalty's Hessian: the fit's
+  `hessian_guess`) whatever the number of subjects, instead of BFGS updates after the first
+  5 steps (and a scaled identity below 2p subjects): the method of scoring with the empirical
+  Fisher information, which, like Gauss-Newton for least squares, needs no curvature history.
 - ``sr1``: scipy's trust-region method (``trust-constr``) with SR1 updates, which, unlike
   BFGS, can model the negative curvature of the objective, on the same compiled objective.
 
@@ -25,6 +30,7 @@ curvature lies on the network's weights.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -43,7 +49,10 @@ def _rows(trace: list[tuple[int, float, float, float]]) -> str:
     )
 
 
-def _fit_variant(dn, model, data, jm, iterations: int, omega_from_ebes: bool):
+def _fit_variant(dn, model, data, jm, iterations: int, omega_from_ebes: bool, bhhh=False):
+    if bhhh:
+        with _bhhh_every_step():
+            return _fit_variant(dn, model, data, jm, iterations, omega_from_ebes)
     init = dict(jm.estimates)
     if omega_from_ebes:
         eta = np.asarray(jm.etas, dtype=float)
@@ -63,6 +72,38 @@ def _fit_variant(dn, model, data, jm, iterations: int, omega_from_ebes: bool):
     h = fo.history
     trace = [(int(r.iter), float(r.ofv), float(r.gradnorm), float(r.time)) for r in h.itertuples()]
     return fo, trace, time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def _bhhh_every_step():
+    """BFGS's inverse Hessian from BHHH at every accepted step, at any number of subjects."""
+    from deepnlme.estimation import _optimizers, _outer
+
+    run_cls, bfgs = _outer._Run, _optimizers.BFGS
+    guess, learn = run_cls.hessian_guess, bfgs.learn
+
+    def any_n(self):
+        n = self.n
+        self.n = max(n, 2 * self.p)  # (the guess's own rule: none below 2p subjects)
+        try:
+            return guess(self)
+        finally:
+            self.n = n
+
+    def every_step(self, state, s, y, it, hessian_guess, guess_iters):
+        h = hessian_guess() if hessian_guess is not None else None
+        hinv = _optimizers._inverse_if_pd(h)
+        if hinv is None:  # (not positive definite: a BFGS update instead)
+            learn(self, state, s, y, it, hessian_guess, guess_iters)
+        else:
+            state.hinv = hinv
+
+    run_cls.hessian_guess = any_n
+    bfgs.learn = every_step
+    try:
+        yield
+    finally:
+        run_cls.hessian_guess, bfgs.learn = guess, learn
 
 
 def _sr1(dn, problem, jm, iterations: int):
@@ -152,9 +193,15 @@ def main() -> None:
     )
     last = None
     for variant in args.variants.split(","):
-        if variant in ("bfgs", "omega-from-ebes"):
+        if variant in ("bfgs", "omega-from-ebes", "bhhh"):
             fo, trace, wall = _fit_variant(
-                dn, model, data, jm, args.iterations, variant == "omega-from-ebes"
+                dn,
+                model,
+                data,
+                jm,
+                args.iterations,
+                variant == "omega-from-ebes",
+                bhhh=variant == "bhhh",
             )
             om = np.round(np.diag(np.asarray(fo.estimates["omega"])), 4).tolist()
             extra = f"; Omega diagonal {om}; {fo.n_eval} evaluations"
