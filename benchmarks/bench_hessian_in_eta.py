@@ -3,12 +3,13 @@ cold and warm: what `likelihood.methods._conditional.value_and_hessian` (forward
 on integrated ODEs, forward over reverse on closed forms) costs.
 
     python benchmarks/bench_hessian_in_eta.py [--cases ode-laplacei,ode-focei-blq,
-        closed-laplacei] [--pairs 1] [--before SRC]
+        closed-laplacei] [--pairs 1] [--before REV]
 
 Each run is a fresh process with an empty program store: `dn.fit` twice (cold, then warm).
-With `--before SRC` (a `src/` folder of another build, e.g. `git archive REV src | tar -x -C
-DIR`), the two builds alternate, one pair after the other. Printed per run: the cold fit's
-wall time (import included) and compilation, the warm fit's time, the OFV and evaluations.
+With `--before REV` (a git revision, checked out in a temporary worktree as `bench_ab.py`
+does), that build and this working tree alternate, one pair after the other. Printed per
+run: the cold fit's wall time (import included) and compilation, the warm fit's time, the
+OFV and evaluations.
 
 Cases: Theophylline as ODEs integrated by Tsit5 (`examples/theophylline_ode.model`,
 ``OdeOptions("tsit5")``) by LaplaceI, and by FOCEI with its observations below 2 mg/L after
@@ -26,6 +27,9 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_ab import _source  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "src" / "deepnlme" / "datasets" / "data" / "theoph_nm.csv"
@@ -59,11 +63,9 @@ CHILD = textwrap.dedent(
 )
 
 
-def run(case: str, src: str | None) -> dict:
+def run(case: str, src: Path) -> dict:
     model, method, solver, blq = CASES[case]
-    env = dict(os.environ)
-    if src:
-        env["PYTHONPATH"] = src
+    env = dict(os.environ, PYTHONPATH=str(src))
     with tempfile.TemporaryDirectory() as store:
         env["DEEPNLME_CACHE_DIR"] = store
         args = [str(ROOT / model), method, solver or "none", "1" if blq else "0", str(DATA)]
@@ -80,24 +82,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--pairs", type=int, default=1)
-    ap.add_argument("--before", help="a src/ folder of another build, run alternately")
+    ap.add_argument("--before", help="git revision of another build, run alternately")
     args = ap.parse_args()
-    builds = (
-        [("before", args.before), ("this checkout", None)]
-        if args.before
-        else [("this checkout", None)]
-    )
-    print("| case | build | cold s (compile) | warm s | OFV | evaluations |")
-    print("|---|---|---|---:|---:|---:|")
-    for case in args.cases.split(","):
-        for _ in range(args.pairs):
-            for label, src in builds:
-                r = run(case, src)
-                print(
-                    f"| {case} | {label} | {r['cold']:.2f} ({r['compile']:.2f}) | "
-                    f"{r['warm']:.3f} | {r['ofv']!r} | {r['n_eval']} |",
-                    flush=True,
-                )
+    with _source(args.before) as before, _source(None) as here:
+        builds = [("before", before)] if args.before else []
+        builds.append(("this checkout", here))
+        print("| case | build | cold s (compile) | warm s | OFV | evaluations |")
+        print("|---|---|---|---:|---:|---:|")
+        for case in args.cases.split(","):
+            for _ in range(args.pairs):
+                for label, src in builds:
+                    r = run(case, src)
+                    print(
+                        f"| {case} | {label} | {r['cold']:.2f} ({r['compile']:.2f}) | "
+                        f"{r['warm']:.3f} | {r['ofv']!r} | {r['n_eval']} |",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":
