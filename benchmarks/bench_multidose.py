@@ -1,7 +1,7 @@
 """Multiple doses, steady state and a time-varying covariate: deepnlme FOCE against nlme.
 
     python benchmarks/bench_multidose.py [--subjects 150,5000] [--seed 1] [--ode]
-        [--ode-solver auto] [--out FILE]
+        [--ode-solver auto] [--compile auto] [--out FILE]
 
 For each size, `benchmarks/multidose_data.py` generates the data set (a temporary folder); then
 in the same run:
@@ -19,6 +19,8 @@ in the same run:
   CSV, building the model, compiling and fitting `examples/multidose/multidose.model` by FOCE
   from its initial values, covariance step included, as `deepnlme fit` does);
 - deepnlme warm: a second fit of the same model in that process (nothing compiled);
+- both fits with ``fit(..., compile=...)`` of ``--compile`` (default ``auto``: -O0 up to 5,000
+  observations; ``optimised`` compiles longer for faster evaluations);
 - with ``--ode``: the same in the ODE form of the model (`multidose_ode.model`), warm, with
   ``OdeOptions(solver=...)`` of ``--ode-solver`` (default ``auto``, which solves these linear
   dynamics exactly by matrix exponentials; ``tsit5`` integrates them).
@@ -75,10 +77,11 @@ PY_FIT = textwrap.dedent(
     pop = dn.read_data(sys.argv[1])
     model = dn.load_model(sys.argv[2])
     ode = dn.OdeOptions(sys.argv[3] if len(sys.argv) > 3 else "auto")
-    fit = dn.fit(model, pop, dn.FOCE(), progress=False, ode_options=ode)
+    build = sys.argv[4] if len(sys.argv) > 4 else "auto"
+    fit = dn.fit(model, pop, dn.FOCE(), progress=False, ode_options=ode, compile=build)
     total = time.perf_counter() - t0
     t2 = time.perf_counter()
-    warm = dn.fit(model, pop, dn.FOCE(), progress=False, ode_options=ode)
+    warm = dn.fit(model, pop, dn.FOCE(), progress=False, ode_options=ode, compile=build)
     t_warm = time.perf_counter() - t2
     est = {k: (v if isinstance(v, float) else list(map(float, v.ravel())))
            for k, v in fit.estimates.items()}
@@ -128,8 +131,10 @@ def run_nlme(path: Path, nrep: int) -> dict | None:
     return None
 
 
-def run_deepnlme(data: Path, model: Path, cache: str, solver: str = "auto") -> dict:
-    return _child(PY_FIT, [str(data), str(model), solver], cache)
+def run_deepnlme(
+    data: Path, model: Path, cache: str, solver: str = "auto", build: str = "auto"
+) -> dict:
+    return _child(PY_FIT, [str(data), str(model), solver, build], cache)
 
 
 def _child(code: str, args: list[str], cache: str) -> dict:
@@ -172,6 +177,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--ode", action="store_true")
     ap.add_argument("--ode-solver", default="auto", help="OdeOptions(solver=...) of the ODE form")
+    ap.add_argument("--compile", default="auto", help="fit(compile=...): auto, quick, optimised")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     lines = [
@@ -185,11 +191,11 @@ def main() -> None:
             p_nm, p_nl = multidose_data.write(n, args.seed, Path(tmp))
             nl = run_nlme(p_nl, nrep=3 if n <= 500 else 1)
             with tempfile.TemporaryDirectory() as cache:
-                cold = run_deepnlme(p_nm, MODEL, cache)
+                cold = run_deepnlme(p_nm, MODEL, cache, build=args.compile)
             ode = None
             if args.ode:
                 with tempfile.TemporaryDirectory() as cache:
-                    ode = run_deepnlme(p_nm, MODEL_ODE, cache, args.ode_solver)
+                    ode = run_deepnlme(p_nm, MODEL_ODE, cache, args.ode_solver, args.compile)
             if nl:
                 with tempfile.TemporaryDirectory() as cache:
                     at_nl = foce_at_nlme(p_nm, MODEL, nl, cache)
@@ -203,7 +209,8 @@ def main() -> None:
             )
             print(lines[-1], flush=True)
             notes.append(
-                f"N={n}: deepnlme {cold['n_iter']} iterations, {cold['n_eval']} evaluations "
+                f"N={n} (compile={args.compile}): deepnlme {cold['n_iter']} iterations, "
+                f"{cold['n_eval']} evaluations "
                 f"(warm: run {cold['run_s']:.2f} s, covariance step {cold['covariance_s']:.2f} s), "
                 f"converged {cold['converged']} ({cold['message']})"
                 + (f"; vs nlme: {_compare(nl, cold)}" if nl else "")

@@ -272,6 +272,8 @@ def test_max_iter_and_time_limit_stop_early(linear):
         ({"fixed": ["nope"]}, "option `fixed` names unknown parameter\\(s\\) \\['nope'\\]"),
         ({"init": {"zz": 1.0}}, "option `init` names unknown parameter\\(s\\) \\['zz'\\]"),
         ({"progress": 1}, "option `progress` must be True or False"),
+        ({"compile": "fast"}, "option `compile` must be one of 'auto', 'quick', 'optimised'"),
+        ({"compile": None}, "option `compile` must be one of .*; got None"),
     ],
 )
 def test_option_errors(linear, kwargs, pattern):

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 import deepnlme as dn
-from deepnlme.workflows import _runner
+from deepnlme.workflows import _bootstrap, _multistart, _runner
 
 pytestmark = pytest.mark.slow  # whole fits, and clusters of worker processes
 
@@ -154,6 +154,31 @@ def test_without_dask_the_fits_run_in_this_process(theo, in_process, monkeypatch
 def _in_this_process(task, population, widths, *, seen):
     seen.append(os.getpid())
     return task.key
+
+
+class _Asked(Exception):
+    pass
+
+
+def test_many_fits_compile_their_program_optimised(theo, monkeypatch):
+    """From `MANY_FITS` fits, bootstrap and multistart give every fit compile="optimised"
+    (one compilation, faster fits), unless their options choose; fewer keep "auto"."""
+    model, pop, fit = theo
+    asked = []
+
+    def tasks_seen(tasks, population, **kwargs):
+        asked.append({t.options.get("compile") for t in tasks})
+        raise _Asked
+
+    monkeypatch.setattr(_bootstrap, "run_tasks", tasks_seen)
+    monkeypatch.setattr(_multistart, "run_tasks", tasks_seen)
+    many = _runner.MANY_FITS
+    for n, options in ((many, {}), (many - 1, {}), (many, {"compile": "quick"})):
+        with pytest.raises(_Asked):
+            dn.bootstrap(fit, n, seed=1, progress=False, **options)
+        with pytest.raises(_Asked):
+            dn.multistart(model, pop, dn.FO(), n=n, seed=1, progress=False, **options)
+    assert asked == [{"optimised"}] * 2 + [{None}] * 2 + [{"quick"}] * 2
 
 
 def test_multistart_finds_the_foce_optimum_and_counts_it(theo):

@@ -71,8 +71,13 @@ def compiled_evaluation(
     free: tuple[int, ...],
     args,
     ahead: Callable[[], None] | None = None,
+    build: str = "auto",
 ) -> tuple[Any, float]:
     """The compiled evaluation for (problem, method, free set), and the compile time.
+
+    `build` (`BUILDS`): "auto" chooses the optimisation level by the data and the model
+    (`optimised_build`); "quick" compiles every program at -O0, "optimised" every program
+    optimised (batched over the subjects).
 
     For problems with a `cache_token`, each compiled program is stored next to the
     compilation cache (`_programs`: keyed by the token, the method, the free set, the
@@ -91,15 +96,17 @@ def compiled_evaluation(
     the fit).
     """
     cache = problem_cache(problem)
-    key = ("eval", method, free)
+    key = ("eval", method, free, build)
     if key in cache:
         return cache[key], 0.0
     t0 = time.perf_counter()
     structure = structure_of(problem)
-    optimise = structure.n_obs > _FAST_COMPILE_OBS or problem.solves_ode
+    optimise = optimised_build(problem, build)
     serial = loops_over_subjects(problem, optimise)
     search_optimised = optimise or (
-        not serial and data_entries(problem.subjects) >= _OPTIMISED_SEARCH_ENTRIES
+        build == "auto"
+        and not serial
+        and data_entries(problem.subjects) >= _OPTIMISED_SEARCH_ENTRIES
     )
     unroll = written_out(problem, serial)
     flags = (
@@ -205,6 +212,20 @@ def compiled_evaluation(
 # 5,000; the same numbers to rounding (benchmarks/RESULTS_multidose.md). Fewer subjects are
 # not measured.
 _HALVES_SUBJECTS = 128
+
+
+# What `fit(..., compile=...)` accepts (`compiled_evaluation`'s `build`); "optimized" is
+# taken for "optimised".
+BUILDS = ("auto", "quick", "optimised")
+
+
+def optimised_build(problem: Problem, build: str = "auto") -> bool:
+    """Whether `problem`'s evaluation is compiled optimised under `build`: always with
+    "optimised", never with "quick"; with "auto" for ODE models and more than
+    `_FAST_COMPILE_OBS` observations."""
+    if build != "auto":
+        return build == "optimised"
+    return structure_of(problem).n_obs > _FAST_COMPILE_OBS or problem.solves_ode
 
 
 def loops_over_subjects(problem: Problem, optimise: bool) -> bool:
@@ -371,7 +392,10 @@ def _searched_shape(eta) -> Searched:
 # not notice the slower code. Larger data keep the optimised build, whose evaluations dominate
 # there, and so do ODE models at any size: there the optimised program evaluates several
 # times faster, which repays its longer compilation within a few iterations. The optimisation
-# level changes no number (no fast-math either way). Measured: benchmarks/design-measurements.md.
+# level changes no number beyond rounding (no fast-math either way). Measured:
+# benchmarks/design-measurements.md. A program that many fits run (a bootstrap, a multistart:
+# `fit(..., compile="optimised")`) is worth the optimised build at any size: there a warm fit
+# is 2-2.5 times faster (benchmarks/RESULTS_workflows.md, "Many fits of one program").
 _FAST_COMPILE_OBS = 5_000
 
 # From this many entries in the subjects' data arrays (all of them, padding included: what a

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from ..errors import OptionError, check_range
+from ._compiled import BUILDS
 
 
 def check_stopping(max_iter, time_limit, gtol, ftol, xtol, progress) -> None:
@@ -24,3 +25,18 @@ def check_stopping(max_iter, time_limit, gtol, ftol, xtol, progress) -> None:
     check_range("fit", "xtol", xtol, 0.0, math.inf)
     if not isinstance(progress, bool):
         raise OptionError(f"fit: option `progress` must be True or False; got {progress!r}")
+
+
+def check_build(build) -> str:
+    """`fit`'s option `compile` as one of `_compiled.BUILDS` ("optimized" is "optimised"), or
+    an OptionError."""
+    choice = build.strip().lower() if isinstance(build, str) else build
+    if choice == "optimized":
+        choice = "optimised"
+    if choice not in BUILDS:
+        raise OptionError(
+            f"fit: option `compile` must be one of {', '.join(repr(b) for b in BUILDS)} "
+            f'("optimised" for many fits of one model, e.g. your own bootstrap loop); got '
+            f"{build!r}"
+        )
+    return choice

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError, check_keywords, check_range
-from ._runner import FitTask, check_method, check_seed, run_tasks
+from ._runner import FitTask, build_for, check_method, check_seed, run_tasks
 from ._tables import FIT_OPTIONS, element_names, outcome_table
 
 
@@ -118,7 +118,7 @@ def multistart(
     - `workers`, `scheduler`, `progress`: as for `deepnlme.bootstrap`.
     - `options`: options of every fit: `max_iter`, `time_limit`, `gtol`, `ftol`, `xtol`,
       `optimizer`, `fixed` (not perturbed), `covariance` (default None), `network_se`,
-      `ode_options`.
+      `ode_options`, `compile` (default "optimised" from 20 starts).
 
     Returns a `Multistart`: `starts` (one row per start), `optima` (distinct optima with how
     often each was found), `best`, `best_estimates`.
@@ -145,7 +145,7 @@ def multistart(
         )
     fixed = options.get("fixed") or ()
     starts = perturbed_starts(model, init, n, int(seed), float(spread), keep=set(fixed))
-    fit_options = {"covariance": None, "progress": False, **options}
+    fit_options = {"covariance": None, "progress": False, **build_for(n, options), **options}
     text = str(model)
     tasks = [FitTask(k, text, method, fit_options, starts[k]) for k in range(n)]
     outcomes = run_tasks(

@@ -42,6 +42,18 @@ from ..errors import OptionError
 # process that runs the workflow (each worker writes its programs to the run's JAX cache).
 WORKER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
+# From this many fits of one program, a workflow compiles it optimised (`fit(...,
+# compile="optimised")`) unless told otherwise: the longer compilation, once per process, was
+# repaid after about 20 fits of pheno and 5 of issue 25's multiple-dose design
+# (benchmarks/RESULTS_workflows.md, "Many fits of one program").
+MANY_FITS = 20
+
+
+def build_for(n: int, options: Mapping[str, Any]) -> dict[str, Any]:
+    """`{"compile": "optimised"}` for a workflow of `n` fits sharing a program, when its
+    `options` do not choose; else nothing."""
+    return {"compile": "optimised"} if n >= MANY_FITS and "compile" not in options else {}
+
 
 @dataclasses.dataclass(frozen=True)
 class FitTask:

@@ -19,6 +19,7 @@ FIT_OPTIONS = (
     "covariance",
     "network_se",
     "ode_options",
+    "compile",
 )
 """The options of `deepnlme.fit` each fit of a workflow may be given (its start and its
 progress are the workflow's own)."""
