@@ -242,6 +242,34 @@ def test_lowess_matches_r_on_cars():
     np.testing.assert_allclose(y, _R_LOWESS_CARS, atol=5e-7)
 
 
+# R 4.x: i <- 0:59; x <- (i * 7) %% 13 + c(rep(0, 30), rep(0.5, 30));
+# y <- sin(x) + ((i * 5) %% 11) / 5; y[17] <- y[17] + 30; lowess(x, y, f = 0.3)$y
+_R_LOWESS_TIES = [
+    2.100977202, 2.100977202, 2.100977202, 2.170235448, 2.170235448, 2.210889178,
+    2.210889178, 2.210889178, 2.242381020, 2.242381020, 2.091915925, 2.091915925,
+    1.778624092, 1.778624092, 1.778624092, 1.371548021, 1.371548021, 0.926853986,
+    0.926853986, 0.926853986, 0.558972580, 0.558972580, 0.325365799, 0.325365799,
+    0.264269773, 0.264269773, 0.348992794, 0.348992794, 0.575664509, 0.575664509,
+    0.852713248, 0.852713248, 1.090784475, 1.090784475, 1.090784475, 1.189354608,
+    1.189354608, 1.136641516, 1.136641516, 1.136641516, 0.926752584, 0.926752584,
+    0.668554503, 0.668554503, 0.476757439, 0.476757439, 0.476757439, 0.457982461,
+    0.457982461, 0.578470275, 0.578470275, 0.578470275, 0.816394150, 0.816394150,
+    1.102722633, 1.102722633, 1.379502021, 1.379502021, 1.650693437, 1.650693437
+]  # fmt: skip
+
+
+def test_lowess_matches_r_with_ties_an_outlier_and_a_narrow_window():
+    """Every point tied with two or three others, an outlier, 30% windows: the fits' walk,
+    the tied points and the interpolation between fits as R's `clowess`."""
+    i = np.arange(60)
+    x = (i * 7) % 13 + np.r_[np.zeros(30), np.full(30, 0.5)]
+    y = np.sin(x) + ((i * 5) % 11) / 5
+    y[16] += 30.0
+    xs, ys = plots.lowess(x, y, frac=0.3)
+    np.testing.assert_array_equal(xs, np.sort(x))
+    np.testing.assert_allclose(ys, _R_LOWESS_TIES, atol=5e-9)
+
+
 def test_lowess_reproduces_a_line_and_resists_an_outlier():
     rng = np.random.default_rng(3)
     x = rng.uniform(0.0, 10.0, 80)
