@@ -77,7 +77,7 @@ def fit(
       `fit(m, pop, FOCE(), init=fit(m, pop, JointMAP()))`.
     - `ode_options`: `deepnlme.OdeOptions` for ODE models.
     - `options`: `max_iter`, `time_limit`, `gtol`, `ftol`, `xtol`, `optimizer`, `fixed`,
-      `progress`, `covariance`, `network_se`, `init_eta` (see
+      `progress`, `covariance`, `network_se`, `init_eta`, `compile` (see
       `deepnlme.estimation.fit_problem`); another name is an OptionError that suggests the
       closest (`maxiter`: `max_iter`).
 

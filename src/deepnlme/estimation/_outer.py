@@ -213,7 +213,12 @@ class _Run:
     """
 
     def __init__(
-        self, problem: Problem, method: Method, start: Start, cov_pos: list[int], build: str
+        self,
+        problem: Problem,
+        method: Method,
+        start: Start,
+        cov_pos: list[int],
+        build: str = "auto",
     ):
         self.problem, self.method, self.start = problem, method, start
         self.joint = method.joint

@@ -293,7 +293,7 @@ def cross_validate(
       its training fit and its scoring).
     - `options`: options of every training fit: `max_iter`, `time_limit`, `gtol`, `ftol`,
       `xtol`, `optimizer`, `fixed`, `covariance` (default None), `network_se`,
-      `ode_options`.
+      `ode_options`, `compile` (default "auto").
 
     Returns a `CrossValidation`: `folds` (a row per fold), `held_out_m2ll` (the sum over the
     folds: lower is better), `pred_rmse`, `ipred_rmse`, `assignment`.
