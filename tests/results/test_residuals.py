@@ -12,10 +12,10 @@ import sys
 
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import special, stats
 
 import deepnlme as dn
-from deepnlme.results._diagnostics import _OUTPUTS_CACHE, _outputs, bind_fit
+from deepnlme.results._diagnostics import _OUTPUTS_CACHE, _outputs, bind_fit, normal_quantile
 
 LINEAR = """
 param:
@@ -127,6 +127,14 @@ def test_cwres_standard_normal_under_true_model(linear_fit):
     assert abs(c.mean()) < 0.06
     assert abs(c.std(ddof=1) - 1.0) < 0.06
     assert stats.kstest(c, "norm").pvalue > 0.01
+
+
+def test_normal_quantiles_are_scipys_ndtri():
+    p = np.r_[np.nan, -0.1, 0.0, 1e-300, 1e-10, np.linspace(1e-6, 1 - 1e-6, 2001), 1.0, 1.5]
+    q = normal_quantile(p)
+    np.testing.assert_allclose(q, special.ndtri(p), rtol=1e-14, atol=1e-14)
+    assert np.isnan(q[[0, 1, -1]]).all() and q[2] == -np.inf and q[-2] == np.inf
+    assert normal_quantile(p.reshape(-1, 1)).shape == (p.size, 1)
 
 
 def test_npde_standard_normal_and_reproducible(linear_fit):

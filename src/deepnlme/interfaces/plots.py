@@ -234,13 +234,13 @@ def gof_chart(
             p.add("hline", y=[0.0], **_REF)
         _smooth(p, xv, yv, log_x=log_x, log_y=log_y)
         panels.append(p)
-    from scipy.special import ndtri  # (scipy.stats, with norm.ppf, takes a second to import)
+    from ..results._diagnostics import normal_quantile
 
     r = np.sort(table["CWRES"].to_numpy(dtype=float))
     r = r[np.isfinite(r)]
     qq = Panel(title="normal QQ plot of CWRES", xlabel="N(0, 1) quantile", ylabel="CWRES quantile")
     if r.size:
-        q = ndtri((np.arange(1, r.size + 1) - 0.5) / r.size)
+        q = normal_quantile((np.arange(1, r.size + 1) - 0.5) / r.size)
         qq.add("points", q, r, **_DOTS)
         _identity(qq, q, r)
     panels.append(qq)
