@@ -86,7 +86,9 @@ def fit_problem(
       observations, where one fit's compilation outweighs its run; optimised for ODE models and
       larger data. "optimised": always optimised, for many fits of one model and data shape
       (the workflows' replicates, your own loops) or one long fit; "quick": never. The
-      numbers agree to rounding; the compiled program is shared by the fits of one choice.
+      evaluations agree to rounding, and so do the estimates of converged fits; a fit that
+      stops unconverged on a rough objective (networks) may stop elsewhere under another
+      choice. The compiled program is shared by the fits of one choice.
     """
     t_total = time.perf_counter()
     if not isinstance(method, Method):
