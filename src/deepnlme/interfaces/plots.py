@@ -91,8 +91,8 @@ class _LowessPlan:
     walk (fit at a point, skip the points within `delta` of it, set the points tied with it)
     taken once, then each pass computes all its local fits as one weighted regression per
     row of a matrix. The fits of a pass do not depend on each other: a walk of one Python
-    fit after another took 0.18 s of a warm pheno report's 0.45 s (13 smooths, 2144 fits;
-    `benchmarks/RESULTS_report.md`)."""
+    fit after another took 0.18 s of a warm pheno report's 0.65 s under cProfile (13
+    smooths, 2,144 fits; `benchmarks/RESULTS_report.md`)."""
 
     def __init__(self, x: np.ndarray, ns: int, delta: float):
         n = x.size
@@ -151,7 +151,7 @@ class _LowessPlan:
         h = np.maximum(x[i] - x[nleft], x[nright] - x[i])
         lo = int(nleft[0])
         hi = int(np.searchsorted(x, np.max(x[i] + h), side="right"))
-        mid = x[i[len(i) // 2]]  # sums about a point of the block: no cancellation
+        mid = x[i[len(i) // 2]]  # sums about a point of the block: less cancellation
         xb, yb = x[lo:hi] - mid, y[lo:hi]
         xs, hc = (x[i] - mid)[:, None], h[:, None]
         r = np.abs(xb[None, :] - xs)
