@@ -303,3 +303,50 @@ def test_report_of_a_saved_fit_takes_the_data_file(fitted, tmp_path):
     parser.feed(out.read_text())
     with open(data, "rb") as f:
         assert parser.text["data-sha256"] == hashlib.sha256(f.read()).hexdigest()
+
+
+def test_time_grid_keeps_every_record_and_adds_each_endpoints_grid():
+    """The dense curves' population: the subjects in the order asked, each record of theirs
+    as it was, and per subject and endpoint a grid from the subject's first record to the
+    endpoint's last observation with each dose time and a point just before it; the grid's
+    covariates are the next record's under NONMEM's rule, the last record's under LOCF."""
+    import pandas as pd
+
+    from deepnlme.interfaces.report import _grid_population
+
+    cols = ["ID", "TIME", "AMT", "EVID", "CMT", "DV", "DVID", "CENS", "WT"]
+    rows = []
+    for sid in (7, 2, 11):
+        rows.append((sid, 0.0, 100.0, 1, 1, np.nan, "CP", 0, 70.0 + sid))
+        for t in (0.5, 1.0, 3.0, 6.0):
+            rows.append((sid, t, 0.0, 0, 2, 2.0 + t, "CP", int(t == 6.0), 71.0 + sid + t))
+        rows.append((sid, 4.0, 0.0, 2, 2, np.nan, "CP", 0, 80.0))
+        rows.append((sid, 8.0, 50.0, 1, 1, np.nan, "CP", 0, 81.0))
+        for t in (2.0, 9.0, 12.0):
+            rows.append((sid, t, 0.0, 0, 2, 0.5, "EFF", 0, 75.0))
+    df = pd.DataFrame(rows, columns=cols).sort_values(["ID", "TIME"], kind="stable")
+    for rule in ("nonmem", "locf"):
+        pop = dn.read_data(df, endpoint="DVID", covariate_rule=rule)
+        own = pop.to_dataframe()
+        grid = _grid_population(pop, [11, 2], 20).to_dataframe()
+        assert list(dict.fromkeys(grid["ID"])) == [11, 2]
+        for sid in (11, 2):
+            g = grid[grid["ID"] == sid]
+            assert np.all(np.diff(g["TIME"].to_numpy()) >= 0)
+            added = g[g["DV"].isna() & (g["EVID"] == 0)]
+            kept = g.drop(added.index).reset_index(drop=True)
+            mine = own[own["ID"] == sid].reset_index(drop=True)
+            pd.testing.assert_frame_equal(kept, mine, check_dtype=False)
+            for ep, last in (("CP", 6.0), ("EFF", 12.0)):
+                times = added.loc[added["DVID"] == ep, "TIME"].to_numpy()
+                doses = [0.0, 8.0] if last > 8.0 else [0.0]
+                before = [8.0 - 1e-6 * last] if last > 8.0 else []
+                want = np.unique(np.r_[np.linspace(0.0, last, 20), doses, before])
+                np.testing.assert_allclose(times, want, rtol=0, atol=1e-12)
+                assert (added.loc[added["DVID"] == ep, "CENS"] == 0).all()
+            # the grid's covariate: NONMEM's rule, the value of the next record (which holds
+            # since the record before it); LOCF, the last record's
+            at = added[(added["DVID"] == "CP") & (added["TIME"] > 3.0) & (added["TIME"] < 4.0)]
+            assert len(at) > 0
+            want_wt = 80.0 if rule == "nonmem" else 71.0 + sid + 3.0
+            np.testing.assert_array_equal(at["WT"], want_wt)

@@ -409,49 +409,62 @@ def _fill_covariates(frame: pd.DataFrame, covariates: list[str], rule: str) -> p
         return frame
     g = frame.groupby("ID", sort=False)[covariates]
     first, second = (g.bfill, g.ffill) if rule == "nonmem" else (g.ffill, g.bfill)
-    frame[covariates] = first()
-    frame[covariates] = second() if frame[covariates].isna().any().any() else frame[covariates]
+    # both fills from the records as they are; the second only where the first found none
+    # (points after a subject's last record under NONMEM's rule, before its first under LOCF)
+    frame[covariates] = first().fillna(second())
     return frame
 
 
 def _grid_population(pop, ids: list, n_points: int):
     """The subjects `ids` of `pop` with observation records added on a fine time grid (DV
     missing): `n_points` times from the first record to the last observation, and each dose
-    time with a point just before it, so that a bolus shows as a jump."""
+    time with a point just before it, so that a bolus shows as a jump. One grid per subject
+    and endpoint, its rows copies of the endpoint's first observation; the table built with
+    array operations (the grids' rows per subject in pandas took 32 ms of pheno's report:
+    benchmarks/RESULTS_report.md)."""
     from ..data._read import read_table
 
     df = pop.to_dataframe()
     df = df[df["ID"].isin(ids)].reset_index(drop=True)
-    df["_ORDER"] = 0
-    obs = df[(df["EVID"] == 0) & (df["MDV"] == 0)]
     covs = list(pop.covariate_names)
-    parts = [df]
     key = ["ID", "DVID"] if "DVID" in df.columns else ["ID"]
-    for _, g in obs.groupby(key, sort=False):
-        sid = g["ID"].iloc[0]
-        rec = df[df["ID"] == sid]
-        t0, t1 = float(rec["TIME"].min()), float(g["TIME"].max())
+    time = df["TIME"].to_numpy(dtype=float)
+    evid = df["EVID"].to_numpy()
+    subject = pd.factorize(df["ID"])[0]
+    start = np.full(subject.max() + 1 if subject.size else 0, np.inf)
+    np.minimum.at(start, subject, time)
+    dose_times = [time[np.isin(evid, (1, 4)) & (subject == s)] for s in range(start.size)]
+    obs = np.flatnonzero((evid == 0) & (df["MDV"].to_numpy() == 0))
+    group = df.iloc[obs].groupby(key, sort=False).ngroup().to_numpy()  # in order of appearance
+    firsts, grids = [], []
+    for g in range(group.max() + 1 if group.size else 0):
+        rows = obs[group == g]
+        s = subject[rows[0]]
+        t0, t1 = float(start[s]), float(time[rows].max())
         span = max(t1 - t0, 1e-9)
-        doses = rec.loc[rec["EVID"].isin((1, 4)) & (rec["TIME"] <= t1), "TIME"].to_numpy(float)
-        grid = np.unique(np.concatenate([np.linspace(t0, t1, n_points), doses,
-                                         np.maximum(doses - 1e-6 * span, t0)]))  # fmt: skip
-        new = g.iloc[np.zeros(grid.size, dtype=int)].reset_index(drop=True)  # (the first row)
-        new["TIME"] = grid
-        new["DV"] = np.nan
-        new["_ORDER"] = 1
-        if "CENS" in new.columns:
-            new["CENS"] = 0
-        new[covs] = np.nan
-        parts.append(new)
-    full = pd.concat(parts, ignore_index=True)
-    full = full.sort_values(["ID", "TIME", "_ORDER"], kind="stable").reset_index(drop=True)
-    full["ID"] = pd.Categorical(full["ID"], categories=list(dict.fromkeys(ids)), ordered=True)
-    full = full.sort_values(["ID"], kind="stable").reset_index(drop=True)
+        doses = dose_times[s][dose_times[s] <= t1]
+        firsts.append(rows[0])
+        grids.append(np.unique(np.concatenate([np.linspace(t0, t1, n_points), doses,
+                                               np.maximum(doses - 1e-6 * span, t0)])))  # fmt: skip
+    sizes = np.array([grid.size for grid in grids], dtype=int)
+    new = df.iloc[np.repeat(np.asarray(firsts, dtype=int), sizes)].reset_index(drop=True)
+    new["TIME"] = np.concatenate(grids) if grids else np.empty(0)
+    new["DV"] = np.nan
+    if "CENS" in new.columns:
+        new["CENS"] = 0
+    new[covs] = np.nan
+    full = pd.concat([df, new], ignore_index=True)
+    # the subjects in the order of `ids`; within each, by time, a record before a grid point
+    rank = {sid: k for k, sid in enumerate(dict.fromkeys(ids))}
+    added = np.r_[np.zeros(len(df)), np.ones(len(new))]
+    order = np.lexsort((np.arange(len(full)), added, full["TIME"].to_numpy(dtype=float),
+                        full["ID"].map(rank).to_numpy()))  # fmt: skip
+    full = full.iloc[order].reset_index(drop=True)
     full["ID"] = full["ID"].astype(object)
     full = _fill_covariates(full, covs, pop.covariate_rule)
     ep = "DVID" if "DVID" in full.columns else False
     return read_table(
-        full.drop(columns=["_ORDER"]),
+        full,
         columns={},
         endpoint=ep,
         endpoints=list(pop.endpoints) if ep else None,
