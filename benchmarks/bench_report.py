@@ -6,7 +6,8 @@ as the command line does (`deepnlme fit ... --out`).
 `--case`: pheno (phenobarbital, FOCEI; the default), theophylline (FOCEI), theophylline-ode
 (the same model written as ODEs), deepnlme-theophylline (an MLP of weight on CL, FOCE),
 multidose (benchmark 1 of issue 25: 150 subjects, 5-40 doses with SS records, CRCL changing
-over time; FOCE).
+over time; FOCE), quinidine (nlme's Quinidine data, `benchmarks/quinidine_data.py`, R needed;
+FOCE).
 
 Prints the fit's wall time (and its compile / optimisation / covariance split), the report's,
 and the report's parts: the predictions, the simulations (one set for VPC and NPDE), the NPDE
@@ -34,6 +35,7 @@ CASES = {
     "theophylline-ode": ("theophylline_ode.model", "theophylline", "FOCEI"),
     "deepnlme-theophylline": ("deepnlme_theophylline.model", "theophylline", "FOCE"),
     "multidose": ("multidose/multidose.model", None, "FOCE"),
+    "quinidine": ("quinidine/quinidine.model", None, "FOCE"),
 }
 
 
@@ -46,6 +48,10 @@ def _data_file(case: str, tmp: str) -> str:
     import sys
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
+    if case == "quinidine":
+        import quinidine_data
+
+        return str(quinidine_data.write(Path(tmp))[0])
     import multidose_data
 
     data, _ = multidose_data.write(150, 1, Path(tmp))

@@ -75,9 +75,9 @@ def test_the_reports_shared_simulation_gives_the_public_vpc_and_npde(fit):
 def test_the_optimised_simulation_gives_the_same_replicates(fit, monkeypatch):
     # ODE models and large designs compile the simulation optimised (it runs the model
     # hundreds of times); the optimisation level changes no number
-    assert not _diagnostics._simulation_optimised(_diagnostics.bind_fit(fit))  # 744 records
+    assert not _diagnostics._simulation_optimised(_diagnostics.bind_fit(fit))  # 11,564 entries
     plain = _diagnostics.replicates(fit, 30, 5)
-    monkeypatch.setattr(_diagnostics, "_SIMULATION_OPTIMISED_RECORDS", 0)
+    monkeypatch.setattr(_diagnostics, "_SIMULATION_OPTIMISED_ENTRIES", 0)
     b = _diagnostics.bind_fit(fit)
     assert _diagnostics._simulation_optimised(b)
     _diagnostics._SIM_CACHE.pop(b.predictor, None)  # (compiled again, optimised)

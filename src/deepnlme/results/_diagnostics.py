@@ -18,6 +18,7 @@ from ..errors import OptionError
 from ..estimation._compiled import run_once_jit, unpacked
 from ..estimation._table import individual_frame
 from ..likelihood import max_step_of, newton_lm
+from ..likelihood._evaluation import data_entries
 from ..likelihood._from_model import (
     batched,
     binding_of,
@@ -308,8 +309,12 @@ _SIM_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # replicates simulated by one call of the simulation program: chunks bound the memory of large
 # designs, and the last chunk is padded to this size, so that one compiled program serves
-# every number of replicates
-_CHUNK = 200
+# every number of replicates. 100 divides the report's 200 and 500 and NPDE's 1000 (with 200,
+# 500 replicates simulated 600). 500 replicates from the compiled program (a /tmp script, two
+# fresh processes each): pheno 0.040-0.042 s against 0.046-0.048 s with 200; nlme's
+# Quinidine data 0.59-0.63 s against 0.67-0.72 s; issue 25's multiple-dose design 0.51-0.55 s
+# against 0.59-0.66 s (benchmarks/RESULTS_report.md)
+_CHUNK = 100
 
 
 class _Replicates(NamedTuple):
@@ -369,19 +374,21 @@ def _simulation_program(b: Bound):
 
 
 # The simulation program (a chunk of `_CHUNK` replicates, run n_sim / _CHUNK times) is compiled
-# optimised for ODE models and from this many records (observations and doses) on: it runs
-# the model hundreds of times. Measured (a /tmp script: 500 replicates, compile + first run,
-# then a run from the compiled program; -O0 against optimised): pheno (744 records) 0.94-1.03
-# s + 0.07 s against 1.06-1.35 s + 0.03-0.06 s; theophylline as ODEs 1.66 + 0.25 s against
-# 1.78 + 0.04 s; issue 25's multiple-dose design (150 subjects, 4343 records) 3.05 + 2.08 s
-# against 3.60 + 1.01 s.
-_SIMULATION_OPTIMISED_RECORDS = 2_000
+# optimised for ODE models and from this many entries in the subjects' data arrays (padding
+# included: what each replicate walks through; the EBE search's rule,
+# `estimation._compiled._OPTIMISED_SEARCH_ENTRIES`): it runs the model hundreds of times.
+# Measured (a /tmp script: 500 replicates, compile + first run, then a run from the compiled
+# program; -O0 against optimised): pheno (11,564 entries) 0.94-1.03 s + 0.07 s against
+# 1.06-1.35 s + 0.03-0.06 s; theophylline as ODEs 1.66 + 0.25 s against 1.78 + 0.04 s; issue
+# 25's multiple-dose design (150 subjects, 67,950 entries) 3.05 + 2.08 s against 3.60 + 1.01
+# s; nlme's Quinidine data (136 subjects, 63,240 entries but 1,389 records, under the rule's
+# former 2,000 records) 2.13-2.14 + 1.37-1.47 s against 1.62-1.72 + 0.69-0.74 s.
+_SIMULATION_OPTIMISED_ENTRIES = 20_000
 
 
 def _simulation_optimised(b: Bound) -> bool:
-    pop = b.population
-    records = pop.n_observations + pop.n_doses
-    return bool(b.problem.solves_ode) or records >= _SIMULATION_OPTIMISED_RECORDS
+    entries = data_entries(b.problem.subjects)
+    return bool(b.problem.solves_ode) or entries >= _SIMULATION_OPTIMISED_ENTRIES
 
 
 def _check_replicates(n_sim, seed) -> None:
