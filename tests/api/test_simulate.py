@@ -198,3 +198,40 @@ def test_the_compiled_model_predict_gives_the_operation_by_operation_frame(theo)
     assert {"PRED", "IPRED"} <= set(num) and len(got) == pop.n_observations
     np.testing.assert_allclose(got[num], want[num], rtol=1e-12, atol=1e-12)
     pd.testing.assert_frame_equal(got.drop(columns=num), want.drop(columns=num))
+
+
+def test_a_fit_in_place_of_the_model_simulates_at_its_estimates(theo):
+    """As Pumas's `simobs` of a fitted model: `simulate(fit, seed=...)` takes the fit's model,
+    estimates and population; another population may be given."""
+    model, pop = theo
+    fit = dn.fit(model, pop, dn.FO(), max_iter=3, covariance=None, progress=False)
+    a = dn.simulate(fit, seed=4)
+    b = dn.simulate(model, pop, fit, seed=4)
+    np.testing.assert_array_equal(a.arrays().obs_dv, b.arrays().obs_dv)
+    at_init = dn.simulate(model, pop, seed=4).arrays().obs_dv  # the model's initial values
+    assert np.nanmax(np.abs(a.arrays().obs_dv - at_init)) > 1e-3
+    other = pop.subset(list(pop.ids)[:3])
+    c = dn.simulate(fit, other, seed=4)
+    np.testing.assert_array_equal(
+        c.arrays().obs_dv, dn.simulate(model, other, fit, seed=4).arrays().obs_dv
+    )
+    p = dn.model_predict(fit)
+    q = dn.model_predict(model, pop, fit)
+    np.testing.assert_array_equal(p["PRED"], q["PRED"])
+    _, eta = dn.results.simulate_with_etas(fit, seed=4)
+    assert eta.shape == (len(pop.ids), 3)
+
+
+def test_simulate_says_what_its_arguments_must_be(theo):
+    model, pop = theo
+    fit = dn.fit(model, pop, dn.FO(), max_iter=0, covariance=None, progress=False)
+    with pytest.raises(dn.OptionError, match=r"first argument is a Fit.*leave out `params`"):
+        dn.simulate(fit, pop, {"tcl": 1.0}, seed=1)
+    not_a_model = r"must be a Model \(from load_model\) or a Fit; got str"
+    with pytest.raises(dn.OptionError, match=not_a_model):
+        dn.simulate("theophylline.model", pop, seed=1)
+    with pytest.raises(dn.OptionError, match=r"simulate: which subjects\? Give the population"):
+        dn.simulate(model, seed=1)
+    not_a_population = r"model_predict: `population` must be a Population.*got DataFrame"
+    with pytest.raises(dn.OptionError, match=not_a_population):
+        dn.model_predict(model, pop.to_dataframe())

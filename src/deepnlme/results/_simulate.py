@@ -55,6 +55,45 @@ def _theta(model, params) -> dict[str, Any]:
     return cm.unpack(cm.pack(arrays)) if run is None else run(arrays)
 
 
+def _arguments(model, population, params, fname: str):
+    """`(model, population, params)` as `fname` takes them: a Fit in place of the model gives
+    its model and estimates, and its population where none is given (as Pumas's `simobs` of
+    a fitted model)."""
+    from ..data._population import Population
+    from ..estimation._result import Fit
+    from ..model._model import Model
+
+    if isinstance(model, Fit):
+        if params is not None:
+            raise OptionError(
+                f"{fname}: the first argument is a Fit, whose estimates are the parameters; "
+                f"leave out `params`, or pass the model: {fname}(fit.model, population, params, "
+                "...)"
+            )
+        if model.model is None or model.population is None:
+            raise OptionError(
+                f"{fname}: this Fit has no model or population attached (it came from "
+                "fit_problem); pass the model and the population"
+            )
+        model, params, population = model.model, model, population or model.population
+    elif not isinstance(model, Model):
+        raise OptionError(
+            f"{fname}: the first argument must be a Model (from load_model) or a Fit; got "
+            f"{type(model).__name__}"
+        )
+    if population is None:
+        raise OptionError(
+            f"{fname}: which subjects? Give the population (its doses, times and covariates): "
+            f"{fname}(model, population, params, ...), e.g. from read_data or make_population"
+        )
+    if not isinstance(population, Population):
+        raise OptionError(
+            f"{fname}: `population` must be a Population (from read_data or make_population); "
+            f"got {type(population).__name__}"
+        )
+    return model, population, params
+
+
 def _given_etas(model, n: int, etas) -> np.ndarray:
     """The user's random effects ``[N, q]``, checked."""
     q = model.compiled.eta_size
@@ -113,7 +152,7 @@ INCLUDE = ("eta", "ipred", "params")
 
 def simulate(
     model,
-    population,
+    population=None,
     params: Any = None,
     *,
     seed: int,
@@ -129,6 +168,8 @@ def simulate(
     - `model`: a `Model`; `population`: the design (a `Population`, e.g. from `read_data` or
       `deepnlme.make_population`; its DV values are ignored).
     - `params`: parameter values by name (the rest from the model's initial values), or a Fit.
+    - Or a Fit first: `simulate(fit, seed=1)` simulates its model at its estimates on its own
+      population, `simulate(fit, other_population, seed=1)` on another design.
     - `seed`: the seed of the random draws (random effects, then residual errors). The same
       seed gives the same data; no global random state is read or advanced.
     - `etas`: `[N, q]` random effects to use instead of drawing them.
@@ -144,6 +185,7 @@ def simulate(
     The drawn random effects alone: `simulate_with_etas`.
     """
     wanted = _include(include)
+    model, population, params = _arguments(model, population, params, "simulate")
     sim = _simulate(model, population, params, seed, etas, residual, ode_options)
     if wanted is None:
         return sim.population
@@ -240,16 +282,17 @@ def _simulated_frame(sim: _Simulated, wanted: tuple[str, ...]) -> pd.DataFrame:
 
 
 def simulate_with_etas(
-    model, population, params=None, *, seed: int, etas=None, residual=True, ode_options=None
+    model, population=None, params=None, *, seed: int, etas=None, residual=True, ode_options=None
 ):
     """Like `simulate`, and also returns the random effects used (``[N, q]`` array)."""
+    model, population, params = _arguments(model, population, params, "simulate_with_etas")
     sim = _simulate(model, population, params, seed, etas, residual, ode_options)
     return sim.population, sim.eta
 
 
 def model_predict(
     model,
-    population,
+    population=None,
     params: Any = None,
     *,
     etas: Any = None,
@@ -261,10 +304,13 @@ def model_predict(
 
     - `params`: parameter values by name (the rest from the model), or a Fit.
     - `etas`: `[N, q]` individual random effects for IPRED (default 0, so IPRED = PRED).
+    - Or a Fit first: `model_predict(fit)` predicts at its estimates on its own population
+      (`etas=fit.ebe_array` for IPRED at the EBEs).
 
     Columns: ID, TIME, ENDPOINT, DV, PRED, IPRED, then every variable of the `derived:` block
     at the individual parameters.
     """
+    model, population, params = _arguments(model, population, params, "model_predict")
     problem, predictor = model_problem(model, population, ode_options=ode_options)
     binding = binding_of(model, population, ode_options)
     theta = _theta(model, params)
