@@ -129,3 +129,57 @@ def test_ode_network_model_is_advan13_with_des(dynamics_fit, tmp_path):
         sub[dict(form.rhs.args)["x"][0]] = amount
         want = float(form.rhs.inline().outputs[0].xreplace(sub))
         assert float(des) == pytest.approx(want, rel=TOL, abs=TOL)
+
+
+def test_the_data_file_holds_each_number_exactly_in_few_digits(tmp_path):
+    """Values as the data had them (0.41, not 0.40999999999999998), read back bit for bit;
+    missing values as NONMEM's '.'."""
+    from deepnlme.export._nonmem import write_data_file
+
+    frame = pd.DataFrame({"id": [1, 1, 2], "glyco": [0.41, 1 / 3, np.nan], "amt": [249.0, 0, 1e-7]})
+    path = write_data_file(frame, tmp_path / "data.csv")
+    text = path.read_text()
+    assert text.splitlines()[0] == "ID,GLYCO,AMT"
+    assert "0.41," in text and "0.40999999999999998" not in text and ",.," in text
+    back = pd.read_csv(path, na_values=".")
+    np.testing.assert_array_equal(back["GLYCO"], frame["glyco"])
+    np.testing.assert_array_equal(back["AMT"], frame["amt"])
+
+
+def test_the_covariate_rule_goes_with_the_export(tmp_path):
+    """A covariate that changes within subjects: NONMEM's own rule is the default one, so the
+    data file goes as it is; LOCF data cannot be given to NONMEM in one column (an error
+    that says so), while nlmixr2's call names rxode2's interpolation for either rule."""
+    rows = []
+    for sid in (1, 2):
+        for t, amt, evid, wt in ((0.0, 100.0, 1, 70.0), (2.0, 0.0, 0, 75.0), (6.0, 0.0, 0, 80.0)):
+            rows.append((sid, t, amt, evid, evid, 1.0 + sid + t / 10, wt + sid))
+    df = pd.DataFrame(rows, columns=["ID", "TIME", "AMT", "EVID", "MDV", "DV", "WT"])
+    text = (
+        "param:\n    tv = Real(init=3.0)\n    tcl = Real(init=1.0)\n"
+        "    omega = PDiag(init=[0.1])\n    sigma = Positive(init=0.5)\n"
+        "random:\n    eta ~ MvNormal(omega)\ncovariates: WT\n"
+        "pre:\n    v = exp(tv)\n    cl = exp(tcl + eta[0]) * WT / 70\n"
+        "dynamics: OneCompartment\nderived:\n    conc = Central / v\n"
+        "    DV ~ Additive(conc, sigma)\n"
+    )
+    model = dn.load_model(text)
+    for rule, interp in (("nonmem", "nocb"), ("locf", "locf")):
+        pop = dn.read_data(df, covariate_rule=rule)
+        assert pop.time_varying == (True,)
+        fit = dn.fit(model, pop, dn.FO(), max_iter=0, covariance=None, progress=False)
+        out = tmp_path / rule
+        dn.export(fit, to="nlmixr2", out=out / "r")
+        head = (out / "r" / "model.R").read_text().splitlines()[1]
+        assert f'rxode2::rxControl(covsInterpolation = "{interp}")' in head
+        if rule == "nonmem":
+            dn.export(fit, to="nonmem", out=out / "nm")
+            back = pd.read_csv(out / "nm" / "data.csv", na_values=".")
+            np.testing.assert_array_equal(back["WT"], df["WT"])
+        else:
+            from deepnlme.export import ExportError
+
+            refused = r"covariate_rule='locf' and WT changes within subjects.*rule='nonmem'"
+            with pytest.raises(ExportError, match=refused):
+                dn.export(fit, to="nonmem", out=out / "nm")
+            assert not (out / "nm" / "model.ctl").exists()

@@ -187,3 +187,14 @@ def dosing_outputs(form: ModelForm, name_of) -> list[tuple[str, sp.Expr]]:
         kind, state = label[:-1].split("[")
         out.append((name_of(kind, state), e))
     return out
+
+
+def varying_covariates(fit: Any) -> list[str]:
+    """The model's covariates whose values change within a subject in the fit's population
+    (`Population.time_varying`): where the covariate rule decides what the model computes."""
+    pop = getattr(fit, "population", None)
+    model = getattr(fit, "model", None)
+    if pop is None or model is None:
+        return []
+    varying = dict(zip(pop.covariate_names, pop.time_varying, strict=True))
+    return [c for c in model.covariates if varying.get(c, False)]

@@ -193,7 +193,7 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
     for s in dict(form.pre.args).get("eta", ()):
         names[s.name] = _r_name(s.name, taken)
         taken.add(names[s.name])
-    frame = _data_frame(fit)
+    frame = _data_frame(fit, "nlmixr2")
     columns = [str(c).upper() for c in frame.columns]
     map_covariates(form, columns, names, "nlmixr2")
     taken |= set(columns)
@@ -319,10 +319,14 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
 
     method = type(fit.method).__name__
     est = {"FO": "fo", "FOCE": "foce", "FOCEI": "focei"}.get(method, "focei")
+    # rxode2 carries a covariate forward between records by default; NONMEM's rule (the
+    # value applies to the interval that ends at its record) is its "nocb"
+    rule = "nocb" if fit.population.covariate_rule == "nonmem" else "locf"
     lines = [
         f"# deepnlme export ({method} fit, OFV {fit.ofv:.6f}): the model at the estimates.",
         "# library(nlmixr2); fit <- nlmixr2(model_fit, data, est = "
-        f'"{est}", control = foceiControl(maxOuterIterations = 0))',
+        f'"{est}", control = foceiControl(maxOuterIterations = 0, rxControl = '
+        f'rxode2::rxControl(covsInterpolation = "{rule}")))',
         "",
         "model_fit <- function() {",
         "  ini({",

@@ -28,6 +28,7 @@ from ._common import (
     fixed_sd,
     map_covariates,
     theta_parameters,
+    varying_covariates,
 )
 from ._errors import ExportError
 
@@ -246,12 +247,26 @@ def _nm_name(name: str, taken: set[str]) -> str:
     return up
 
 
-def _data_frame(fit: Any):
+def _data_frame(fit: Any, target: str = "NONMEM"):
+    """The fit's population as the data file of the export to `target` (NONMEM: only under
+    NONMEM's covariate rule where a covariate changes within subjects)."""
     pop = getattr(fit, "population", None)
     if pop is None:
         raise ExportError(
-            "export to NONMEM: the fit holds no data (a fit loaded without its population); "
+            f"export to {target}: the fit holds no data (a fit loaded without its population); "
             "load it with deepnlme.load_fit(path, population=...)"
+        )
+    varying = varying_covariates(fit)
+    if target == "NONMEM" and pop.covariate_rule != "nonmem" and varying:
+        # NONMEM applies a record's value to the interval that ends at it; under LOCF the
+        # model advances with the previous record's value but evaluates the record with its
+        # own, which one data column cannot give NONMEM
+        raise ExportError(
+            f"export to NONMEM: the data were read with covariate_rule={pop.covariate_rule!r} "
+            f"and {', '.join(varying)} changes within subjects; NONMEM applies a record's value "
+            "to the interval that ends at it (covariate_rule='nonmem'), so its predictions "
+            "would differ from this fit's. Read the data with covariate_rule='nonmem' and fit "
+            "again to export it (nlmixr2 can take the LOCF rule: to='nlmixr2')"
         )
     return pop.to_dataframe()
 
@@ -421,8 +436,9 @@ def write_nonmem(fit: Any, folder) -> dict:
 
 def write_data_file(frame, path):
     """The data table an exported model reads, at `path` (upper-case names, ``.`` for a
-    missing value, 17 significant digits), and `path`."""
+    missing value, each number in the fewest digits that read back as the same double:
+    0.41, not 17 digits' 0.40999999999999998), and `path`."""
     frame = frame.copy()
     frame.columns = [str(c).upper() for c in frame.columns]
-    frame.to_csv(path, index=False, na_rep=".", float_format="%.17g")
+    frame.to_csv(path, index=False, na_rep=".")
     return path
