@@ -484,3 +484,32 @@ def test_numbers_from_the_c_reader_skip_blank_lines_and_keep_line_numbers(tmp_pa
     assert table.n == 3 and table.numeric("TIME").tolist() == [0.0, 1.0, -2.0]
     with pytest.raises(Exception, match=re.escape("row 3 (line 6 of b.csv), column TIME")):
         read_data(p)
+
+
+def test_time_after_dose_counts_from_the_last_dose_before_each_observation():
+    rows = [
+        # subject 1: a trough before the dose at 12 (its record first), a peak after it
+        # (its record second), ADDL-implied doses at 24 and 36, an observation at 40
+        (1, 0.0, 0.0, 100, 1, 1, 1, 0, 12, 0, 0),
+        (1, 2.0, 5.0, 0, 0, 0, 2, 0, 0, 0, 0),
+        (1, 12.0, 3.0, 0, 0, 0, 2, 0, 0, 0, 0),
+        (1, 12.0, 0.0, 100, 1, 1, 1, 0, 12, 2, 0),
+        (1, 12.0, 6.0, 0, 0, 0, 2, 0, 0, 0, 0),
+        (1, 40.0, 4.0, 0, 0, 0, 2, 0, 0, 0, 0),
+        # subject 2: an observation before any dose, then a steady-state dose, a reset
+        # and a dose (EVID 4) with the clock restarting
+        (2, 0.0, 1.0, 0, 0, 0, 2, 0, 0, 0, 0),
+        (2, 1.0, 0.0, 50, 1, 1, 1, 0, 24, 0, 1),
+        (2, 7.0, 2.0, 0, 0, 0, 2, 0, 0, 0, 0),
+        (2, 0.0, 0.0, 50, 4, 1, 1, 0, 0, 0, 0),
+        (2, 0.5, 2.5, 0, 0, 0, 2, 0, 0, 0, 0),
+    ]
+    pop = read_data(frame(rows))
+    tad = pop.time_after_dose()
+    a = pop.arrays()
+    assert tad.shape == a.obs_time.shape
+    assert np.isnan(tad[~a.obs_mask]).all()
+    np.testing.assert_array_equal(tad[0][a.obs_mask[0]], [2.0, 12.0, 0.0, 4.0])
+    got = tad[1][a.obs_mask[1]]
+    assert np.isnan(got[0])
+    np.testing.assert_array_equal(got[1:], [6.0, 0.5])

@@ -85,6 +85,7 @@ def test_sections_present_in_order(report):
     for s in ("run-record", "summary", "covariance", "estimates", "gof", "npde",
               "random-effects", "vpc", "individual-fits"):  # fmt: skip
         assert s in sections, s
+    assert "vpc-plot" in p.order and "vpc-tad-plot" not in p.order  # (one dose a subject)
 
 
 @pytest.mark.slow  # the session's fit, made through the command line

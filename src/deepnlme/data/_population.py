@@ -440,6 +440,27 @@ class Population:
             self._arrays = _build_arrays(self)
         return self._arrays
 
+    def time_after_dose(self) -> np.ndarray:
+        """Time after dose of each observation, ``[N, T]`` as `arrays().obs_time`: the time
+        since the last dose before it (EVID 1 or 4, doses implied by ADDL included; at equal
+        times, one whose record comes first), in the model's continuous time. NaN where the
+        subject has had no dose yet, and on padding."""
+        a = self.arrays()
+        out = np.full(a.obs_time.shape, np.nan)
+        doses = a.dose_mask & np.isin(a.dose_evid, (1, 4))
+        # blocks of subjects: an [B, T, D] comparison each
+        n, t = a.obs_time.shape
+        block = max(1, 4_000_000 // max(1, t * a.dose_time.shape[1]))
+        for s in range(0, n, block):
+            e = min(n, s + block)
+            ot, oq = a.obs_time[s:e, :, None], a.obs_seq[s:e, :, None]
+            dt, dq = a.dose_time[s:e, None, :], a.dose_seq[s:e, None, :]
+            before = doses[s:e, None, :] & ((dt < ot) | ((dt == ot) & (dq < oq)))
+            last = np.where(before, dt, -np.inf).max(axis=2)
+            found = np.isfinite(last) & a.obs_mask[s:e]
+            out[s:e] = np.where(found, a.obs_time[s:e] - np.where(found, last, 0.0), np.nan)
+        return out
+
     # ----------------------------------------------------------------- derived populations
     def subset(self, ids: Sequence) -> Population:
         """A population of the given subjects in the given order.

@@ -419,6 +419,12 @@ def _parser() -> argparse.ArgumentParser:
     vpc.add_argument("--n-sim", type=int, default=200, help="replicates (default 200)")
     vpc.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     vpc.add_argument("--bins", default="8", help="number of bins, or 'unique' (default 8)")
+    vpc.add_argument(
+        "--x",
+        default="TIME",
+        type=str.upper,
+        help="what is binned: TIME (default), TAD (time after dose) or PRED",
+    )
     vpc.add_argument("--stratify", default=None, help="'ENDPOINT' or a covariate column")
     vpc.add_argument("--pred-corrected", action="store_true", help="prediction-corrected VPC")
     vpc.add_argument("--quiet", action="store_true", help="no progress display")
@@ -720,6 +726,7 @@ def _vpc(args) -> None:
             bins=bins,
             stratify=args.stratify,
             pred_corrected=args.pred_corrected,
+            x=args.x,
         )
         display.end()
     out = Path(args.out)

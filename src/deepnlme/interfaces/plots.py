@@ -488,7 +488,8 @@ def vpc_chart(result, *, log_y: bool = False, endpoint_label: str = "DV") -> Cha
         title = f"{name}, {result.n_sim} simulated replicates" + (
             "" if st == "all" else f" - {result.stratify} = {st}"
         )
-        p = Panel(title=title, xlabel=result.x, ylabel=y, ylog=log_y,
+        xlabel = "time after dose (TAD)" if result.x == "TAD" else result.x
+        p = Panel(title=title, xlabel=xlabel, ylabel=y, ylog=log_y,
                   legend="right" if k == len(strata) - 1 else None)  # fmt: skip
         o = result.observed[result.observed["stratum"] == st]
         p.add("points", o["x"], o["DV"], colour="light", alpha=0.6, size=2.8,

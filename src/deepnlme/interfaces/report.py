@@ -699,23 +699,34 @@ def _report_html(
     if labels:
         sections.append(_section("random-effects", "Random effects", _eta_body(fit, ebes)))
     v = vpc_of(fit, table, vpc_reps.y[:vpc_sims], seed=seed)
-    sections.append(
-        _section(
-            "vpc",
-            "Visual predictive check",
-            [
-                _chart_html(
-                    plots.vpc_chart(v, endpoint_label=ep_label),
-                    "visual predictive check",
-                    "vpc-plot",
-                ),  # fmt: skip
-                f'<p class="note">{vpc_sims} data sets simulated from the fitted model (seed '
-                f"{seed}). Solid lines: observed 5th, 50th and 95th percentiles; dashed lines: "
-                f"the medians of the simulated percentiles; shaded bands: {100 * v.ci:g}% "
-                "confidence intervals of the simulated percentiles.</p>",
-            ],
+    body = [
+        _chart_html(
+            plots.vpc_chart(v, endpoint_label=ep_label), "visual predictive check", "vpc-plot"
+        ),
+        f'<p class="note">{vpc_sims} data sets simulated from the fitted model (seed '
+        f"{seed}). Solid lines: observed 5th, 50th and 95th percentiles; dashed lines: "
+        f"the medians of the simulated percentiles; shaded bands: {100 * v.ci:g}% "
+        "confidence intervals of the simulated percentiles.</p>",
+    ]
+    if _multiple_doses(fit.population):
+        # over the study's time a dosing interval's profile is spread out: binned on the time
+        # after dose, the same replicates show it (PsN's -idv=TAD)
+        tad = vpc_of(fit, table, vpc_reps.y[:vpc_sims], seed=seed, x="TAD")
+        left = (
+            f" {tad.n_excluded} observations before a subject's first dose are left out."
+            if tad.n_excluded > v.n_excluded
+            else ""
         )
-    )
+        body += [
+            _chart_html(
+                plots.vpc_chart(tad, endpoint_label=ep_label),
+                "visual predictive check against the time after dose",
+                "vpc-tad-plot",
+            ),
+            '<p class="note">The same replicates binned on the time after dose (since the '
+            f"last dose before each observation).{left}</p>",
+        ]
+    sections.append(_section("vpc", "Visual predictive check", body))
     sections.append(
         _section(
             "individual-fits",
@@ -781,6 +792,13 @@ def _replicates(fit, vpc_sims: int, npde_sims: int, seed: int):
         return replicates(fit, vpc_sims, seed), replicates(fit, npde_sims, seed)
     both = replicates(fit, big, seed)
     return both, both._replace(y=both.y[:npde_sims], h=both.h[:npde_sims])
+
+
+def _multiple_doses(pop) -> bool:
+    """Whether some subject has more than one dose (ADDL included) or a steady-state dose."""
+    a = pop.arrays()
+    doses = a.dose_mask & np.isin(a.dose_evid, (1, 4))
+    return bool((doses.sum(axis=1) > 1).any() or (doses & (a.dose_ss > 0)).any())
 
 
 def _prefix(small: np.ndarray, big: np.ndarray) -> bool:

@@ -23,7 +23,8 @@ class VPC:
     - `observed`: one row per observation used: ID, x, DV (prediction-corrected for a pcVPC),
       PRED, stratum, bin.
     - `percentiles`, `ci`, `n_sim`, `seed`, `pred_corrected`, `stratify`, `x`: the settings.
-    - `n_excluded`: observations left out (censored; for a pcVPC also PRED <= 0).
+    - `n_excluded`: observations left out (censored; for a pcVPC also PRED <= 0; against
+      TAD also those before the subject's first dose).
     """
 
     summary: pd.DataFrame
@@ -37,6 +38,9 @@ class VPC:
     x: str
     n_excluded: int
 
+
+# what `vpc(..., x=...)` bins: time, time after dose, population prediction
+X_VALUES = ("TIME", "TAD", "PRED")
 
 # the columns of `VPC.summary`, in order
 _SUMMARY_COLUMNS = (
@@ -105,7 +109,9 @@ def vpc(
     - `stratify`: None, "ENDPOINT", or a covariate column (its value on each observation record).
     - `pred_corrected`: prediction-corrected VPC (Bergstrand et al. 2011): observed and simulated
       values are multiplied by PRED_bin / PRED_ij, PRED_bin the median PRED in the bin.
-    - `x`: the column binned: "TIME" or "PRED".
+    - `x`: what is binned: "TIME", "TAD" (time after dose: since the last dose before the
+      observation, doses implied by ADDL included; for multiple-dose data, where TIME spreads
+      one dosing interval's profile over the whole study) or "PRED".
 
     Censored records are left out (observed and simulated alike).
     """
@@ -142,7 +148,11 @@ def vpc_of(
     dv = table["DV"].to_numpy(dtype=float)
     pred = table["PRED"].to_numpy(dtype=float)
     keep = _kept(table, pred, pred_corrected)
-    xv = table[x].to_numpy(dtype=float)
+    if x == "TAD":
+        xv = b.population.time_after_dose()[mask]
+        keep &= np.isfinite(xv)  # (before the first dose: no time after dose)
+    else:
+        xv = table[x].to_numpy(dtype=float)
     rows, obs_parts = [], []
     for s in pd.unique(strata[keep]):
         sel = np.flatnonzero(keep & (strata == s))
@@ -178,8 +188,8 @@ def _check_options(fit, ci, percentiles: Sequence[float], x: str) -> tuple[float
     pcts = tuple(float(p) for p in percentiles)
     if not pcts or any(not 0.0 <= p <= 100.0 for p in pcts):
         raise OptionError(f"vpc: `percentiles` must be numbers in [0, 100]; got {percentiles!r}")
-    if x not in ("TIME", "PRED"):
-        raise OptionError(f"vpc: option `x` must be 'TIME' or 'PRED'; got {x!r}")
+    if x not in X_VALUES:
+        raise OptionError(f"vpc: option `x` must be 'TIME', 'TAD' or 'PRED'; got {x!r}")
     return pcts
 
 
