@@ -86,6 +86,7 @@ def test_sections_present_in_order(report):
               "random-effects", "vpc", "individual-fits"):  # fmt: skip
         assert s in sections, s
     assert "vpc-plot" in p.order and "vpc-tad-plot" not in p.order  # (one dose a subject)
+    assert "CWRES vs time after dose" not in report[0]
 
 
 @pytest.mark.slow  # the session's fit, made through the command line

@@ -1,6 +1,6 @@
 """The VPC against the time after dose, for multiple-dose data: its x is
 `Population.time_after_dose()`, observations before the first dose are left out, and the
-report shows it beside the VPC against time."""
+report shows it beside the VPC against time, and CWRES against it in the goodness of fit."""
 
 from __future__ import annotations
 
@@ -63,5 +63,5 @@ def test_report_adds_the_vpc_against_time_after_dose(fit, tmp_path):
     path = dn.write_report(fit, tmp_path / "r.html", vpc_sims=20, npde_sims=20)
     text = path.read_text()
     assert 'id="vpc-plot"' in text and 'id="vpc-tad-plot"' in text
-    assert "time after dose (TAD)" in text
+    assert "time after dose (TAD)" in text and "CWRES vs time after dose" in text
     assert "12 observations before a subject's first dose are left out" in text

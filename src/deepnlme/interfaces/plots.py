@@ -210,14 +210,19 @@ def gof_chart(
     """The chart of `gof`."""
     lab = {"DV": f"observed {endpoint_label}", "PRED": "PRED", "IPRED": "IPRED"}
     panels = []
-    for xc, yc, ident, name in (
+    kinds = [
         ("PRED", "DV", True, "observed vs population prediction"),
         ("IPRED", "DV", True, "observed vs individual prediction"),
         ("IPRED", "IWRES", False, "IWRES vs IPRED"),
         ("TIME", "CWRES", False, "CWRES vs time"),
         ("PRED", "CWRES", False, "CWRES vs PRED"),
-    ):
+    ]
+    if "TAD" in table.columns:  # (multiple doses: the report adds the time after dose)
+        kinds.insert(4, ("TAD", "CWRES", False, "CWRES vs time after dose"))
+    for xc, yc, ident, name in kinds:
         xv, yv = table[xc].to_numpy(dtype=float), table[yc].to_numpy(dtype=float)
+        if xc == "TAD":  # (none before a subject's first dose)
+            xv, yv = xv[np.isfinite(xv)], yv[np.isfinite(xv)]
         log_x = log_scale and xc in ("PRED", "IPRED")
         log_y = log_scale and yc == "DV"
         p = Panel(
@@ -245,7 +250,8 @@ def gof_chart(
         _identity(qq, q, r)
     panels.append(qq)
     title = title or f"Goodness of fit ({endpoint_label}; red: LOWESS smoother)"
-    return Chart(grid_of(panels, 3), 12, 7.5, title=title)
+    rows = -(-len(panels) // 3)
+    return Chart(grid_of(panels, 3), 12, 3.75 * rows, title=title)
 
 
 def gof(
@@ -256,8 +262,9 @@ def gof(
     endpoint_label: str = "DV",
 ):
     """Goodness-of-fit panel from a `predict(fit)` table: DV vs PRED, DV vs IPRED, IWRES vs
-    IPRED, CWRES vs TIME, CWRES vs PRED, and a normal QQ plot of CWRES, each with a LOWESS
-    smoother (red). `log_scale` puts DV, PRED and IPRED on logarithmic axes;
+    IPRED, CWRES vs TIME, CWRES vs TAD (where the table has a TAD column: the report adds
+    it for multiple-dose data), CWRES vs PRED, and a normal QQ plot of CWRES, each with a
+    LOWESS smoother (red). `log_scale` puts DV, PRED and IPRED on logarithmic axes;
     `endpoint_label` names the observed variable on the axes. Returns a Figure."""
     return to_figure(
         gof_chart(table, title=title, log_scale=log_scale, endpoint_label=endpoint_label)

@@ -680,7 +680,9 @@ def _report_html(
             "Goodness of fit",
             [
                 _chart_html(
-                    plots.gof_chart(table, log_scale=log_scale, endpoint_label=ep_label),
+                    plots.gof_chart(
+                        _with_tad(fit, table), log_scale=log_scale, endpoint_label=ep_label
+                    ),
                     "goodness-of-fit panel",
                     "gof-plot",
                 ),  # fmt: skip
@@ -792,6 +794,16 @@ def _replicates(fit, vpc_sims: int, npde_sims: int, seed: int):
         return replicates(fit, vpc_sims, seed), replicates(fit, npde_sims, seed)
     both = replicates(fit, big, seed)
     return both, both._replace(y=both.y[:npde_sims], h=both.h[:npde_sims])
+
+
+def _with_tad(fit, table: pd.DataFrame) -> pd.DataFrame:
+    """`table` with a TAD column (time after dose) for multiple-dose data (the goodness-of-fit
+    panel then adds CWRES against it); as it is otherwise."""
+    pop = fit.population
+    if not _multiple_doses(pop):
+        return table
+    mask = np.asarray(pop.arrays().obs_mask)
+    return table.assign(TAD=pop.time_after_dose()[mask])
 
 
 def _multiple_doses(pop) -> bool:
