@@ -52,6 +52,9 @@ class SubjectData(NamedTuple):
     cov_value: jax.Array  # [C, K]
     cov_mask: jax.Array
     dose_cov: jax.Array  # [D, K] the covariates on each dose record (its steady state's)
+    # the times the solve evaluates the observations at: `obs_time`, an ulp later where the
+    # observation's record follows a dose or reset record at its time (`solve_times`)
+    obs_solve_time: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +157,7 @@ def bind_population(model, population) -> Binding:
         cov_value=f64(a.cov_value[:, :, sel]),
         cov_mask=jnp.asarray(a.cov_mask, bool),
         dose_cov=f64(a.dose_cov[:, :, sel]),
+        obs_solve_time=f64(solve_times(a)),
     )
     return Binding(
         data=data,
@@ -164,6 +168,28 @@ def bind_population(model, population) -> Binding:
         n_obs=int(np.asarray(a.obs_mask).sum()),
         features=DoseFeatures.of(a.dose_rate, a.dose_ss, a.dose_evid, a.dose_mask),
     )
+
+
+def solve_times(a) -> np.ndarray:
+    """The times ``[N, T]`` at which the solve evaluates the observations of the arrays `a`
+    (`PopulationArrays`): each observation's time, and, where its record follows a dose or
+    reset record at the same time (file order, `obs_seq` after `dose_seq`), the next time up
+    by about one ulp, ``t + max(|t|, 1) 2^-52``: there the observation sees the dose, the
+    steady state or the reset, as NONMEM's records do, and an observation before the record
+    (a trough) or at the time of a dose implied by ADDL (which comes after the records at its
+    time) does not. The solvers order an observation before the events at its time; the
+    amounts an ulp later differ from the limit at ``t+`` by a relative 1e-16 or so."""
+    t = np.asarray(a.obs_time, dtype=np.float64)
+    n, width = t.shape
+    after = np.zeros(t.shape, dtype=bool)
+    block = max(1, 4_000_000 // max(1, width * a.dose_time.shape[1]))
+    for s in range(0, n, block):  # an [B, T, D] comparison a block of subjects
+        e = min(n, s + block)
+        same = a.dose_time[s:e, None, :] == t[s:e, :, None]
+        first = a.dose_seq[s:e, None, :] < a.obs_seq[s:e, :, None]
+        after[s:e] = (same & first & a.dose_mask[s:e, None, :]).any(axis=2)
+    after &= np.asarray(a.obs_mask, dtype=bool)
+    return np.where(after, t + np.maximum(np.abs(t), 1.0) * 2.0**-52, t)
 
 
 def _check_dose_records(cm, a, ids) -> None:
@@ -349,7 +375,7 @@ class SubjectPredictor:
             sd.cov_mask,
             sd.doses,
             dosing,
-            sd.obs_time,
+            sd.obs_solve_time,
             options=self.ode_options,
             record_cov=sd.dose_cov if self.time_varying else None,
             features=self.features,
@@ -395,7 +421,7 @@ class SubjectPredictor:
             sd.doses,
             sd.cov_time,
             sd.cov_mask,
-            sd.obs_time,
+            sd.obs_solve_time,
             features=self.features,
             record_k=record_k,
             record_b=record_b,
@@ -565,7 +591,7 @@ class SubjectPredictor:
                 sd.doses,
                 seg_time,
                 seg_mask,
-                sd.obs_time,
+                sd.obs_solve_time,
                 features=self.features,
                 states=states,
                 record_cfp=records,
@@ -575,7 +601,7 @@ class SubjectPredictor:
             cfp,
             dosing,
             sd.doses,
-            sd.obs_time,
+            sd.obs_solve_time,
             features=self.features,
             states=states,
         )
