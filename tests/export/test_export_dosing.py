@@ -152,6 +152,15 @@ CASES = [
         (1.0, 4.0, 8.0, 13.0, 18.0, 30.0),
         want={"SS": [1, 0], "RATE": [25.0, 0.0], "II": [12.0, 0.0]},
     ),
+    Case(  # samples recorded after a bolus, a steady-state and a reset-and-dose record at
+        # their time: they see them (NONMEM's file order)
+        "records_before_samples_at_their_time",
+        "OneCompartment",
+        "ADVAN1 TRANS2",
+        (_dose(0, 100, 1), _dose(12, 100, 1, SS=1, II=8.0), _dose(20, 50, 1, EVID=4)),
+        (0.0, 3.0, 12.0, 15.0, 20.0, 24.0),
+        want={"EVID": [1, 1, 4], "SS": [0, 1, 0]},
+    ),
 ]
 
 
@@ -267,3 +276,24 @@ def test_endpoint_labels_are_dropped_from_input(tmp_path):
     assert "DVID" in data.columns
     assert text.split("\n")[1].split()[1:] == ["DROP" if c == "DVID" else c for c in data.columns]
     assert len(pm.read_model(str(files["control_stream"])).dataset) == len(data)
+
+
+def test_the_python_module_keeps_the_record_order(tmp_path):
+    """The standalone module (its runtime, `export/_runtime.py`) evaluates a sample recorded
+    after a dose record at its time after the dose, as deepnlme does."""
+    import importlib.util
+
+    case = next(c for c in CASES if c.name == "records_before_samples_at_their_time")
+    fit = dn.fit(dn.load_model(_model(case.closed)), _population(case), dn.FO(), max_iter=0,
+                 covariance=None, progress=False)  # fmt: skip
+    files = dn.export(fit, to="python", out=tmp_path / "py")
+    data = tmp_path / "data.csv"
+    fit.population.to_dataframe().to_csv(data, index=False)
+    spec = importlib.util.spec_from_file_location("exported_model", files["module"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    got = module.predict(str(data))
+    want = dn.predict(fit)
+    at_doses = want.TIME.isin([0.0, 12.0, 20.0]).to_numpy()
+    assert (want.PRED.to_numpy()[at_doses] > 0).all()  # (the doses seen)
+    np.testing.assert_allclose(np.asarray(got["PRED"], float), want.PRED, rtol=1e-8)

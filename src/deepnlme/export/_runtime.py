@@ -377,7 +377,7 @@ def _subject_predictions(key, records, eta, cov, rtol, atol, max_steps):
         for state, v in zip(MODEL["init"], vals):
             x[names.index(state)] = float(v)
     infusions = []  # (start, end, col, rate, order)
-    seen = {}
+    seen, done = {}, {}  # the amounts at t before, and after, the actions at t
     ai = 0
     for t in times:
         if t > t_cur:
@@ -403,9 +403,20 @@ def _subject_predictions(key, records, eta, cov, rtol, atol, max_steps):
             elif kind == "infusion":
                 col, rate, dur = payload
                 infusions.append((t, t + dur, col, rate, order))
+        done[t] = x.copy()
         infusions = [i for i in infusions if i[1] > t]
     t_obs = np.asarray([r["TIME"] for r in obs], dtype=float)
-    xs = np.stack([seen[t] for t in t_obs])
+    # an observation whose record follows a dose or reset record at its time sees the actions
+    # at that time (deepnlme's rule, NONMEM's for one record before it); else it comes first
+    acts = [(r["TIME"], r["row"]) for r in records if r["EVID"] in (1, 3, 4)]
+    xs = np.stack(
+        [
+            done[r["TIME"]]
+            if any(t == r["TIME"] and k < r["row"] for t, k in acts)
+            else seen[r["TIME"]]
+            for r in obs
+        ]
+    )
     m = len(obs)
     out = derived(
         t_obs[:, None],
