@@ -513,3 +513,23 @@ def test_time_after_dose_counts_from_the_last_dose_before_each_observation():
     got = tad[1][a.obs_mask[1]]
     assert np.isnan(got[0])
     np.testing.assert_array_equal(got[1:], [6.0, 0.5])
+
+
+def test_summary_counts_the_dosing_records():
+    rows = [
+        (1, 0.0, 0.0, 100, 1, 1, 1, 0, 12, 2, 1),  # SS with two ADDL doses
+        (1, 5.0, 3.0, 0, 0, 0, 2, 0, 0, 0, 0),
+        (1, 6.0, 0.0, 0, 2, 1, 2, 0, 0, 0, 0),  # EVID 2
+        (2, 0.0, 0.0, 100, 1, 1, 1, 20, 0, 0, 0),  # an infusion
+        (2, 3.0, 2.0, 0, 0, 0, 2, 0, 0, 0, 0),
+        (2, 8.0, 0.0, 50, 4, 1, 1, 0, 0, 0, 0),  # reset and dose
+        (2, 9.0, 2.0, 0, 0, 0, 2, 0, 0, 0, 0),
+    ]
+    text = read_data(frame(rows)).summary()
+    want = (
+        "  doses per subject: min 2, median 2.5, max 3; steady state (SS) 1, implied by ADDL 2, "
+        "infusions 1, resets (EVID 3/4) 1, EVID 2 records 1"
+    )
+    assert want in text.splitlines()
+    # one dose a subject, nothing else: no such line
+    assert "doses per subject" not in datasets.load("theophylline").summary()

@@ -367,6 +367,9 @@ class Population:
             f"  time span: {float(t.min()):g} to {float(t.max()):g}",
             f"  endpoints: {', '.join(self._endpoints)}",
         ]
+        dosing = self._dosing_summary(a)
+        if dosing:
+            lines.insert(2, dosing)
         if self._has_cens:
             n_cens = int(np.sum((a.obs_cens != 0) & a.obs_mask))
             lines.append(f"  censored observations: {n_cens}")
@@ -388,6 +391,30 @@ class Population:
         if self.has_missing_dv:
             lines.append("  some observations have no value yet (to be simulated)")
         return "\n".join(lines)
+
+    def _dosing_summary(self, a) -> str:
+        """The line of `summary` on the doses where a subject has more than one, or the data
+        hold steady-state, ADDL, infusion, reset or EVID 2 records ("" otherwise)."""
+        r = self._records
+        real = ~r["IMPLIED"].to_numpy()
+        evid = r["EVID"].to_numpy()
+        dose = real & np.isin(evid, (1, 4))
+        n_dose = (a.dose_mask & np.isin(a.dose_evid, (1, 4))).sum(axis=1)
+        counts = [
+            (int((dose & (r["SS"].to_numpy() > 0)).sum()), "steady state (SS)"),
+            (int((~real).sum()), "implied by ADDL"),
+            (int((dose & (r["RATE"].to_numpy() != 0)).sum()), "infusions"),
+            (int((real & np.isin(evid, (3, 4))).sum()), "resets (EVID 3/4)"),
+            (int((real & (evid == 2)).sum()), "EVID 2 records"),
+        ]
+        extra = [f"{what} {k}" for k, what in counts if k]
+        if not extra and (n_dose.size == 0 or n_dose.max() <= 1):
+            return ""
+        line = (
+            f"  doses per subject: min {int(n_dose.min())}, median {float(np.median(n_dose)):g}, "
+            f"max {int(n_dose.max())}"
+        )
+        return line + ("; " + ", ".join(extra) if extra else "")
 
     def covariates_frame(self) -> pd.DataFrame:
         """One row per subject (index ID) with each covariate's baseline (first-record) value."""
