@@ -178,6 +178,35 @@ class _Elementary:
         return num / (jnp.expm1(a * tau) * jnp.expm1(b * tau))
 
 
+def _order_at(res, t, s, features: DoseFeatures, late):
+    """Which doses an observation sees (``[T, D]``: after the record, and not after a reset
+    that ends it) and which of those have been administered (``s > 0``, or ``s == 0`` for an
+    observation whose record follows the records at its time: `late`, ``[T]`` or None)."""
+    time = res.time[None, :]
+    if late is None:
+        seen, given = t > time, s > 0
+    else:
+        at = jnp.asarray(late, bool)[:, None] & (t == time)  # after the records at its time
+        seen = (t > time) | at
+        given = (s > 0) | (at & (s == 0.0))
+    active = res.is_dose[None, :] & seen
+    if features.reset:
+        kill = res.kill[None, :]
+        alive = t <= kill  # (an observation at a reset's time sees the amounts before it...)
+        if late is not None:  # (... unless its record follows the records there)
+            alive = alive & ~(jnp.asarray(late, bool)[:, None] & (t == kill))
+        active = active & alive & (res.start[None, :] < kill)
+    return active, given
+
+
+def _seen_bad(res, t, late) -> jax.Array:
+    """Observations ``[T]`` after a record that cannot be evaluated."""
+    after = t[:, None] > res.time[None, :]
+    if late is not None:
+        after = after | (jnp.asarray(late, bool)[:, None] & (t[:, None] == res.time[None, :]))
+    return jnp.any(res.bad[None, :] & after, axis=1)
+
+
 class _DoseResponse:
     """``f(mu)`` for every (observation, dose) pair on ``[T, D]`` arrays, and ``f[a, b]``.
 
@@ -188,14 +217,12 @@ class _DoseResponse:
     SS infusion ``c3 = rate``.
     """
 
-    def __init__(self, res, t, features: DoseFeatures):
+    def __init__(self, res, t, features: DoseFeatures, late=None):
         self.inf = features.infusion
         self.ss = features.steady_state
         t = t[:, None]
         s = t - res.start[None, :]
-        active = res.is_dose[None, :] & (t > res.time[None, :])
-        if features.reset:
-            active = active & (t <= res.kill[None, :]) & (res.start[None, :] < res.kill[None, :])
+        active, given = _order_at(res, t, s, features, late)
         amount = res.amount[None, :]
         zero = jnp.zeros_like(s)
         if not self.ss:
@@ -205,10 +232,10 @@ class _DoseResponse:
                 dur = res.dur[None, :]
                 u = jnp.clip(s_now, 0.0, dur)
                 self.c1 = jnp.where(active & is_inf, res.rate[None, :], zero)
-                self.b1 = jnp.where(active & ~is_inf & (s > 0), amount, zero)
+                self.b1 = jnp.where(active & ~is_inf & given, amount, zero)
             else:
                 u = zero
-                self.b1 = jnp.where(active & (s > 0), amount, zero)
+                self.b1 = jnp.where(active & given, amount, zero)
             self.y1 = s_now - u
             self.w1 = u
             return
@@ -221,12 +248,14 @@ class _DoseResponse:
         # steady state: time since the latest administration of the repeated dose, in (0, tau]
         s_neg = jnp.where(s > 0, 0.0, -s)
         s0 = jnp.where(s > 0, s, s + (jnp.floor(s_neg / tau) + 1.0) * tau)
+        # (an observation after the record at its time: the administration there included)
+        s0 = jnp.where(given & (s == 0.0), 0.0, s0)
         s_now = jnp.where(is_ss, s0, jnp.maximum(s, 0.0))  # time since this administration
         u = jnp.clip(s_now, 0.0, dur)
         on = active & ~is_const
         self.y1 = s_now - u
         self.w1 = u
-        self.b1 = jnp.where(on & ~is_inf & ~is_ss & (s > 0), amount, zero)
+        self.b1 = jnp.where(on & ~is_inf & ~is_ss & given, amount, zero)
         self.c1 = jnp.where(on & is_inf, rate, zero)
         self.y2 = jnp.where(is_inf, jnp.maximum(s0 + tau - dur, 0.0), s0)
         self.w2 = jnp.broadcast_to(dur, s.shape)
@@ -296,7 +325,9 @@ def _bateman(ka, k, s):
     return jnp.where(small, near, far)
 
 
-def _one_compartment_bolus(cf, p, dosing, doses, obs_time, features, states) -> jax.Array:
+def _one_compartment_bolus(
+    cf, p, dosing, doses, obs_time, features, states, late=None
+) -> jax.Array:
     """One-compartment models with bolus doses only: the explicit textbook formulas.
 
     The same amounts as the general superposition (tested to 1e-12), with a much smaller
@@ -309,9 +340,8 @@ def _one_compartment_bolus(cf, p, dosing, doses, obs_time, features, states) -> 
     res = resolve_doses(doses, dosing, n_states, features)
     t = jnp.asarray(obs_time, float)[:, None]
     s = t - res.start[None, :]
-    active = res.is_dose[None, :] & (t > res.time[None, :]) & (s > 0)
-    if features.reset:
-        active = active & (t <= res.kill[None, :]) & (res.start[None, :] < res.kill[None, :])
+    active, given = _order_at(res, t, s, features, late)
+    active = active & given
     amount = jnp.where(active, res.amount[None, :], 0.0)
     s = jnp.where(active, s, 0.0)  # no overflow (and no nan gradient) where nothing is given
     k = jnp.asarray(p["cl"], float) / jnp.asarray(p["v"], float)
@@ -330,7 +360,7 @@ def _one_compartment_bolus(cf, p, dosing, doses, obs_time, features, states) -> 
             absorbed = jnp.where(depot_dose, amount * _bateman(ka, k, s), 0.0)
             columns[1] = jnp.sum(absorbed + direct, axis=1)
         amounts = jnp.stack([columns[i] for i in states], axis=1)
-    bad_seen = jnp.any(res.bad[None, :] & (t > res.time[None, :]), axis=1)
+    bad_seen = _seen_bad(res, t[:, 0], late)
     return jnp.where(bad_seen[:, None], jnp.nan, amounts)
 
 
@@ -343,6 +373,7 @@ def closed_form_amounts(
     *,
     features: DoseFeatures | None = None,
     states: tuple[int, ...] | None = None,
+    obs_late: jax.Array | None = None,
 ) -> jax.Array:
     """Compartment amounts ``[T, S]`` of a closed-form PK model at the observation times.
 
@@ -359,14 +390,18 @@ def closed_form_amounts(
       smaller (compile time, and the derivatives FOCE needs). The default allows all.
     - `states`: the compartments (0-based, CMT order) whose amounts are wanted, ``[T,
       len(states)]`` in that order (static); only those are computed. Default all.
+    - `obs_late`: ``[T]`` True for an observation whose record follows a dose or reset record
+      at its time (`solve._subject.late_observations`): it sees the records at its time, and
+      the administrations there (exactly: no time has passed). Default none.
 
     NONMEM semantics: F scales the amount; the lag delays the dose; an infusion gives F*AMT at
     RATE (RATE=-1: the model's rate, RATE=-2: the model's duration); SS=1 resets and puts the
     system at the steady state of the dose repeated every II, SS=2 adds that steady state to
     what is there, SS with II=0 and a rate is a constant infusion at steady state (rate F*RATE);
     EVID 3 resets all amounts to 0, EVID 4 resets then doses. An observation at a dose or reset
-    time sees the amounts before it. Parameters are constant in time. A record that cannot be
-    evaluated (see `ResolvedDoses.bad`) makes the predictions after it nan.
+    time sees the amounts before it, unless `obs_late` marks it. Parameters are constant in
+    time. A record that cannot be evaluated (see `ResolvedDoses.bad`) makes the predictions
+    after it nan.
 
     One subject; ``jax.vmap`` over subjects. Differentiable (forward and reverse, any order).
     """
@@ -375,13 +410,13 @@ def closed_form_amounts(
     check_states("closed_form_amounts", kind, names, states)
     features = features or DoseFeatures()
     if cf.peripherals == 0 and not (features.infusion or features.steady_state):
-        return _one_compartment_bolus(cf, p, dosing, doses, obs_time, features, states)
+        return _one_compartment_bolus(cf, p, dosing, doses, obs_time, features, states, obs_late)
     k, lam, ka = _system(cf, p)
     n_states = k.shape[0]
     every = states is None or tuple(states) == tuple(range(n_states))
     res = resolve_doses(doses, dosing, n_states, features)
     obs_time = jnp.asarray(obs_time, float)
-    f = _DoseResponse(res, obs_time, features)
+    f = _DoseResponse(res, obs_time, features, obs_late)
     shape = (obs_time.shape[0], res.time.shape[0])
     mus = [jnp.broadcast_to(-x, shape) for x in lam]
     eye = jnp.eye(n_states)
@@ -403,7 +438,7 @@ def closed_form_amounts(
         mats = [m[np.asarray(states)] for m in mats]
     cols = jnp.stack([m[:, res.col] for m in mats])  # [n, S, D]
     amounts = jnp.einsum("ktd,ksd->ts", jnp.stack(coeffs), cols)
-    bad_seen = jnp.any(res.bad[None, :] & (obs_time[:, None] > res.time[None, :]), axis=1)
+    bad_seen = _seen_bad(res, obs_time, obs_late)
     return jnp.where(bad_seen[:, None], jnp.nan, amounts)
 
 

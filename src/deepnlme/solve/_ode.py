@@ -292,6 +292,7 @@ def ode_states(
     record_cov: jax.Array | None = None,
     features: DoseFeatures | None = None,
     lag: bool = True,
+    obs_late: jax.Array | None = None,
 ) -> OdeSolution:
     """States ``[T, S]`` of a general ODE model of one subject at the observation times.
 
@@ -315,16 +316,20 @@ def ode_states(
       are solved for (default: any feature, every record).
     - `lag`: False when the model gives no compartment a lag time: each dose then enters at
       its record's event, and the axis is not cut again at its administration.
+    - `obs_late`: ``[T]`` True for an observation whose record follows a dose or reset record
+      at its time (`solve._subject.late_observations`): it sees the state after the records
+      and administrations at its time. Default none.
 
     The time axis is cut at every event (observations, dose records, lagged administrations,
     infusion ends, covariate changes); each segment is one ``diffrax.diffeqsolve`` with the
-    infusions running on it added to the dosed compartments. A bolus is a jump applied after
-    the observations at its time. SS doses: the periodic state is found by Newton's method on
-    the one-interval map (its Jacobian from the variational equations); SS=1 replaces the
-    state, SS=2 adds ``x_ss - x0`` (exact for linear models with zero initial state); a
-    constant SS infusion (II=0) solves ``rhs + rate = 0``. A steady state depends on its
-    record's dose and parameters only, never on the state before it, so the SS records' states
-    are all found (batched) before the scan over the events, which then only looks them up.
+    infusions running on it added to the dosed compartments. A bolus is a jump applied after the
+    observations at its time (except those `obs_late` marks). SS doses: the periodic state is
+    found by Newton's method on the one-interval map (its Jacobian from the variational
+    equations); SS=1 replaces the state, SS=2 adds ``x_ss - x0`` (exact for linear models with
+    zero initial state); a constant SS infusion (II=0) solves ``rhs + rate = 0``. A steady state
+    depends on its record's dose and parameters only, never on the state before it, so the SS
+    records' states are all found (batched) before the scan over the events, which then only
+    looks them up.
     Semantics otherwise as `closed_form_amounts`.
     """
     features = features or DoseFeatures()
@@ -338,7 +343,7 @@ def ode_states(
     t_first = _first_time(obs_time, res, cov_time, cov_mask)
     adm = _administrations(res, n_states)
     merged, infusion = not lag, features.infusion
-    events = _event_grid(obs_time, res, adm, cov_time, t_first, merged, infusion)
+    events = _event_grid(obs_time, res, adm, cov_time, t_first, merged, infusion, obs_late)
     solver, adjoint = _solver_and_adjoint(options)
     prob = _Problem(
         rhs,
@@ -392,7 +397,14 @@ def _administrations(res: ResolvedDoses, n_states: int) -> _Administrations:
 
 
 def _event_grid(
-    obs_time, res: ResolvedDoses, adm: _Administrations, cov_time, t_first, merged, infusion
+    obs_time,
+    res: ResolvedDoses,
+    adm: _Administrations,
+    cov_time,
+    t_first,
+    merged,
+    infusion,
+    obs_late=None,
 ) -> _Events:
     """Every time the solve stops at, and the order it visits them in. `merged`: the
     administrations are applied at their records' events (no lag); without `infusion` no
@@ -408,9 +420,12 @@ def _event_grid(
     parts += [(c, 3, jnp.zeros(c.shape[0], int)) for c in cuts]
     ev_time = jnp.maximum(jnp.concatenate([p[0] for p in parts]), t_first)
     # at equal times: observations first (they see the state before a dose at their time),
-    # then the records, then the administrations, then the other cuts
+    # then the records, then the administrations, then the other cuts; an observation whose
+    # record follows a dose or reset record at its time (`obs_late`) after the administrations
     ev_kind = jnp.concatenate([jnp.full(p[0].shape[0], p[1], int) for p in parts])
     ev_prio = ev_kind.astype(float)
+    if obs_late is not None:
+        ev_prio = ev_prio.at[:n_obs].set(jnp.where(jnp.asarray(obs_late, bool), 2.5, 0.0))
     ev_ref = jnp.concatenate([p[2] for p in parts])
     n_ev = ev_time.shape[0]
     # (the order is a discrete choice: no derivative flows through the sort)

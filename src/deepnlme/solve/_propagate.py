@@ -255,6 +255,7 @@ def propagated_amounts(
     features: DoseFeatures = _ALL_FEATURES,
     states: tuple[int, ...] | None = None,
     record_cfp: dict[str, jax.Array] | None = None,
+    obs_late: jax.Array | None = None,
 ) -> jax.Array:
     """Compartment amounts ``[T, S]`` of a closed-form PK model whose parameters are piecewise
     constant in time, propagated exactly from event to event.
@@ -279,16 +280,18 @@ def propagated_amounts(
     - `record_cfp`: the closed-form parameters of each dose record's own covariates (``[D]``
       each), which its steady state uses (NONMEM's rule: the parameters of the SS record
       itself); default those of the segment in force at the record's time.
+    - `obs_late`: ``[T]`` True for an observation whose record follows a dose or reset record
+      at its time (`solve._subject.late_observations`): it sees the amounts after the records
+      and administrations at its time. Default none.
 
-    Semantics are those of `closed_form_amounts` (bolus, infusions with RATE > 0, -1 or -2,
-    SS=1 and SS=2 for bolus, infusion and constant infusion, EVID 3/4 resets, an observation at a
-    dose or reset time sees the amounts before it, a record that cannot be evaluated makes the
-    predictions after it nan), and with ``C == 1`` the amounts equal it (to rounding). The
-    parameters of a steady state are `record_cfp`'s, else those in force at its record time
-    (``seg_time[c] <= time``, as `ode_states`). A dose whose resolved time, amount, rate or
-    duration is not finite (a nan lag, say), or that would enter before its record (a negative
-    lag), makes the predictions after its record nan too.
-
+    Semantics are those of `closed_form_amounts` (bolus, infusions with RATE > 0, -1 or -2, SS=1
+    and SS=2 for bolus, infusion and constant infusion, EVID 3/4 resets, an observation at a
+    dose or reset time sees the amounts before it unless `obs_late`, a record that cannot be
+    evaluated makes the predictions after it nan), and with ``C == 1`` the amounts equal it (to
+    rounding). The parameters of a steady state are `record_cfp`'s, else those in force at its
+    record time (``seg_time[c] <= time``, as `ode_states`). A dose whose resolved time, amount,
+    rate or duration is not finite (a nan lag, say), or that would enter before its record (a
+    negative lag), makes the predictions after its record nan too.
     One subject; ``jax.vmap`` over subjects. Differentiable (forward and reverse, any order),
     including in the lag (the events are sorted inside the program; at exactly equal times the
     derivative is one-sided, as the superposition's).
@@ -316,6 +319,7 @@ def propagated_amounts(
         obs_time,
         features or DoseFeatures(),
         states,
+        obs_late,
     )
 
 
@@ -333,6 +337,7 @@ def linear_ode_amounts(
     record_k: jax.Array | None = None,
     record_b: jax.Array | None = None,
     reverse: bool = True,
+    obs_late: jax.Array | None = None,
 ) -> jax.Array:
     """States ``[T, S]`` of the linear ODE ``x' = K x + b`` (K, b constant between events),
     exactly, by matrix exponentials from event to event (NONMEM's ADVAN5/7 way, for any K).
@@ -343,7 +348,7 @@ def linear_ode_amounts(
       segment of constant covariates (`seg_time`, `seg_mask` as in `propagated_amounts`).
     - `x0`: the initial state ``[S]`` at the subject's first event; EVID 3/4 and SS=1 resets
       go back to it, and an SS=2 record adds ``x_ss - x0`` (as `ode_states`).
-    - `dosing`, `doses`, `obs_time`, `features`: as `propagated_amounts`.
+    - `dosing`, `doses`, `obs_time`, `features`, `obs_late`: as `propagated_amounts`.
     - `record_k`, `record_b`: the system of each dose record's own covariates (``[D, S, S]``,
       ``[D, S]``), which its steady state uses; default the segment in force at the record.
     - `reverse`: False when no reverse-mode derivative is taken of the result (static): the
@@ -372,6 +377,7 @@ def linear_ode_amounts(
         obs_time,
         features or DoseFeatures(),
         None,
+        obs_late,
     )
 
 
@@ -387,6 +393,7 @@ def _propagate(
     obs_time,
     features: DoseFeatures,
     states: tuple[int, ...] | None,
+    obs_late: jax.Array | None = None,
 ) -> jax.Array:
     """The event-to-event propagation of `propagated_amounts` and `linear_ode_amounts`:
     `system` gives the transitions of the segments (`record_system`, when given, the steady
@@ -457,7 +464,11 @@ def _propagate(
     ev_valid = jnp.concatenate([s[2] for s in sources])
     n_ev = ev_kind.shape[0]
     key = jnp.where(ev_valid, ev_time, jnp.inf)  # invalid events sort last and do nothing
-    order = jnp.lexsort((jnp.arange(n_ev), jnp.asarray(ev_kind), jax.lax.stop_gradient(key)))
+    sort_kind = jnp.asarray(ev_kind, float)
+    if obs_late is not None:  # after the records and administrations at its time
+        late = jnp.where(jnp.asarray(obs_late, bool), _ADM + 0.5, float(_OBS))
+        sort_kind = sort_kind.at[offset[_OBS] : offset[_OBS] + n_obs].set(late)
+    order = jnp.lexsort((jnp.arange(n_ev), sort_kind, jax.lax.stop_gradient(key)))
     inv = jnp.zeros(n_ev, int).at[order].set(jnp.arange(n_ev))
     valid_s = ev_valid[order]
     kind_s = jnp.asarray(ev_kind)[order]
@@ -560,7 +571,10 @@ def _propagate(
     amounts = seen[inv[offset[_OBS] : offset[_OBS] + n_obs]]
     if states is not None:
         amounts = amounts[:, np.asarray(states)]
-    bad_seen = jnp.any(bad[None, :] & (obs_time[:, None] > res.time[None, :]), axis=1)
+    after = obs_time[:, None] > res.time[None, :]
+    if obs_late is not None:
+        after = after | (jnp.asarray(obs_late, bool)[:, None] & (obs_time[:, None] == res.time))
+    bad_seen = jnp.any(bad[None, :] & after, axis=1)
     return jnp.where(bad_seen[:, None], jnp.nan, amounts)
 
 

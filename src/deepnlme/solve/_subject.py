@@ -52,9 +52,10 @@ class SubjectData(NamedTuple):
     cov_value: jax.Array  # [C, K]
     cov_mask: jax.Array
     dose_cov: jax.Array  # [D, K] the covariates on each dose record (its steady state's)
-    # the times the solve evaluates the observations at: `obs_time`, an ulp later where the
-    # observation's record follows a dose or reset record at its time (`solve_times`)
-    obs_solve_time: jax.Array
+    # True where the observation's record follows a dose or reset record at its time: the
+    # solve gives it the amounts after the records there (`late_observations`); None where
+    # the population has no such observation (the programs then hold nothing for it)
+    obs_late: jax.Array | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +158,7 @@ def bind_population(model, population) -> Binding:
         cov_value=f64(a.cov_value[:, :, sel]),
         cov_mask=jnp.asarray(a.cov_mask, bool),
         dose_cov=f64(a.dose_cov[:, :, sel]),
-        obs_solve_time=f64(solve_times(a)),
+        obs_late=jnp.asarray(late, bool) if (late := late_observations(a)).any() else None,
     )
     return Binding(
         data=data,
@@ -170,26 +171,23 @@ def bind_population(model, population) -> Binding:
     )
 
 
-def solve_times(a) -> np.ndarray:
-    """The times ``[N, T]`` at which the solve evaluates the observations of the arrays `a`
-    (`PopulationArrays`): each observation's time, and, where its record follows a dose or
-    reset record at the same time (file order, `obs_seq` after `dose_seq`), the next time up
-    by about one ulp, ``t + max(|t|, 1) 2^-52``: there the observation sees the dose, the
-    steady state or the reset, as NONMEM's records do, and an observation before the record
-    (a trough) or at the time of a dose implied by ADDL (which comes after the records at its
-    time) does not. The solvers order an observation before the events at its time; the
-    amounts an ulp later differ from the limit at ``t+`` by a relative 1e-16 or so."""
+def late_observations(a) -> np.ndarray:
+    """``[N, T]``: True for each observation of the arrays `a` (`PopulationArrays`) whose
+    record follows a dose or reset record at the same time (file order, `obs_seq` after
+    `dose_seq`). The solvers give it the amounts after the records and administrations at its
+    time, as NONMEM's records do; other observations at that time (a trough before the dose
+    record, a sample at the time of a dose implied by ADDL, which comes after the records at
+    its time) see the amounts before them."""
     t = np.asarray(a.obs_time, dtype=np.float64)
     n, width = t.shape
-    after = np.zeros(t.shape, dtype=bool)
+    late = np.zeros(t.shape, dtype=bool)
     block = max(1, 4_000_000 // max(1, width * a.dose_time.shape[1]))
     for s in range(0, n, block):  # an [B, T, D] comparison a block of subjects
         e = min(n, s + block)
         same = a.dose_time[s:e, None, :] == t[s:e, :, None]
         first = a.dose_seq[s:e, None, :] < a.obs_seq[s:e, :, None]
-        after[s:e] = (same & first & a.dose_mask[s:e, None, :]).any(axis=2)
-    after &= np.asarray(a.obs_mask, dtype=bool)
-    return np.where(after, t + np.maximum(np.abs(t), 1.0) * 2.0**-52, t)
+        late[s:e] = (same & first & a.dose_mask[s:e, None, :]).any(axis=2)
+    return late & np.asarray(a.obs_mask, dtype=bool)
 
 
 def _check_dose_records(cm, a, ids) -> None:
@@ -375,11 +373,12 @@ class SubjectPredictor:
             sd.cov_mask,
             sd.doses,
             dosing,
-            sd.obs_solve_time,
+            sd.obs_time,
             options=self.ode_options,
             record_cov=sd.dose_cov if self.time_varying else None,
             features=self.features,
             lag=cm.has_lag,
+            obs_late=sd.obs_late,
         )
         return sol.states, sol.ok, sol.fail_time
 
@@ -421,11 +420,12 @@ class SubjectPredictor:
             sd.doses,
             sd.cov_time,
             sd.cov_mask,
-            sd.obs_solve_time,
+            sd.obs_time,
             features=self.features,
             record_k=record_k,
             record_b=record_b,
             reverse=self.ode_options.adjoint != "forward",
+            obs_late=sd.obs_late,
         )
         return x, self._solve_ok(x, sd), jnp.asarray(jnp.nan)
 
@@ -591,19 +591,21 @@ class SubjectPredictor:
                 sd.doses,
                 seg_time,
                 seg_mask,
-                sd.obs_solve_time,
+                sd.obs_time,
                 features=self.features,
                 states=states,
                 record_cfp=records,
+                obs_late=sd.obs_late,
             )
         return closed_form_amounts_jit(
             self.model.compiled.closed_form,
             cfp,
             dosing,
             sd.doses,
-            sd.obs_solve_time,
+            sd.obs_time,
             features=self.features,
             states=states,
+            obs_late=sd.obs_late,
         )
 
     def propagates(self, sd: SubjectData) -> bool:
