@@ -72,6 +72,24 @@ class PopulationArrays(NamedTuple):
     cov_mask: np.ndarray
 
 
+def doses_before(a: PopulationArrays, evids: tuple[int, ...] = (1, 3, 4)):
+    """Which dose events (of the EVIDs `evids`, ADDL doses included) come before each
+    observation of the arrays `a`: earlier, or at its time with the record before it (file
+    order; a dose implied by ADDL comes after the records at its time). Yields, for blocks of
+    subjects, ``(rows, before, at_its_time)``: a slice of the subjects and two ``[B, T, D]``
+    masks, `at_its_time` the part of `before` at the observation's own time (blocks keep the
+    comparison to a few million entries)."""
+    doses = a.dose_mask & np.isin(a.dose_evid, evids)
+    n, width = a.obs_time.shape
+    block = max(1, 4_000_000 // max(1, width * a.dose_time.shape[1]))
+    for s in range(0, n, block):
+        rows = slice(s, min(n, s + block))
+        ot, oq = a.obs_time[rows, :, None], a.obs_seq[rows, :, None]
+        dt, dq = a.dose_time[rows, None, :], a.dose_seq[rows, None, :]
+        at = doses[rows, None, :] & (dt == ot) & (dq < oq)
+        yield rows, at | (doses[rows, None, :] & (dt < ot)), at
+
+
 def _is_obs(r: pd.DataFrame) -> np.ndarray:
     return ((r["EVID"] == 0) & (r["MDV"] == 0)).to_numpy()
 
@@ -474,18 +492,10 @@ class Population:
         subject has had no dose yet, and on padding."""
         a = self.arrays()
         out = np.full(a.obs_time.shape, np.nan)
-        doses = a.dose_mask & np.isin(a.dose_evid, (1, 4))
-        # blocks of subjects: an [B, T, D] comparison each
-        n, t = a.obs_time.shape
-        block = max(1, 4_000_000 // max(1, t * a.dose_time.shape[1]))
-        for s in range(0, n, block):
-            e = min(n, s + block)
-            ot, oq = a.obs_time[s:e, :, None], a.obs_seq[s:e, :, None]
-            dt, dq = a.dose_time[s:e, None, :], a.dose_seq[s:e, None, :]
-            before = doses[s:e, None, :] & ((dt < ot) | ((dt == ot) & (dq < oq)))
-            last = np.where(before, dt, -np.inf).max(axis=2)
-            found = np.isfinite(last) & a.obs_mask[s:e]
-            out[s:e] = np.where(found, a.obs_time[s:e] - np.where(found, last, 0.0), np.nan)
+        for rows, before, _ in doses_before(a, evids=(1, 4)):
+            last = np.where(before, a.dose_time[rows, None, :], -np.inf).max(axis=2)
+            found = np.isfinite(last) & a.obs_mask[rows]
+            out[rows] = np.where(found, a.obs_time[rows] - np.where(found, last, 0.0), np.nan)
         return out
 
     # ----------------------------------------------------------------- derived populations

@@ -27,6 +27,7 @@ from .._autodiff import (
     used_leaves,
     used_rows,
 )
+from ..data._population import doses_before
 from ..errors import DataError, ModelError, SolveError
 from ..model._distributions import ObsDist
 from ._closed_form import closed_form_amounts_jit
@@ -178,15 +179,9 @@ def late_observations(a) -> np.ndarray:
     time, as NONMEM's records do; other observations at that time (a trough before the dose
     record, a sample at the time of a dose implied by ADDL, which comes after the records at
     its time) see the amounts before them."""
-    t = np.asarray(a.obs_time, dtype=np.float64)
-    n, width = t.shape
-    late = np.zeros(t.shape, dtype=bool)
-    block = max(1, 4_000_000 // max(1, width * a.dose_time.shape[1]))
-    for s in range(0, n, block):  # an [B, T, D] comparison a block of subjects
-        e = min(n, s + block)
-        same = a.dose_time[s:e, None, :] == t[s:e, :, None]
-        first = a.dose_seq[s:e, None, :] < a.obs_seq[s:e, :, None]
-        late[s:e] = (same & first & a.dose_mask[s:e, None, :]).any(axis=2)
+    late = np.zeros(a.obs_time.shape, dtype=bool)
+    for rows, _, at_its_time in doses_before(a):
+        late[rows] = at_its_time.any(axis=2)
     return late & np.asarray(a.obs_mask, dtype=bool)
 
 
