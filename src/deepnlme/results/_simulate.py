@@ -75,7 +75,9 @@ def _arguments(model, population, params, fname: str):
                 f"{fname}: this Fit has no model or population attached (it came from "
                 "fit_problem); pass the model and the population"
             )
-        model, params, population = model.model, model, population or model.population
+        if population is None:
+            population = model.population
+        model, params = model.model, model
     elif not isinstance(model, Model):
         raise OptionError(
             f"{fname}: the first argument must be a Model (from load_model) or a Fit; got "
