@@ -199,12 +199,13 @@ def _order_at(res, t, s, features: DoseFeatures, late):
     return active, given
 
 
-def _seen_bad(res, t, late) -> jax.Array:
-    """Observations ``[T]`` after a record that cannot be evaluated."""
-    after = t[:, None] > res.time[None, :]
+def seen_bad(bad, time, t, late) -> jax.Array:
+    """Observations ``[T]`` (at times `t`; `late` as `_order_at`'s) after a record (at times
+    `time`, ``[D]``) that `bad` marks as one that cannot be evaluated."""
+    after = t[:, None] > time[None, :]
     if late is not None:
-        after = after | (jnp.asarray(late, bool)[:, None] & (t[:, None] == res.time[None, :]))
-    return jnp.any(res.bad[None, :] & after, axis=1)
+        after = after | (jnp.asarray(late, bool)[:, None] & (t[:, None] == time[None, :]))
+    return jnp.any(bad[None, :] & after, axis=1)
 
 
 class _DoseResponse:
@@ -360,7 +361,7 @@ def _one_compartment_bolus(
             absorbed = jnp.where(depot_dose, amount * _bateman(ka, k, s), 0.0)
             columns[1] = jnp.sum(absorbed + direct, axis=1)
         amounts = jnp.stack([columns[i] for i in states], axis=1)
-    bad_seen = _seen_bad(res, t[:, 0], late)
+    bad_seen = seen_bad(res.bad, res.time, t[:, 0], late)
     return jnp.where(bad_seen[:, None], jnp.nan, amounts)
 
 
@@ -438,7 +439,7 @@ def closed_form_amounts(
         mats = [m[np.asarray(states)] for m in mats]
     cols = jnp.stack([m[:, res.col] for m in mats])  # [n, S, D]
     amounts = jnp.einsum("ktd,ksd->ts", jnp.stack(coeffs), cols)
-    bad_seen = _seen_bad(res, obs_time, obs_late)
+    bad_seen = seen_bad(res.bad, res.time, obs_time, obs_late)
     return jnp.where(bad_seen[:, None], jnp.nan, amounts)
 
 

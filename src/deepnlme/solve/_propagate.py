@@ -51,7 +51,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..model.types import DosingParams
-from ._closed_form import _check_kind, _Elementary, _newton_coeffs, _system, check_states
+from ._closed_form import (
+    _check_kind,
+    _Elementary,
+    _newton_coeffs,
+    _system,
+    check_states,
+    seen_bad,
+)
 from ._doses import DoseEvents, DoseFeatures, resolve_doses
 from ._expm import expm, expm_and_integral
 
@@ -571,10 +578,7 @@ def _propagate(
     amounts = seen[inv[offset[_OBS] : offset[_OBS] + n_obs]]
     if states is not None:
         amounts = amounts[:, np.asarray(states)]
-    after = obs_time[:, None] > res.time[None, :]
-    if obs_late is not None:
-        after = after | (jnp.asarray(obs_late, bool)[:, None] & (obs_time[:, None] == res.time))
-    bad_seen = jnp.any(bad[None, :] & after, axis=1)
+    bad_seen = seen_bad(bad, res.time, obs_time, obs_late)
     return jnp.where(bad_seen[:, None], jnp.nan, amounts)
 
 
