@@ -14,7 +14,11 @@ FIT = """
 import json, sys
 import deepnlme as dn
 from deepnlme.datasets import example_path
-model = dn.load_model(example_path("theophylline.model"))
+text = example_path("theophylline.model").read_text()
+if len(sys.argv) > 2:  # other initial values
+    text = text.replace("init=0.45)", "init=0.5)").replace("init=0.7)", "init=0.9)")
+    text = text.replace("init=[0.4, 0.07, 0.02]", "init=[0.2, 0.1, 0.05]")
+model = dn.load_model(text)
 method = getattr(dn, sys.argv[1])()
 fit = dn.fit(model, dn.datasets.load("theophylline"), method, progress=False, covariance=None)
 # the programs are written on threads of their own; the fit returns once they are stored
@@ -27,12 +31,12 @@ print("RESULT " + json.dumps(
 
 
 def _fit_in_fresh_process(
-    cache: Path, method: str = "FO", prelude: str = "", **env_vars: str
+    cache: Path, method: str = "FO", prelude: str = "", *args: str, **env_vars: str
 ) -> dict:
     env = dict(os.environ, DEEPNLME_CACHE_DIR=str(cache), **env_vars)
     env.pop("DEEPNLME_NO_CACHE", None)
     out = subprocess.run(
-        [sys.executable, "-c", prelude + FIT, method],
+        [sys.executable, "-c", prelude + FIT, method, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -54,6 +58,21 @@ def test_program_is_stored_reused_and_gives_the_same_fit(tmp_path):
     second = _fit_in_fresh_process(tmp_path, "FOCEI")
     assert second == first  # bit for bit
     assert [p.stat().st_mtime_ns for p in programs] == stamps  # loaded, not compiled again
+
+
+@pytest.mark.slow
+def test_programs_stored_by_one_start_serve_another(tmp_path):
+    # the start is an argument of every program: a fit from other initial values (as a user
+    # refits after editing them) loads the stored programs and gives the numbers of a fit
+    # that compiled its own
+    _fit_in_fresh_process(tmp_path / "a", "FOCEI")
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "a").glob("deepnlme-programs/*")}
+    moved = _fit_in_fresh_process(tmp_path / "a", "FOCEI", "", "moved")
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "a").glob("deepnlme-programs/*")} == (
+        stamps
+    )  # nothing compiled or written again
+    own = _fit_in_fresh_process(tmp_path / "b", "FOCEI", "", "moved")
+    assert moved == own  # bit for bit
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
-"""Problems of one `shape_token` (one model, binding and data shapes: a bootstrap's resamples)
-share their compiled programs in a process. That is right only while the data enter every
-program as arguments, never as constants: the programs of two resamples must be the same
-text, and a fit that shares a program must give the numbers of one that compiled its own."""
+"""Problems of one `cache_token` (one model but for its starting values, one binding and data
+shapes: a bootstrap's resamples, a model refitted from other initial values) share their
+compiled programs, in a process and through the program store. That is right only while the
+data and the start enter every program as arguments, never as constants: the programs of two
+resamples, or of two starts, must be the same text, and a fit that shares a program must give
+the numbers of one that compiled its own."""
 
 from __future__ import annotations
 
@@ -52,12 +54,69 @@ def test_resamples_of_one_shape_have_one_program(model_file, data, method):
     model = dn.load_model(example_path(model_file))
     a, b = _resamples(pop, 2)
     pa, pb = model_problem(model, a)[0], model_problem(model, b)[0]
-    assert pa.cache_token != pb.cache_token  # other data
-    assert pa.shape_token == pb.shape_token  # one shape
+    assert pa.cache_token == pb.cache_token  # one shape
     ta, tb = _program_text(model, a, method), _program_text(model, b, method)
     assert "__elided__" not in ta
     # the same program: no datum of either resample is a constant in it
     assert hashlib.sha256(ta.encode()).digest() == hashlib.sha256(tb.encode()).digest()
+
+
+def _with(text: str, old: str, new: str) -> str:
+    assert text.count(old) == 1, old
+    return text.replace(old, new)
+
+
+@pytest.mark.parametrize(
+    "model_file, data, method, starts",
+    [
+        (  # closed form: every estimated parameter's initial value
+            "phenobarbital.model",
+            "phenobarbital",
+            dn.FOCEI(),
+            [
+                ("init=0.0047)", "init=0.006)"),
+                ("init=0.98)", "init=1.2)"),
+                ("init=0.16, lower=-0.99)", "init=0.3, lower=-0.99)"),
+                ("init=[0.03, 0.03]", "init=[0.1, 0.05]"),
+                ("init=0.11)", "init=0.2)"),
+            ],
+        ),
+        (  # a network of WT: its seed draws its initial weights only
+            "deepnlme_theophylline.model",
+            "theophylline",
+            dn.FOCEI(),
+            [("seed=1", "seed=7")],
+        ),
+    ],
+)
+def test_models_that_differ_in_their_start_have_one_program(model_file, data, method, starts):
+    pop = dn.datasets.load(data)
+    text = example_path(model_file).read_text()
+    other = text
+    for old, new in starts:
+        other = _with(other, old, new)
+    a, b = dn.load_model(text), dn.load_model(other)
+    pa, pb = model_problem(a, pop)[0], model_problem(b, pop)[0]
+    assert not np.allclose(pa.init_u(), pb.init_u())  # other starts
+    assert pa.cache_token == pb.cache_token
+    ta, tb = _program_text(a, pop, method), _program_text(b, pop, method)
+    assert hashlib.sha256(ta.encode()).digest() == hashlib.sha256(tb.encode()).digest()
+
+
+def test_a_fixed_value_or_a_bound_decides_the_program():
+    # a fixed parameter's value is a constant of the programs, and bounds decide a transform
+    pop = dn.datasets.load("phenobarbital")
+    text = example_path("phenobarbital.model").read_text()
+    fixed = _with(text, "init=0.11)", "init=0.11, fixed=True)")
+    refixed = _with(text, "init=0.11)", "init=0.2, fixed=True)")
+    bounded = _with(text, "lower=-0.99)", "lower=-0.9)")
+    tokens = {
+        model_problem(dn.load_model(t), pop)[0].cache_token for t in (text, fixed, refixed, bounded)
+    }
+    assert len(tokens) == 4
+    ta = _program_text(dn.load_model(fixed), pop, dn.FOCEI())
+    tb = _program_text(dn.load_model(refixed), pop, dn.FOCEI())
+    assert ta != tb
 
 
 def test_a_shared_program_gives_the_numbers_of_an_own_one(monkeypatch):

@@ -26,8 +26,9 @@ from ._programs import compile_and_store, program_path, read_program
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-# Compiled programs shared by problems of one `Problem.shape_token` (the same model, binding
-# and data shapes: a bootstrap's resamples, cross-validation folds of one size), the ones used
+# Compiled programs shared by problems of one `Problem.cache_token` (the same model but for its
+# starting values, binding and data shapes: a bootstrap's resamples, cross-validation folds of
+# one size, a model refitted from other initial values), the ones used
 # last kept. Measured: a pheno FOCEI resample fit took 4.3 s with its own tracing and
 # compilation, 0.3 s sharing (benchmarks/RESULTS_workflows.md).
 _SHARED: collections.OrderedDict = collections.OrderedDict()
@@ -36,7 +37,7 @@ _SHARED_SIZE = 16
 
 def _shared(key: tuple | None, make: Callable[[], Any]) -> Any:
     """The program of `key` made once (`make()`) and kept among the last `_SHARED_SIZE`;
-    `key` None (a problem without a `shape_token`): made, not kept."""
+    `key` None (a problem without a `cache_token`): made, not kept."""
     if key is None or key[0] is None:
         return make()
     hit = _SHARED.get(key)
@@ -119,8 +120,8 @@ def compiled_evaluation(
     )
     halves = _Halves(problem.n_subjects) if in_halves(problem, serial) else None
     flags = (*flags, halves is not None)
-    share = (problem.shape_token, "eval", method, free, flags, _shapes(args))
-    hit = _SHARED.get(share) if problem.shape_token is not None else None
+    share = (problem.cache_token, "eval", method, free, flags, _shapes(args))
+    hit = _SHARED.get(share) if problem.cache_token is not None else None
     if hit is not None:
         _SHARED.move_to_end(share)
         if ahead is not None:
@@ -142,7 +143,7 @@ def compiled_evaluation(
         # a future of the stage's compiled program, loaded on `pool` when it is stored (None
         # when it cannot be loaded: `finished` builds it then)
         options = {"optimise": opt(stage), "stage": stage, "serial": serial}
-        parts = (method, free, sorted(options.items()), unroll, structure[:4])
+        parts = (method, free, sorted(options.items()), *flags[3:])
         path = program_path(problem.cache_token, parts, stage_args, opt(stage))
         if path is not None and path.is_file():
             return pool.submit(read_program, path), (stage, stage_args, path)
@@ -335,7 +336,7 @@ def penalty_hessian(problem: Problem, free: tuple[int, ...]):
     if key not in cache:
         store = (problem.cache_token, f"penalty_hessian{free}")
         cache[key] = _shared(
-            (problem.shape_token, *key),
+            (problem.cache_token, *key),
             lambda: run_once_jit(jax.hessian(free_penalty(problem, free)), store),
         )
     return cache[key]
@@ -353,7 +354,7 @@ def omega_jacobian(problem: Problem):
             return jax.jacfwd(lambda z: problem.omega(problem.unpack(z)))(u)
 
         cache["omega_jacobian"] = _shared(
-            (problem.shape_token, "omega_jacobian"),
+            (problem.cache_token, "omega_jacobian"),
             lambda: run_once_jit(omega_u, (problem.cache_token, "omega_jacobian")),
         )
     return cache["omega_jacobian"]
@@ -536,7 +537,7 @@ def post_functions(problem: Problem):
             return jax.jacfwd(lambda vv: problem.omega({**other, **vv}))(var_vals)
 
         cache["post"] = _shared(
-            (problem.shape_token, "post"),
+            (problem.cache_token, "post"),
             lambda: tuple(
                 run_once_jit(f, (problem.cache_token, f.__name__))
                 for f in (values, declared_jac, omega_jac)

@@ -122,8 +122,7 @@ def _bound(model, population, ode_options: OdeOptions):
 
     integrates = search is not None and not predictor.solves_exactly
     problem = Problem(
-        cache_token=_cache_token(bound, binding, solver_options),
-        shape_token=_cache_token(bound, binding, solver_options, data=False),
+        cache_token=_cache_token(bound, binding, solver_options, data=False),
         obs_kinds=obs_kinds,
         obs_terms=obs_terms,
         obs_terms_near=obs_terms_near if predictor.expandable else None,
@@ -374,14 +373,12 @@ def _observations(cm) -> list:
 def _cache_token(model, binding, ode_options, *, data: bool = True) -> str:
     """What determines a problem built here: the (scaling-resolved) model text, how it was bound
     (features, time-varying covariates, ODE options) and every data array; with `data` False
-    the arrays' shapes and types only (`Problem.shape_token`)."""
-    import hashlib
-
-    import numpy as np
-
+    what determines its programs (`Problem.cache_token`): the arrays' shapes and types but not
+    their values, and the model text without the estimated parameters' starting values
+    (`_program_text`)."""
     h = hashlib.sha256()
     for part in (
-        str(model),
+        str(model) if data else _program_text(model),
         repr(binding.features),
         repr(binding.time_varying),
         repr(binding.covariate_index),
@@ -396,6 +393,31 @@ def _cache_token(model, binding, ode_options, *, data: bool = True) -> str:
         if data:
             h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
+
+
+# The fields of an estimated parameter's domain that only say where a fit starts: its initial
+# value, and a network's seed (which draws its initial weights). No program reads them (the
+# start enters as an argument); a fixed parameter's value is a constant of the programs.
+_START_FIELDS = ("init", "seed")
+
+
+def _program_text(model) -> str:
+    """`model`'s text with each estimated parameter declared without `_START_FIELDS`: models
+    that differ only in where a fit starts have one text (and share their programs)."""
+    lines = []
+    for decl in model.ir.params:
+        domain = decl.domain
+        if getattr(domain, "fixed", True) or not dataclasses.is_dataclass(domain):
+            lines.append(str(decl))
+            continue
+        kept = ", ".join(
+            f"{f.name}={getattr(domain, f.name)!r}"
+            for f in dataclasses.fields(domain)
+            if f.name not in _START_FIELDS
+        )
+        lines.append(f"{decl.name} = {type(domain).__name__}(shape={domain.shape!r}, {kept})")
+    rest = dataclasses.replace(model.ir, params=()).to_text()
+    return "\n".join(lines) + "\n" + rest
 
 
 def batched(fn):

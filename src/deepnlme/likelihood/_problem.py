@@ -106,15 +106,17 @@ class Problem:
       event to event then fall at different times, and a batch of subjects solved together
       steps each segment as often as the subject that needs most there. A fit then loops
       over the subjects instead of batching them (`estimation._compiled`).
-    - `cache_token`: a string that determines every function above and the data completely
-      (set by `model_problem` from the model text, data and options); with it, a fit stores the
-      traced evaluation program on disk and a later process reuses it instead of tracing the
-      model again. None (the default) for problems built from arbitrary Python functions.
-    - `shape_token`: the same without the data's values (their shapes and types only).
-      Problems with one `shape_token` share their compiled programs within a process: the
-      data enter every program as arguments, never as constants (a bootstrap's resamples
-      of one padded shape trace and compile once; `tests/estimation/test_program_sharing.py`
-      checks that their programs are the same). None: nothing shared.
+    - `cache_token`: a string that determines every program made from the functions above
+      (set by `model_problem` from the model text without the estimated parameters'
+      starting values, the binding, the options and the data's shapes and types, not their
+      values: the data and the start enter every program as arguments, never as constants).
+      Problems with one token share their compiled programs: within a process (a bootstrap's
+      resamples of one padded shape trace and compile once), and between processes through
+      the program store on disk (a model refitted from other initial values, or to another
+      data set of the same shapes, loads its programs instead of tracing the model again).
+      `tests/estimation/test_program_sharing.py` checks that such problems' programs are the
+      same. None (the default, for problems built from arbitrary Python functions): nothing
+      shared or stored.
     """
 
     obs_terms: Callable[[Mapping[str, jax.Array], jax.Array, Any], ObsTerms]
@@ -128,7 +130,6 @@ class Problem:
     subject_ids: tuple
     penalty: Callable[[Mapping[str, jax.Array]], jax.Array] = _zero_penalty
     cache_token: str | None = None
-    shape_token: str | None = None
     obs_terms_near: Callable[..., ObsTerms] | None = None
     obs_terms_search: Callable[..., ObsTerms] | None = None
     solves_ode: bool = False
