@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import deepnlme as dn
+from deepnlme._config import compile_lowered
 from deepnlme.likelihood import make_evaluator, probe
 from deepnlme.likelihood._from_model import model_problem
 
@@ -60,7 +61,8 @@ def _evaluations(model, population, method_cls, hessians):
     for hessian in hessians:
         opts = {"hessian": "exact", "tol": 1e-22} if hessian == "tight" else {"hessian": hessian}
         method = method_cls(inner=dn.InnerOptions(**opts))
-        out[hessian] = jax.jit(make_evaluator(problem, method, free, probe(problem)))(*args)
+        fn = jax.jit(make_evaluator(problem, method, free, probe(problem)))
+        out[hessian] = compile_lowered(fn.lower(*args), optimise=False)(*args)  # (-O0: quick)
     return problem, out
 
 

@@ -20,7 +20,7 @@ from deepnlme.solve import CLOSED_FORMS, DoseFeatures, OdeOptions, ode_states, p
 from deepnlme.solve._expm import MAX_SQUARINGS, expm, expm_and_integral
 from deepnlme.solve._propagate import linear_ode_amounts
 
-from ._cases import doses, dosing
+from ._cases import doses, dosing, quick_jit
 from .test_propagate import (
     CASES,
     FACTORS,
@@ -244,15 +244,13 @@ def test_derivatives_match_finite_differences_in_both_modes():
         return _exact(reverse)(kmat[None], b[None], X0 * p[7], dp, dose, *ONE_SEG, TURNOVER_OBS)
 
     p = jnp.concatenate([TURNOVER, jnp.array([0.3, 0.8, 1.1])])
-    fwd = np.asarray(jax.jacfwd(lambda q: amounts(q, False))(p))
-    rev = np.asarray(jax.jacrev(lambda q: amounts(q, True))(p))
+    fwd = np.asarray(quick_jit(jax.jacfwd(lambda q: amounts(q, False)))(p))
+    rev = np.asarray(quick_jit(jax.jacrev(lambda q: amounts(q, True)))(p))
     np.testing.assert_allclose(fwd, rev, rtol=1e-10, atol=1e-12 * np.abs(fwd).max())
     h = 1e-6
+    value = quick_jit(lambda q: amounts(q, True))
     fd = np.stack(
-        [
-            (amounts(p.at[i].add(h), True) - amounts(p.at[i].add(-h), True)) / (2 * h)
-            for i in range(p.shape[0])
-        ],
+        [(value(p.at[i].add(h)) - value(p.at[i].add(-h))) / (2 * h) for i in range(p.shape[0])],
         -1,
     )
     scale = np.abs(fd).max(axis=(0, 1))  # each parameter's largest derivative

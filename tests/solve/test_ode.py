@@ -21,7 +21,7 @@ from deepnlme.solve import (
     ode_states,
 )
 
-from ._cases import PARAMS, doses, dosing
+from ._cases import PARAMS, doses, dosing, quick_jit
 
 T = jnp.array([0.0, 0.5, 1.0, 2.0, 4.0, 6.0, 11.0, 12.0, 13.0, 18.0, 24.0, 30.0])
 KINDS = ("OneCompartmentOral", "TwoCompartment", "ThreeCompartmentOral")
@@ -287,17 +287,17 @@ def test_derivatives_forward_and_reverse_over_forward():
         return closed_form_amounts(kind, p, dosing(2), dose, t)[:, 1]
 
     theta = jnp.array([1.5, 2.0])
-    jac = np.asarray(jax.jit(jax.jacfwd(pred))(theta))
+    jac = np.asarray(quick_jit(jax.jacfwd(pred))(theta))
     np.testing.assert_allclose(jac, np.asarray(jax.jacfwd(cf)(theta)), rtol=1e-5)
-    fwd = jax.jit(
+    fwd = quick_jit(
         jax.jacfwd(lambda th: pred(th, OdeOptions(adjoint="forward", steady_state=False)))
     )(theta)
     np.testing.assert_allclose(np.asarray(fwd), jac, rtol=1e-8)
-    rev = jax.jit(
+    rev = quick_jit(
         jax.jacrev(lambda th: pred(th, OdeOptions(adjoint="recursive", steady_state=False)))
     )(theta)
     np.testing.assert_allclose(np.asarray(rev), jac, rtol=1e-5)
-    g = jax.jit(jax.grad(lambda th: jnp.sum(jax.jacfwd(pred)(th) ** 2)))(theta)
+    g = quick_jit(jax.grad(lambda th: jnp.sum(jax.jacfwd(pred)(th) ** 2)))(theta)
     g_cf = jax.grad(lambda th: jnp.sum(jax.jacfwd(cf)(th) ** 2))(theta)
     np.testing.assert_allclose(np.asarray(g), np.asarray(g_cf), rtol=1e-5)
 
@@ -344,10 +344,10 @@ def test_steady_state_derivatives_by_the_implicit_function():
         ).states  # fmt: skip
 
     theta = jnp.array([1.3, 20.0, 5.0, 0.8])
-    value = jax.jit(lambda th: states(th, "forward"))
-    fwd = jax.jit(jax.jacfwd(lambda th: states(th, "forward")))
+    value = quick_jit(lambda th: states(th, "forward"))
+    fwd = quick_jit(jax.jacfwd(lambda th: states(th, "forward")))
     jac = fwd(theta)
-    hess = jax.jit(jax.jacfwd(jax.jacfwd(lambda th: states(th, "forward"))))(theta)
+    hess = quick_jit(jax.jacfwd(jax.jacfwd(lambda th: states(th, "forward"))))(theta)
     for k, h in enumerate((1e-5, 1e-3, 1e-4, 1e-6)):
         step = jnp.zeros(4).at[k].set(h)
         fd = (value(theta + step) - value(theta - step)) / (2 * h)

@@ -27,7 +27,7 @@ from deepnlme.solve import (
     propagated_amounts,
 )
 
-from ._cases import PARAMS, doses, dosing
+from ._cases import PARAMS, doses, dosing, quick_jit
 
 KINDS = sorted(CLOSED_FORMS)
 N_DOSE = 6  # dose tables padded to this, observations to N_OBS: one compilation per kind
@@ -210,7 +210,7 @@ CASES = {
 
 @functools.cache
 def _superposition(kind):
-    return jax.jit(lambda p, dp, d, t: closed_form_amounts(kind, p, dp, d, t))
+    return quick_jit(lambda p, dp, d, t: closed_form_amounts(kind, p, dp, d, t))
 
 
 @functools.cache
@@ -220,7 +220,7 @@ def _propagated(kind, features=ALL, states=None):
             kind, p, dp, d, seg_time, seg_mask, t, features=features, states=states
         )
 
-    return jax.jit(fn)
+    return quick_jit(fn)
 
 
 ONE_SEG = (jnp.zeros(1), jnp.ones(1, bool))
@@ -338,7 +338,7 @@ def _ode(kind):
             options=ODE_OPTIONS,
         )
 
-    return jax.jit(solve)
+    return quick_jit(solve)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -587,7 +587,9 @@ def test_chosen_states_are_those_columns(kind):
     full = np.asarray(_propagated(kind)(cfp, dp, dose, SEG_TIME, jnp.ones(4, bool), obs))
     for states in [(n - 1,), tuple(range(n - 1, -1, -1))]:
         got = _propagated(kind, ALL, states)(cfp, dp, dose, SEG_TIME, jnp.ones(4, bool), obs)
-        np.testing.assert_array_equal(np.asarray(got), full[:, list(states)])
+        # (to the last bit: compiled at -O0, the program of fewer states rounds a few
+        # entries differently, by one unit in the last place)
+        np.testing.assert_allclose(np.asarray(got), full[:, list(states)], rtol=1e-15, atol=0)
     with pytest.raises(ValueError, match=r"states=\(0, 0\)\): give distinct compartment"):
         propagated_amounts(kind, cfp, dp, dose, SEG_TIME, jnp.ones(4, bool), obs, states=(0, 0))
 
