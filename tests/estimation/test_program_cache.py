@@ -76,6 +76,26 @@ def test_programs_stored_by_one_start_serve_another(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_compile_line_says_when_the_programs_were_loaded(tmp_path):
+    env = dict(os.environ, DEEPNLME_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("DEEPNLME_NO_CACHE", None)
+    lines = []
+    runs = [("theophylline.model", "theophylline")] * 2 + [("phenobarbital.model", "phenobarbital")]
+    for k, (model, data) in enumerate(runs):
+        out = subprocess.run(
+            [sys.executable, "-m", "deepnlme", "fit", f"examples/{model}", data, "--out",
+             str(tmp_path / f"run{k}"), "--no-report", "--max-iter", "2"],
+            capture_output=True, text=True, env=env, check=True,
+            cwd=Path(__file__).resolve().parents[2],
+        )  # fmt: skip
+        done = [x for x in out.stdout.splitlines() if x.startswith("compiling the ")]
+        lines.append(done[-1])  # (the phase's end: its time)
+    assert "loaded" not in lines[0]  # compiled, and stored
+    assert lines[1].endswith(" s (loaded from the program store)")
+    assert "loaded" not in lines[2]  # another model
+
+
+@pytest.mark.slow
 def test_stored_program_runs_where_jax_lacks_the_kernel_binding_helper(tmp_path):
     # a loaded program calls LAPACK kernels that jaxlib binds on first lowering; with a jax
     # that has no binding helper, deepnlme lowers a factorisation first (else: a crash)

@@ -80,6 +80,25 @@ def test_a_long_first_evaluation_is_noted_in_the_compile_line(monkeypatch):
     assert lines[3] == "compiling the FOCE objective ... 5.0 s"
 
 
+def test_a_note_follows_the_phase_time(monkeypatch):
+    import deepnlme.estimation._optimizers as opt
+
+    clock = iter([10.0, 10.25, 20.0, 90.0])
+    monkeypatch.setattr(opt.time, "perf_counter", lambda: next(clock))
+    out = io.StringIO()
+    with Progress(out) as display:
+        display.start("compiling the FOCEI objective")
+        display.end_split(0.2, "the first evaluation", "loaded from the program store")
+        display.start("compiling the FOCE objective")
+        display.end_split(1.0, "the first evaluation", "loaded from the program store")
+    lines = out.getvalue().split("\n")
+    assert lines[1] == "compiling the FOCEI objective ... 0.25 s (loaded from the program store)"
+    assert lines[3] == (
+        "compiling the FOCE objective ... 1 min 10 s (of which the first evaluation 1 min 09 s)"
+        " (loaded from the program store)"
+    )
+
+
 def test_on_a_terminal_iterations_update_one_live_line():
     term = _Terminal()
     with Progress(term) as display:

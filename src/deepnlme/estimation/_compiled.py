@@ -94,7 +94,8 @@ def compiled_evaluation(
     would otherwise wait). This returns once the search is compiled: the first call runs its
     search while the rest may still compile, and waits for the rest only then; the compiled
     evaluation's attribute `waited` holds how long it waited (a time of compilation, not of
-    the fit).
+    the fit), and `stored` (a list, filled as the stages are ready: all of them by the end of
+    the first call) whether each stage was loaded from the program store.
     """
     cache = problem_cache(problem)
     key = ("eval", method, free, build)
@@ -149,8 +150,11 @@ def compiled_evaluation(
             return pool.submit(read_program, path), (stage, stage_args, path)
         return build(stage, stage_args, path, pool), None
 
+    stored: list[bool] = []  # per stage: loaded from the program store
+
     def finished(future, rebuild, pool):
         out = future.result()
+        stored.append(rebuild is not None and out is not None)
         if out is None:
             with gc_paused():
                 out = build(*rebuild, pool).result()
@@ -181,6 +185,7 @@ def compiled_evaluation(
         pool.shutdown()
         if halves is not None:
             compiled = halves.wrap(compiled)
+        compiled.stored = stored
         cache[key] = _shared(share, lambda: compiled)
         return compiled, time.perf_counter() - t0
     search = finished(*search_future, pool)
@@ -202,6 +207,7 @@ def compiled_evaluation(
     compiled.waited = 0.0
     if halves is not None:
         compiled = halves.wrap(compiled)
+    compiled.stored = stored
     cache[key] = _shared(share, lambda: compiled)
     return compiled, t_search
 

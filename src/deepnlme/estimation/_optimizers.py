@@ -140,17 +140,18 @@ class Progress:
         self._finish_phase(seconds(elapsed) + (f" ({note})" if note else ""))
         return elapsed
 
-    def end_split(self, first_s: float, then: str) -> None:
+    def end_split(self, first_s: float, then: str, note: str = "") -> None:
         """End the open phase, whose first `first_s` seconds were its own (compilation) and the
         rest `then` (``the first evaluation``): the rest is noted when it took a second or more
         and a tenth of the phase (``... 2 min 07 s (of which the first evaluation 1 min 46
-        s)``)."""
+        s)``), and `note` when given (``... 0.24 s (loaded from the program store)``)."""
         if self._phase is None:
             return
         elapsed = time.perf_counter() - self._phase[1]
         other = elapsed - first_s
-        noted = other >= max(1.0, 0.1 * elapsed)
-        self._finish_phase(seconds(elapsed) + (f" (of which {then} {seconds(other)})" * noted))
+        notes = [f"of which {then} {seconds(other)}"] if other >= max(1.0, 0.1 * elapsed) else []
+        notes += [note] if note else []
+        self._finish_phase(seconds(elapsed) + "".join(f" ({n})" for n in notes))
 
     def header(self) -> None:
         """The column names of the iteration lines."""

@@ -116,7 +116,9 @@ def fit_problem(
         display.start(f"compiling the {method.name} objective")
         run = _Run(problem, method, start, cov_pos, build)
         run.on_first = lambda: display.end_split(
-            run.t_compile + getattr(run.compiled, "waited", 0.0), "the first evaluation"
+            run.t_compile + getattr(run.compiled, "waited", 0.0),
+            "the first evaluation",
+            "loaded from the program store" if run.loaded() else "",
         )
 
         def minimize(x0, iterations):
@@ -252,6 +254,12 @@ class _Run:
         self.t_run0 = time.perf_counter()
         self.t_run = 0.0
         self.on_first: Callable[[], None] | None = None  # called after the first evaluation
+
+    def loaded(self) -> bool:
+        """Whether every program of the evaluation came from the program store (a process
+        before this one compiled them: nothing was traced or compiled)."""
+        stored = getattr(self.compiled, "stored", None)
+        return bool(stored) and all(stored)
 
     def _prepare_report(self, cov_pos: list[int]) -> None:
         """Compile the report's helper programs while the evaluation compiles."""
