@@ -94,8 +94,7 @@ def compiled_evaluation(
     would otherwise wait). This returns once the search is compiled: the first call runs its
     search while the rest may still compile, and waits for the rest only then; the compiled
     evaluation's attribute `waited` holds how long it waited (a time of compilation, not of
-    the fit), and `stored` (a list, filled as the stages are ready: all of them by the end of
-    the first call) whether each stage was loaded from the program store.
+    the fit). Whether its programs came from the program store: `loaded_from_store`.
     """
     cache = problem_cache(problem)
     key = ("eval", method, free, build)
@@ -128,6 +127,7 @@ def compiled_evaluation(
         if ahead is not None:
             ahead()
         cache[key] = hit
+        cache[("stored", *key)] = [False]  # (compiled or loaded for another problem)
         return hit, time.perf_counter() - t0
 
     def opt(stage):
@@ -150,7 +150,8 @@ def compiled_evaluation(
             return pool.submit(read_program, path), (stage, stage_args, path)
         return build(stage, stage_args, path, pool), None
 
-    stored: list[bool] = []  # per stage: loaded from the program store
+    stored: list[bool] = []  # per stage: loaded from the program store (`loaded_from_store`)
+    cache[("stored", *key)] = stored
 
     def finished(future, rebuild, pool):
         out = future.result()
@@ -185,7 +186,6 @@ def compiled_evaluation(
         pool.shutdown()
         if halves is not None:
             compiled = halves.wrap(compiled)
-        compiled.stored = stored
         cache[key] = _shared(share, lambda: compiled)
         return compiled, time.perf_counter() - t0
     search = finished(*search_future, pool)
@@ -207,9 +207,16 @@ def compiled_evaluation(
     compiled.waited = 0.0
     if halves is not None:
         compiled = halves.wrap(compiled)
-    compiled.stored = stored
     cache[key] = _shared(share, lambda: compiled)
     return compiled, t_search
+
+
+def loaded_from_store(problem: Problem, method: Method, free: tuple[int, ...], build: str) -> bool:
+    """Whether `compiled_evaluation(problem, method, free, ..., build)` loaded every program of
+    the evaluation from the program store (nothing traced or compiled in this process). Known
+    once the evaluation has run once (its rest is loaded at its first call)."""
+    stored = problem_cache(problem).get(("stored", "eval", method, free, build))
+    return bool(stored) and all(stored)
 
 
 # From this many subjects on, an evaluation on the CPU runs as two calls of one program

@@ -18,6 +18,7 @@ from ..errors import DataError, OptionError
 from ..likelihood import LOG2PI, Method, Problem, multistart_points
 from ._compiled import (
     compiled_evaluation,
+    loaded_from_store,
     omega_jacobian,
     penalty_hessian,
     post_functions,
@@ -224,7 +225,7 @@ class _Run:
         cov_pos: list[int],
         build: str = "auto",
     ):
-        self.problem, self.method, self.start = problem, method, start
+        self.problem, self.method, self.start, self.build = problem, method, start, build
         self.joint = method.joint
         self.tracked = method.uses_multistart(problem)
         self.n, self.q, self.p = problem.n_subjects, problem.n_eta, len(start.free)
@@ -258,8 +259,7 @@ class _Run:
     def loaded(self) -> bool:
         """Whether every program of the evaluation came from the program store (a process
         before this one compiled them: nothing was traced or compiled)."""
-        stored = getattr(self.compiled, "stored", None)
-        return bool(stored) and all(stored)
+        return loaded_from_store(self.problem, self.method, self.start.free, self.build)
 
     def _prepare_report(self, cov_pos: list[int]) -> None:
         """Compile the report's helper programs while the evaluation compiles."""

@@ -415,7 +415,8 @@ def _program_text(model) -> str:
             for f in dataclasses.fields(domain)
             if f.name not in _START_FIELDS
         )
-        lines.append(f"{decl.name} = {type(domain).__name__}(shape={domain.shape!r}, {kept})")
+        shape = getattr(domain, "shape", None)
+        lines.append(f"{decl.name} = {type(domain).__name__}(shape={shape!r}, {kept})")
     rest = dataclasses.replace(model.ir, params=()).to_text()
     return "\n".join(lines) + "\n" + rest
 
