@@ -45,6 +45,21 @@ def test_two_workers_give_the_table_of_one_bit_for_bit(theo, in_process):
     assert in_process.converged_share == in_process.replicates["converged"].mean()
 
 
+def test_workers_keep_their_programs_in_the_store_for_the_next_run(
+    theo, in_process, tmp_path, monkeypatch
+):
+    # the store's entries are keyed by the model and the data's shapes: the workers of a
+    # second run load what the first run's workers compiled for the resamples' padded shape
+    monkeypatch.setenv("DEEPNLME_CACHE_DIR", str(tmp_path))
+    first = dn.bootstrap(theo[2], N, seed=SEED, workers=2, max_iter=60, progress=False)
+    stamps = {p: p.stat().st_mtime_ns for p in tmp_path.glob("deepnlme-programs/*.xla")}
+    assert stamps  # the workers stored their programs
+    again = dn.bootstrap(theo[2], N, seed=SEED, workers=2, max_iter=60, progress=False)
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.glob("deepnlme-programs/*.xla")} == stamps
+    for run in (first, again):
+        pd.testing.assert_frame_equal(run.replicates, in_process.replicates, check_exact=True)
+
+
 def test_progress_is_a_line_per_finished_fit_in_a_log():
     log = io.StringIO()
     tasks = [_runner.FitTask(k, "", None) for k in range(3)]

@@ -18,9 +18,12 @@ The results come back in task order whatever the number of workers, so a run wit
 seeds gives the same table on any executor. A worker process that dies is replaced by its nanny
 and its task runs again (``retries``). The population is sent to each worker once; each worker
 keeps its models by text (`_model`), so the fits of a worker that share a model and a population
-share its bound problem and compiled programs, and it keeps compiled programs in a JAX
-compilation cache shared by the workers of the run, so that a resampled population of the same
-padded shape reuses the program another fit compiled.
+share its bound problem and compiled programs. Its compiled programs also go to deepnlme's
+program store (the cache folder, `DEEPNLME_CACHE_DIR`, as in the process that runs the
+workflow), whose entries are keyed by the model and the data's shapes: the resampled
+populations of one padded shape share them, across the workers of a run and across runs (a
+second bootstrap of the model loads what the first compiled), and the run's JAX compilation
+cache holds the workers' other programs.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ import numpy as np
 from ..errors import OptionError
 
 # What a worker process gets in its environment before it imports JAX: XLA single-threaded
-# (`_config`'s flag plus one intra-op thread), and deepnlme's own program store left to the
-# process that runs the workflow (each worker writes its programs to the run's JAX cache).
+# (`_config`'s flag plus one intra-op thread), and the run's JAX cache for the programs that
+# deepnlme's program store does not keep.
 WORKER_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 # From this many fits of one program, a workflow compiles it optimised (`fit(...,
@@ -211,16 +214,16 @@ def _plain(v: Any) -> Any:
 
 def _prepare_worker(cache: str | None) -> None:
     """Settings of a worker process, made before its first fit: JAX's compilation cache in
-    the run's folder (shared by the workers: a program one compiled, the others load), and
-    deepnlme's own program store off (its entries are keyed by the data, which differ
-    between resamples). On a cluster of our own the environment was set before JAX started
-    (`_worker_env`); on another cluster this is all that is done."""
+    the run's folder (shared by the workers: a program one compiled, the others load) for the
+    programs deepnlme's own store does not keep (the store, keyed by the model and the data's
+    shapes, serves the resamples of one padded shape as it is). On a cluster of our own the
+    environment was set before JAX started (`_worker_env`); on another cluster this is all
+    that is done."""
     if os.environ.get("DEEPNLME_WORKER_READY") == (cache or ""):
         return
     os.environ["DEEPNLME_WORKER_READY"] = cache or ""
     if cache is None:
         return
-    os.environ["DEEPNLME_NO_CACHE"] = "1"
     import jax
 
     if jax.config.jax_compilation_cache_dir is None:
@@ -373,7 +376,6 @@ def _worker_env(cache: str) -> dict[str, str]:
         flags = (flags + " " + WORKER_XLA_FLAGS).strip()
     return {
         "XLA_FLAGS": flags,
-        "DEEPNLME_NO_CACHE": "1",
         "JAX_COMPILATION_CACHE_DIR": cache,
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
         "OMP_NUM_THREADS": "1",
