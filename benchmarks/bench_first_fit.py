@@ -20,15 +20,17 @@ JointMAP for 3 iterations).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from builds import case_arguments, child_result  # noqa: E402
+
 CASES = {
     "theophylline-ode": ("examples/theophylline_ode.model", "theophylline", "FOCEI", {}),
     "deepnlme-theophylline": (
@@ -61,29 +63,11 @@ RUN = textwrap.dedent(
 
 def run(case: str, src: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(src))
-    out = subprocess.run(
-        [sys.executable, "-c", RUN, json.dumps(CASES[case])],
-        capture_output=True, text=True, env=env, cwd=ROOT, check=False,
-    )  # fmt: skip
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise SystemExit(f"bench_first_fit: {case} failed:\n{out.stderr[-2000:]}")
+    return child_result(RUN, [json.dumps(CASES[case])], env, f"bench_first_fit: {case}")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default=",".join(CASES))
-    ap.add_argument("--pairs", type=int, default=3)
-    ap.add_argument("--before", default=None, help="the src/ folder of the build to compare")
-    args = ap.parse_args()
-    cases = args.cases.split(",")
-    unknown = [c for c in cases if c not in CASES]
-    if unknown:
-        ap.error(f"unknown case(s) {unknown}; choose from {sorted(CASES)}")
-    builds = {"this": ROOT / "src"}
-    if args.before:
-        builds = {"before": Path(args.before).resolve(), "after": ROOT / "src"}
+    args, cases, builds = case_arguments(__doc__.splitlines()[0], CASES, pairs=3)
     for case in cases:
         for src in builds.values():
             run(case, src)  # fills the program store (and the cache folder's other entries)

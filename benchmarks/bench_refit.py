@@ -23,11 +23,9 @@ Cases: pheno (`examples/phenobarbital.model`, FOCEI), theophylline
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -35,6 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from builds import case_arguments, child_result  # noqa: E402
 
 CASES = {
     "pheno": ("examples/phenobarbital.model", "phenobarbital", "FOCEI"),
@@ -87,29 +87,11 @@ def moved(data: Path, out: Path) -> Path:
 def run(src: Path, cache: str, text: str, data: str, method: str) -> dict:
     env = dict(os.environ, PYTHONPATH=str(src), DEEPNLME_CACHE_DIR=cache)
     env.pop("DEEPNLME_NO_CACHE", None)
-    out = subprocess.run(
-        [sys.executable, "-c", RUN, json.dumps([text, data, method])],
-        capture_output=True, text=True, env=env, cwd=ROOT, check=False,
-    )  # fmt: skip
-    for line in out.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:])
-    raise SystemExit(f"bench_refit: the fit failed:\n{out.stderr[-2000:]}")
+    return child_result(RUN, [json.dumps([text, data, method])], env, "bench_refit: the fit")
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", default=",".join(CASES))
-    ap.add_argument("--pairs", type=int, default=2)
-    ap.add_argument("--before", default=None, help="the src/ folder of the build to compare")
-    args = ap.parse_args()
-    cases = args.cases.split(",")
-    unknown = [c for c in cases if c not in CASES]
-    if unknown:
-        ap.error(f"unknown case(s) {unknown}; choose from {sorted(CASES)}")
-    builds = {"this": ROOT / "src"}
-    if args.before:
-        builds = {"before": Path(args.before).resolve(), "after": ROOT / "src"}
+    args, cases, builds = case_arguments(__doc__.splitlines()[0], CASES, pairs=2)
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             model_file, data, method = CASES[case]

@@ -60,40 +60,43 @@ def test_the_first_evaluation_ends_an_open_phase_before_the_iterations():
     assert lines[2] == HEADER and len(lines) == 3 + res.n_iter + 1 + 1
 
 
-def test_a_long_first_evaluation_is_noted_in_the_compile_line(monkeypatch):
-    # the phase's clock: 130 s in all, 21 s of them compilation; then 0.5 s of 5 (noted not)
+def _compile_lines(monkeypatch, clock, splits) -> list[str]:
+    """The finished phase lines of `Progress` for phases timed by the `clock` readings (a
+    start and an end each) and ended by `end_split(*split)` of each of `splits`."""
     import deepnlme.estimation._optimizers as opt
 
-    clock = iter([100.0, 230.0, 300.0, 305.0])
-    monkeypatch.setattr(opt.time, "perf_counter", lambda: next(clock))
+    readings = iter(clock)
+    monkeypatch.setattr(opt.time, "perf_counter", lambda: next(readings))
     out = io.StringIO()
     with Progress(out) as display:
-        display.start("compiling the FOCE objective")
-        display.end_split(21.0, "the first evaluation")
-        display.start("compiling the FOCE objective")
-        display.end_split(4.5, "the first evaluation")
-    lines = out.getvalue().split("\n")
-    assert (
-        lines[1]
-        == "compiling the FOCE objective ... 2 min 10 s (of which the first evaluation 1 min 49 s)"
+        for split in splits:
+            display.start("compiling the FOCE objective")
+            display.end_split(*split)
+    return out.getvalue().split("\n")[1::2]
+
+
+def test_a_long_first_evaluation_is_noted_in_the_compile_line(monkeypatch):
+    # the phase's clock: 130 s in all, 21 s of them compilation; then 0.5 s of 5 (noted not)
+    lines = _compile_lines(
+        monkeypatch,
+        [100.0, 230.0, 300.0, 305.0],
+        [(21.0, "the first evaluation"), (4.5, "the first evaluation")],
     )
-    assert lines[3] == "compiling the FOCE objective ... 5.0 s"
+    assert lines[0] == (
+        "compiling the FOCE objective ... 2 min 10 s (of which the first evaluation 1 min 49 s)"
+    )
+    assert lines[1] == "compiling the FOCE objective ... 5.0 s"
 
 
 def test_a_note_follows_the_phase_time(monkeypatch):
-    import deepnlme.estimation._optimizers as opt
-
-    clock = iter([10.0, 10.25, 20.0, 90.0])
-    monkeypatch.setattr(opt.time, "perf_counter", lambda: next(clock))
-    out = io.StringIO()
-    with Progress(out) as display:
-        display.start("compiling the FOCEI objective")
-        display.end_split(0.2, "the first evaluation", "loaded from the program store")
-        display.start("compiling the FOCE objective")
-        display.end_split(1.0, "the first evaluation", "loaded from the program store")
-    lines = out.getvalue().split("\n")
-    assert lines[1] == "compiling the FOCEI objective ... 0.25 s (loaded from the program store)"
-    assert lines[3] == (
+    stored = "loaded from the program store"
+    lines = _compile_lines(
+        monkeypatch,
+        [10.0, 10.25, 20.0, 90.0],
+        [(0.2, "the first evaluation", stored), (1.0, "the first evaluation", stored)],
+    )
+    assert lines[0] == "compiling the FOCE objective ... 0.25 s (loaded from the program store)"
+    assert lines[1] == (
         "compiling the FOCE objective ... 1 min 10 s (of which the first evaluation 1 min 09 s)"
         " (loaded from the program store)"
     )
