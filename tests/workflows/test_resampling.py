@@ -119,3 +119,23 @@ def test_optima_are_grouped_by_ofv_within_tol():
     ok = np.array([True, True, True, False, True, False])
     np.testing.assert_array_equal(group_optima(ofv, ok, 0.01), [1, 2, 1, 0, 1, 0])
     np.testing.assert_array_equal(group_optima(ofv, ok, 0.001), [2, 3, 1, 0, 1, 0])
+
+
+def test_fits_of_one_program_are_recognised():
+    # one model, method and options, on the population as it is (starts may differ) or on
+    # resamples of one padded shape: the first fit runs alone and stores the program
+    from deepnlme.workflows._runner import FitTask, _one_program
+
+    method, opts = dn.FOCE(), {"max_iter": 5}
+    starts = [FitTask(k, "model A", method, opts, {"th": float(k)}) for k in range(3)]
+    assert _one_program(starts, None)
+    resamples = [FitTask(k, "model A", method, opts, subjects=(k + 1, 1)) for k in range(3)]
+    assert _one_program(resamples, {"obs": 4})
+    assert not _one_program(resamples, None)  # resamples of their own shapes
+    assert not _one_program(starts[:1], None)  # one fit: nothing to share
+    models = [FitTask(0, "model A", method, opts), FitTask(1, "model B", method, opts)]
+    assert not _one_program(models, None)
+    other = [FitTask(0, "model A", method, opts), FitTask(1, "model A", dn.FOCEI(), opts)]
+    assert not _one_program(other, None)
+    arrays = [FitTask(k, "model A", method, {"fixed": np.ones(2)}) for k in range(2)]
+    assert not _one_program(arrays, None)  # not compared: not assumed

@@ -370,6 +370,26 @@ def run_tasks(
     )
 
 
+def _one_program(tasks: Sequence[FitTask], widths: Mapping[str, int] | None) -> bool:
+    """Whether the fits of `tasks` (two or more) share one compiled program: one model,
+    method and options, on the population as it is or on resamples padded to `widths` (one
+    shape; the starts may differ: they are arguments of the program). Measured: 20 pheno
+    bootstrap replicates on two workers from an empty program store took 6.6 s with both
+    workers compiling at once (benchmarks/RESULTS_workflows.md)."""
+    if len(tasks) < 2:
+        return False
+    first = tasks[0]
+    try:
+        same = all(
+            t.model_text == first.model_text and t.method == first.method
+            and t.options == first.options
+            for t in tasks
+        )  # fmt: skip
+    except (TypeError, ValueError):  # options holding arrays: not compared, not assumed
+        return False
+    return bool(same) and (widths is not None or all(t.subjects is None for t in tasks))
+
+
 def _worker_env(cache: str) -> dict[str, str]:
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_cpu_multi_thread_eigen" not in flags:
@@ -402,7 +422,9 @@ def _run_on_dask(tasks, population, n, scheduler, counter, retries, widths, fn) 
     import uuid
     from concurrent.futures import CancelledError
 
-    from distributed import Client, LocalCluster, as_completed
+    from distributed import Client, LocalCluster, as_completed, wait
+
+    from .._config import cache_dir
 
     run = uuid.uuid4().hex[:8]
     with contextlib.ExitStack() as stack:
@@ -438,7 +460,13 @@ def _run_on_dask(tasks, population, n, scheduler, counter, retries, widths, fn) 
                 key=key, retries=retries, pure=False,
             )  # fmt: skip
 
-        futures = [submit(i) for i in range(len(tasks))]
+        lead = []
+        if scheduler is None and _one_program(tasks, widths) and cache_dir() is not None:
+            # the first fit alone: its worker compiles and stores the program, which the
+            # others then load from the store instead of all compiling it at once
+            lead = [submit(0)]
+            wait(lead)
+        futures = lead + [submit(i) for i in range(len(lead), len(tasks))]
         place = {f.key: (i, 0) for i, f in enumerate(futures)}
         results: list[Any] = [None] * len(tasks)
         pending = as_completed(futures)
