@@ -122,7 +122,7 @@ def _bound(model, population, ode_options: OdeOptions):
 
     integrates = search is not None and not predictor.solves_exactly
     problem = Problem(
-        cache_token=_cache_token(bound, binding, solver_options, data=False),
+        cache_token=_cache_token(bound, binding, solver_options, programs=True),
         obs_kinds=obs_kinds,
         obs_terms=obs_terms,
         obs_terms_near=obs_terms_near if predictor.expandable else None,
@@ -370,15 +370,15 @@ def _observations(cm) -> list:
     return [s for s in cm.ir.derived if isinstance(s, Observation)]
 
 
-def _cache_token(model, binding, ode_options, *, data: bool = True) -> str:
+def _cache_token(model, binding, ode_options, *, programs: bool = False) -> str:
     """What determines a problem built here: the (scaling-resolved) model text, how it was bound
-    (features, time-varying covariates, ODE options) and every data array; with `data` False
-    what determines its programs (`Problem.cache_token`): the arrays' shapes and types but not
-    their values, and the model text without the estimated parameters' starting values
-    (`_program_text`)."""
+    (features, time-varying covariates, ODE options) and every data array; with `programs`
+    what determines its programs only (`Problem.cache_token`): the arrays' shapes and types
+    but not their values, and the model text without the estimated parameters' starting
+    values (`_program_text`)."""
     h = hashlib.sha256()
     for part in (
-        str(model) if data else _program_text(model),
+        _program_text(model) if programs else str(model),
         repr(binding.features),
         repr(binding.time_varying),
         repr(binding.covariate_index),
@@ -390,7 +390,7 @@ def _cache_token(model, binding, ode_options, *, data: bool = True) -> str:
     for leaf in jax.tree_util.tree_leaves(binding.data):
         a = np.asarray(leaf)
         h.update(f"{a.dtype}{a.shape}".encode())
-        if data:
+        if not programs:
             h.update(np.ascontiguousarray(a).tobytes())
     return h.hexdigest()
 

@@ -373,9 +373,10 @@ def run_tasks(
 def _one_program(tasks: Sequence[FitTask], widths: Mapping[str, int] | None) -> bool:
     """Whether the fits of `tasks` (two or more) share one compiled program: one model,
     method and options, on the population as it is or on resamples padded to `widths` (one
-    shape; the starts may differ: they are arguments of the program). Measured: 20 pheno
-    bootstrap replicates on two workers from an empty program store took 6.6 s with both
-    workers compiling at once (benchmarks/RESULTS_workflows.md)."""
+    shape; the starts may differ: they are arguments of the program). Their first fit then
+    runs alone: 20 pheno bootstrap replicates on two workers from an empty program store took
+    6.6 s with both workers compiling at once, 5.5-5.8 s with the first fit alone
+    (benchmarks/RESULTS_workflows.md)."""
     if len(tasks) < 2:
         return False
     first = tasks[0]
