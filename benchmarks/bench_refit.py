@@ -4,7 +4,8 @@ store that the fit before the edit filled: what a modeller waits for at each edi
 observations of the same design (the DV column moved, the records and their shapes as they
 were: a simulation-estimation study's replicates, a corrected data set).
 
-    python benchmarks/bench_refit.py [--cases pheno,theophylline,multidose] [--pairs 2]
+    python benchmarks/bench_refit.py [--cases pheno,theophylline,multidose,theophylline-ode]
+        [--pairs 2]
         [--before SRC]
 
 Per case and build, a fresh program store (an empty cache folder) and three fresh processes
@@ -18,7 +19,9 @@ time.
 
 Cases: pheno (`examples/phenobarbital.model`, FOCEI), theophylline
 (`examples/theophylline.model`, FOCEI), multidose (issue 25's benchmark 1, 150 subjects,
-`benchmarks/multidose_data.py`, `examples/multidose/multidose.model`, FOCE).
+`benchmarks/multidose_data.py`, `examples/multidose/multidose.model`, FOCE),
+theophylline-ode (`examples/theophylline_ode.model`: the same data, the model as ODEs,
+FOCEI).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ CASES = {
     "pheno": ("examples/phenobarbital.model", "phenobarbital", "FOCEI"),
     "theophylline": ("examples/theophylline.model", "theophylline", "FOCEI"),
     "multidose": ("examples/multidose/multidose.model", None, "FOCE"),
+    "theophylline-ode": ("examples/theophylline_ode.model", "theophylline", "FOCEI"),
 }
 
 RUN = textwrap.dedent(
