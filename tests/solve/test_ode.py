@@ -9,7 +9,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from deepnlme._config import compile_lowered
 from deepnlme.errors import OptionError
 from deepnlme.model.types import DosingParams
 from deepnlme.solve import (
@@ -144,8 +143,8 @@ def test_compact_event_grid_and_steady_state_table_match_the_general_solve():
     def solve(dose, features, lag):
         # one program per (features, lag), compiled at -O0 (each runs on a few doses only)
         if (features, lag) not in programs:
-            fn = jax.jit(lambda d: _ode(kind, p, dp, d, t, features=features, lag=lag))
-            programs[features, lag] = compile_lowered(fn.lower(dose), optimise=False)
+            fn = lambda d: _ode(kind, p, dp, d, t, features=features, lag=lag)  # noqa: E731
+            programs[features, lag] = quick_jit(fn)
         return programs[features, lag](dose)
 
     for dose, features in _compact_cases(CLOSED_FORMS[kind].oral):

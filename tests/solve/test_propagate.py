@@ -17,7 +17,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from deepnlme._config import compile_lowered
 from deepnlme.solve import (
     CLOSED_FORMS,
     DoseFeatures,
@@ -477,18 +476,12 @@ def test_first_derivatives_match_finite_differences(kind, name):
     def objective(theta):
         return jnp.sum(weights * amounts(theta).ravel() ** 2) / 1e4
 
-    fn = _quick(amounts, theta0)
-    jac = np.asarray(_quick(jax.jacfwd(amounts), theta0)(theta0))
+    fn = quick_jit(amounts)
+    jac = np.asarray(quick_jit(jax.jacfwd(amounts))(theta0))
     _close_by_column(jac, _central(fn, theta0), 1e-6)
-    grad = np.asarray(_quick(jax.grad(objective), theta0)(theta0))
-    fd = _central(_quick(objective, theta0), theta0)
+    grad = np.asarray(quick_jit(jax.grad(objective))(theta0))
+    fd = _central(quick_jit(objective), theta0)
     np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))
-
-
-def _quick(fn, x):
-    """`fn` compiled for `x`'s shape without LLVM optimisation: the derivative checks run
-    each program a few dozen times, and -O0 halves their compilation."""
-    return compile_lowered(jax.jit(fn).lower(x), optimise=False)
 
 
 def test_second_derivatives_match_finite_differences_of_the_jacobian():
@@ -503,17 +496,14 @@ def test_second_derivatives_match_finite_differences_of_the_jacobian():
     def amounts(z):
         return amounts_all(theta_all.at[idx].set(z))
 
-    def quick(fn):
-        return _quick(fn, theta0)
-
-    jac = quick(jax.jacfwd(amounts))
-    hess = np.asarray(quick(jax.jacfwd(jax.jacfwd(amounts)))(theta0))
+    jac = quick_jit(jax.jacfwd(amounts))
+    hess = np.asarray(quick_jit(jax.jacfwd(jax.jacfwd(amounts)))(theta0))
     fd = _central(jac, theta0, rel=1e-5)
     _close_by_column(hess, fd, 1e-6)
     # reverse over forward (FOCE's gradient of a function of the Jacobian)
     obj = lambda th: jnp.sum(jax.jacfwd(amounts)(th)[:, 1] ** 2)  # noqa: E731
-    g = np.asarray(quick(jax.grad(obj))(theta0))
-    fd = _central(quick(obj), theta0, rel=1e-5)
+    g = np.asarray(quick_jit(jax.grad(obj))(theta0))
+    fd = _central(quick_jit(obj), theta0, rel=1e-5)
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-6 * np.max(np.abs(fd)))
 
 
