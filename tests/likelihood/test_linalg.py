@@ -23,9 +23,9 @@ def _spd(q, seed):
 def test_written_out_equals_lapack(q):
     m, b = _spd(q, q), jnp.arange(1.0, q + 1.0)
     with sm.unrolled(True):
-        chol = sm.cholesky(m)
-        x = sm.solve(m, b)
-        logdet, inv = sm.logdet_inv(m)
+        chol, x, (logdet, inv) = jax.jit(
+            lambda mm: (sm.cholesky(mm), sm.solve(mm, b), sm.logdet_inv(mm))
+        )(m)
     np.testing.assert_allclose(chol, np.linalg.cholesky(np.asarray(m)), rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(x, np.linalg.solve(np.asarray(m), np.asarray(b)), rtol=1e-10)
     np.testing.assert_allclose(logdet, np.linalg.slogdet(np.asarray(m))[1], rtol=1e-12)
@@ -34,9 +34,12 @@ def test_written_out_equals_lapack(q):
     def f(mm):
         return sm.logdet_inv(mm)[0] + sm.solve(mm, b) @ b
 
+    # (each derivative compiled as one program: run operation by operation, the written-out
+    # loops' thousands of operations took most of the test; the written-out and the LAPACK
+    # forms are separate `jax.jit` objects, each traced under its own setting)
     with sm.unrolled(True):
-        g_out = jax.grad(f)(m)
-    g_lapack = jax.grad(f)(m)
+        g_out = jax.jit(jax.grad(f))(m)
+    g_lapack = jax.jit(jax.grad(f))(m)
     np.testing.assert_allclose(g_out, g_lapack, rtol=1e-9, atol=1e-12)
     if q in (3, 7):  # the log det's and inverse's own derivative rules, differentiated again
 
@@ -45,8 +48,9 @@ def test_written_out_equals_lapack(q):
             return logdet + inv[0] @ b + sm.solve(0.5 * (mm + mm.T), b) @ b
 
         with sm.unrolled(True):
-            h_out = jax.hessian(f2)(m)
-        np.testing.assert_allclose(h_out, jax.hessian(f2)(m), rtol=1e-8, atol=1e-11)
+            h_out = jax.jit(jax.hessian(f2))(m)
+        h_lapack = jax.jit(jax.hessian(f2))(m)
+        np.testing.assert_allclose(h_out, h_lapack, rtol=1e-8, atol=1e-11)
     # batched, as an evaluation traces it: no LAPACK call at all
     ms = jnp.stack([m, _spd(q, q + 10)])
     with sm.unrolled(True):
