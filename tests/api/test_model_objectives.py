@@ -11,6 +11,7 @@ import pytest
 from scipy.stats import norm
 
 import deepnlme as dn
+from deepnlme.estimation._compiled import run_once_jit
 from deepnlme.likelihood import make_evaluator, probe
 from deepnlme.likelihood._from_model import model_problem
 
@@ -18,10 +19,8 @@ from deepnlme.likelihood._from_model import model_problem
 def _objective(problem, method):
     """Total OFV and its gradient in the unconstrained vector, EBEs re-solved each call."""
     free = tuple(range(problem.init_u().size))
-    ev = make_evaluator(problem, method, free, probe(problem))
-    import jax
-
-    f = jax.jit(ev)
+    # compiled as a fit compiles programs run a few times (-O0: the same numbers to rounding)
+    f = run_once_jit(make_evaluator(problem, method, free, probe(problem)))
     u0 = jnp.asarray(problem.init_u())
     eta = jnp.zeros((problem.n_subjects, problem.n_eta))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
@@ -92,7 +91,7 @@ def test_subject_by_subject_in_halves_equals_the_batched_evaluation(model):
     args = (jnp.asarray(u0 + 0.03), jnp.asarray(u0), eta, problem.subjects)
     # the fit's evaluation: the search and the rest, subject by subject, in two halves
     fitted, _ = _compiled.compiled_evaluation(problem, method, free, args)
-    batched = jax.jit(make_evaluator(problem, method, free, probe(problem)))(*args)
+    batched = _compiled.run_once_jit(make_evaluator(problem, method, free, probe(problem)))(*args)
     looped = fitted(*args)
     # to the integrator's accuracy, not to rounding: programs built another way round
     # differently, and a step-size decision that flips moves a solve by up to about rtol (the

@@ -13,6 +13,7 @@ import toy_models as tm
 
 import deepnlme  # noqa: F401
 from deepnlme.errors import OptionError
+from deepnlme.estimation._compiled import run_once_jit
 from deepnlme.likelihood import (
     FO,
     FOCE,
@@ -44,13 +45,15 @@ _EVALUATORS: dict = {}
 
 
 def _evaluator(prob, method):
-    """One compiled evaluator per (problem, method) for the whole module."""
+    """One compiled evaluator per (problem, method) for the whole module (compiled as a fit
+    compiles programs run a few times: -O0, about half the compile time, the same numbers to
+    rounding; so are the other evaluators here)."""
     u = prob.init_u()
     key = (id(prob), method)
     if key not in _EVALUATORS:
         _EVALUATORS[key] = (
             prob,
-            jax.jit(make_evaluator(prob, method, tuple(range(u.size)), probe(prob))),
+            run_once_jit(make_evaluator(prob, method, tuple(range(u.size)), probe(prob))),
         )
     return _EVALUATORS[key][1], u
 
@@ -356,7 +359,7 @@ def test_tracked_searches_that_start_together_run_once(oral, monkeypatch):
         "duplicate_starts",
         lambda starts, scale: jnp.broadcast_to(jnp.arange(starts.shape[1]), starts.shape[:2]),
     )
-    every = jax.jit(make_evaluator(oral, method, tuple(range(u0.size)), probe(oral)))(
+    every = run_once_jit(make_evaluator(oral, method, tuple(range(u0.size)), probe(oral)))(
         u2, u, first.modes, oral.subjects
     )
     np.testing.assert_allclose(np.asarray(dedup.m2ll_i), np.asarray(every.m2ll_i), rtol=1e-12)
@@ -462,7 +465,9 @@ def test_serial_evaluation_equals_the_batched(oral, method):
     # a fit on little data loops over the subjects and the EBE searches (`serial`) instead of
     # batching them: the same values, gradients and EBEs
     ev, u0 = _evaluator(oral, method)
-    serial = jax.jit(make_evaluator(oral, method, tuple(range(u0.size)), probe(oral), serial=True))
+    serial = run_once_jit(
+        make_evaluator(oral, method, tuple(range(u0.size)), probe(oral), serial=True)
+    )
     rng = np.random.default_rng(5)
     eta = jnp.asarray(0.2 * rng.standard_normal((oral.n_subjects, oral.n_eta)))
     u = jnp.asarray(u0 + 0.05 * rng.standard_normal(u0.size))
@@ -511,7 +516,7 @@ def test_chunked_closed_form_search_gives_the_same_evaluation(monkeypatch):
     out = {}
     for name, lane_entries in (("chunked", per_subject), ("whole", per_subject + 1)):
         monkeypatch.setattr(_evaluation, "_CHUNK_LANE_ENTRIES", lane_entries)
-        ev = jax.jit(make_evaluator(prob, FOCE(), tuple(range(u.size)), probe(prob)))
+        ev = run_once_jit(make_evaluator(prob, FOCE(), tuple(range(u.size)), probe(prob)))
         out[name] = ev(*args)
     assert chunks == [32, None]
     chunked, whole = out["chunked"], out["whole"]
@@ -552,7 +557,7 @@ def test_subjects_in_batches_give_the_same_evaluation(monkeypatch, method):
     out = {}
     for chunk in (16, None):
         monkeypatch.setattr(_evaluation, "subject_chunk", lambda problem, c=chunk: c)
-        ev = jax.jit(make_evaluator(prob, method, tuple(range(u.size)), probe(prob)))
+        ev = run_once_jit(make_evaluator(prob, method, tuple(range(u.size)), probe(prob)))
         out[chunk] = ev(*args)
     for name in ("m2ll_i", "grad_i", "eta", "grad_eta"):
         np.testing.assert_allclose(
@@ -575,7 +580,7 @@ def test_hessian_in_eta_forward_over_forward_for_integrated_odes(method, blq):
     for integrates in (False, True):
         p = dataclasses.replace(prob, integrates_ode=integrates)
         u = jnp.asarray(p.init_u())
-        ev = jax.jit(make_evaluator(p, method, tuple(range(u.size)), probe(p)))
+        ev = run_once_jit(make_evaluator(p, method, tuple(range(u.size)), probe(p)))
         outs.append(ev(u, u, jnp.zeros((p.n_subjects, p.n_eta)), p.subjects))
     a, b = outs
     np.testing.assert_allclose(float(b.m2ll_i.sum()), float(a.m2ll_i.sum()), rtol=1e-12)

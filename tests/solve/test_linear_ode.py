@@ -123,7 +123,7 @@ def _exact(reverse=True, features=ALL):
             reverse=reverse,
         )
 
-    return jax.jit(fn)
+    return quick_jit(fn)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -51,8 +51,8 @@ def solvers():
     """One compiled ODE solve and one closed form per kind (scenarios reuse them)."""
     return {
         k: (
-            jax.jit(lambda p, dp, d, k=k: _ode(k, p, dp, d, T)),
-            jax.jit(lambda p, dp, d, k=k: closed_form_amounts(k, p, dp, d, T)),
+            quick_jit(lambda p, dp, d, k=k: _ode(k, p, dp, d, T)),
+            quick_jit(lambda p, dp, d, k=k: closed_form_amounts(k, p, dp, d, T)),
         )
         for k in KINDS
     }

@@ -513,10 +513,10 @@ def test_derivatives_are_finite_and_right_at_ka_equal_k():
     theta0, amounts = _theta_fn(kind, case)
     theta0 = theta0.at[:3].set(0.2)  # ka == cl / v on every segment
     theta0 = theta0.at[3:9].set(jnp.array([2.0, 2.0, 2.0, 10.0, 10.0, 10.0]))
-    jac = np.asarray(jax.jit(jax.jacfwd(amounts))(theta0))
-    hess = np.asarray(jax.jit(jax.jacfwd(jax.jacfwd(amounts)))(theta0))
+    jac = np.asarray(quick_jit(jax.jacfwd(amounts))(theta0))
+    hess = np.asarray(quick_jit(jax.jacfwd(jax.jacfwd(amounts)))(theta0))
     assert np.all(np.isfinite(jac)) and np.all(np.isfinite(hess))
-    _close_by_column(jac, _central(jax.jit(amounts), theta0), 1e-6)
+    _close_by_column(jac, _central(quick_jit(amounts), theta0), 1e-6)
 
 
 # ---------------------------------------------------------------------------------------------
