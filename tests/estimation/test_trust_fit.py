@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 import deepnlme as dn
+from deepnlme.datasets import example_path
 from deepnlme.errors import DataError
 
 LINEAR = """
@@ -182,3 +183,18 @@ def test_model_rates_and_short_steady_state_infusions_still_bind():
     for dose in (dict(RATE=-1.0), dict(RATE=80.0, SS=1, II=12.0)):
         sim = dn.simulate(model, dn.read_data(_dosed(**dose)), seed=0, residual=False)
         assert sim.n_observations == 12
+
+
+def test_iterations_run_out_over_network_weights_and_the_message_says_how_to_hold_them():
+    # FOCE over a network's weights can take hundreds of iterations (benchmark 3 of issue 25):
+    # a fit that runs out of them says how to hold the network; one that holds it does not
+    model = dn.load_model(example_path("deepnlme_theophylline.model"))
+    pop = dn.datasets.load("theophylline")
+    opts = dict(max_iter=1, progress=False, covariance=None)
+    free = dn.fit(model, pop, dn.FOCE(), **opts)
+    assert not free.converged
+    assert free.message.startswith("maximum number of iterations reached; the weights of NN ")
+    assert "fixed=['NN'] holds them at their start" in free.message
+    held = dn.fit(model, pop, dn.FOCE(), fixed=["NN"], **opts)
+    assert not held.converged
+    assert held.message == "maximum number of iterations reached"

@@ -495,7 +495,7 @@ def _result(
         eta_cov=np.asarray(ev.eta_cov),
         shrinkage=shrink,
         converged=bool(res.converged),
-        message=_explain_inner(_explain_stall(res, ev, problem, method), ev, problem, method),
+        message=_message(res, ev, problem, method, start),
         n_iter=res.n_iter,
         n_eval=res.n_eval,
         history=pd.DataFrame(res.history, columns=["iter", "ofv", "gradnorm", "time"]),
@@ -565,6 +565,36 @@ def _explain_inner(message: str, ev, problem, method) -> str:
         f"{ok.size} subjects ({shown}): their EBEs and objective terms may be inaccurate; "
         f"raise the search's iterations (inner=InnerOptions(max_iter=...), now "
         f"{method.inner_options.max_iter}) or check these subjects' data and starting values"
+    )
+
+
+def _message(res, ev, problem, method, start: Start) -> str:
+    """The fit's message: the optimiser's, with what a stall, a network's weights or an
+    unconverged EBE search add to it."""
+    message = _explain_network_iterations(
+        _explain_stall(res, ev, problem, method), res, problem, method, start
+    )
+    return _explain_inner(message, ev, problem, method)
+
+
+def _explain_network_iterations(message: str, res, problem, method, start: Start) -> str:
+    """`message`; where a marginal method (FOCE, FOCEI, LaplaceI, FO) ran out of iterations or
+    time while estimating network weights, also the way to a converged fit in far fewer
+    iterations: the network held at its start (benchmarks/RESULTS_deepnlme_pkpd.md: 15
+    iterations against more than 300 on benchmark 3 of issue 25)."""
+    free = sorted(_network_names(problem) - set(start.fixed_names))
+    out_of_budget = "maximum number of iterations" in res.message or res.message.startswith(
+        "time limit"
+    )
+    marginal = method.random_effects and not method.joint
+    if res.converged or not free or not out_of_budget or not marginal:
+        return message
+    return (
+        f"{message}; the weights of {', '.join(free)} were estimated with the other "
+        "parameters, and over a network's weights this objective is flat and can take "
+        f"hundreds of iterations: fixed={free!r} holds them at their start (init= a JointMAP "
+        "fit, say) and estimates the rest, as DeepPumas's constantcoef does (docs/networks.md, "
+        "Fitting)"
     )
 
 
