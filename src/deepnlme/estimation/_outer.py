@@ -582,7 +582,7 @@ def _explain_network_iterations(message: str, res, problem, method, start: Start
     time while estimating network weights, also the way to a converged fit in far fewer
     iterations: the network held at its start (benchmarks/RESULTS_deepnlme_pkpd.md: 15
     iterations against more than 300 on benchmark 3 of issue 25)."""
-    free = sorted(_network_names(problem) - set(start.fixed_names))
+    free = sorted(_network_names(problem) - start.fixed_names)
     out_of_budget = "maximum number of iterations" in res.message or res.message.startswith(
         "time limit"
     )
