@@ -7,27 +7,23 @@ import jax.numpy as jnp
 import numpy as np
 
 import deepnlme  # noqa: F401  (float64)
-from deepnlme._config import compile_lowered
+from deepnlme.estimation._compiled import run_once_jit
 from deepnlme.model.types import DosingParams
 from deepnlme.solve import DoseEvents
 
 
 def quick_jit(fun):
-    """`jax.jit(fun)` compiled as deepnlme compiles its programs that run a few times (-O0,
-    `_config.compile_lowered`): about half the compile time of JAX's default, the same numbers
-    to rounding. One compilation per argument structure, shapes and types; under a
-    transformation (`vmap`, ...) it is `jax.jit(fun)`."""
+    """`jax.jit(fun)` compiled as deepnlme compiles its programs that run a few times
+    (`estimation._compiled.run_once_jit`: -O0, about half the compile time of JAX's default,
+    the same numbers to rounding; one compilation per argument structure, shapes and types);
+    under a transformation (`vmap`, ...) it is `jax.jit(fun)`."""
     jitted = jax.jit(fun)
-    compiled: dict = {}
+    compiled = run_once_jit(fun)
 
     def call(*args):
-        leaves, tree = jax.tree_util.tree_flatten(args)
-        if any(isinstance(a, jax.core.Tracer) for a in leaves):  # under a transformation
-            return jitted(*args)
-        key = (tree, tuple((np.shape(a), str(jnp.result_type(a))) for a in leaves))
-        if key not in compiled:
-            compiled[key] = compile_lowered(jitted.lower(*args), optimise=False)
-        return compiled[key](*args)
+        if any(isinstance(a, jax.core.Tracer) for a in jax.tree_util.tree_leaves(args)):
+            return jitted(*args)  # under a transformation
+        return compiled(*args)
 
     return call
 
