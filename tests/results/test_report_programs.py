@@ -50,14 +50,18 @@ def test_replicates_do_not_depend_on_their_number(fit):
     assert _diagnostics.simulate_replicates(fit, 450, 7).shape[0] == 450
 
 
-def test_replicate_keys_are_jax_random_split():
-    """The replicates' keys come from one stored program; they are `jax.random.split`'s."""
-    import jax
-
-    for seed in (0, 7, 2**40, -3):
-        for n in (2, 150):
-            want = jax.random.key_data(jax.random.split(jax.random.key(seed), n))
-            np.testing.assert_array_equal(_diagnostics.replicate_keys(seed, n), want)
+def test_each_replicate_draws_from_its_own_stream():
+    """Replicate k's stream is child k of `SeedSequence(seed)` whatever the number drawn;
+    seeds (negative ones too) give different streams."""
+    first = [_diagnostics.replicate_generator(7, k).standard_normal(3) for k in range(3)]
+    kids = np.random.SeedSequence(7).spawn(3)
+    for got, kid in zip(first, kids):
+        np.testing.assert_array_equal(got, np.random.default_rng(kid).standard_normal(3))
+    draws = {
+        seed: _diagnostics.replicate_generator(seed, 0).standard_normal()
+        for seed in (0, 7, 2**40, -3, 3)
+    }
+    assert len(set(draws.values())) == len(draws)
 
 
 def test_the_reports_shared_simulation_gives_the_public_vpc_and_npde(fit):
@@ -88,20 +92,50 @@ def test_the_optimised_simulation_gives_the_same_replicates(fit, monkeypatch):
     np.testing.assert_array_equal(fast.use, plain.use)
 
 
-def test_the_keys_of_several_numbers_come_from_one_program():
-    """The report's VPC and NPDE keys (two numbers) from one program; `replicate_keys`
-    afterwards reuses them instead of compiling a program of its own."""
-    import jax
+COUNTS_MODEL = """\
+param:
+    mu = Real(init=1.0)
+    s = Positive(init=0.5)
+    omega = Positive(init=0.2)
+random:
+    eta ~ Normal(0, omega)
+pre:
+    m = mu + eta
+derived:
+    CP ~ Normal(m, s)
+    EVT ~ Bernoulli(logistic(m - 1))
+    CNT ~ Poisson(exp(m))
+"""
 
-    programs = len(_diagnostics._KEYS)
-    small, big = _diagnostics.replicate_keys_of(11, (3, 5))
-    assert len(_diagnostics._KEYS) == programs + 1
-    for n, got in ((3, small), (5, big)):
-        want = jax.random.key_data(jax.random.split(jax.random.key(11), n))
-        np.testing.assert_array_equal(got, want)
-        np.testing.assert_array_equal(_diagnostics.replicate_keys(11, n), want)
-    assert len(_diagnostics._KEYS) == programs + 1
-    assert not small.flags.writeable  # (kept: a caller cannot change them for the next)
+
+def test_count_and_binary_replicates_are_drawn_from_their_families():
+    """Poisson records get counts and Bernoulli records 0 or 1, whose means and variances
+    over the replicates are the model's marginal ones (eta ~ N(0, omega), `omega` the SD)."""
+    rows = [
+        (i, t, ep, v)
+        for i in range(1, 31)
+        for t, ep, v in ((1, "CP", 1.2), (2, "EVT", 1), (3, "CNT", 3), (4, "CNT", 2))
+    ]
+    df = pd.DataFrame(rows, columns=["ID", "TIME", "DVID", "DV"]).assign(EVID=0, MDV=0)
+    pop = dn.read_data(df, endpoint="DVID")
+    model = dn.load_model(COUNTS_MODEL)
+    fit = dn.fit(model, pop, dn.LaplaceI(), max_iter=0, progress=False, covariance=None)
+    reps = _diagnostics.replicates(fit, 400, 11)
+    data = _diagnostics.bind_fit(fit).binding.data
+    mask, out = np.asarray(data.obs_mask), np.asarray(data.obs_output)
+    eps = list(pop.endpoints)
+    cnt = reps.y[:, mask & (out == eps.index("CNT"))]
+    evt = reps.y[:, mask & (out == eps.index("EVT"))]
+    assert np.array_equal(cnt, np.round(cnt)) and cnt.min() >= 0
+    assert set(np.unique(evt)) == {0.0, 1.0}
+    m = 1.0 + 0.2 * np.random.default_rng(0).standard_normal(400_000)
+    rate, p = np.exp(m), 1.0 / (1.0 + np.exp(-(m - 1.0)))
+    assert cnt.mean() == pytest.approx(rate.mean(), rel=0.02)
+    assert cnt.var() == pytest.approx(rate.mean() + rate.var(), rel=0.05)
+    assert evt.mean() == pytest.approx(p.mean(), abs=0.02)
+    cp = reps.y[:, mask & (out == eps.index("CP"))]
+    assert cp.mean() == pytest.approx(1.0, abs=0.02)
+    assert cp.var() == pytest.approx(0.5**2 + 0.2**2, rel=0.05)
 
 
 def test_a_program_asked_for_by_two_threads_at_once_is_compiled_once(monkeypatch):

@@ -776,23 +776,12 @@ def _report_html(
 
 def _replicates(fit, vpc_sims: int, npde_sims: int, seed: int):
     """The replicates of the VPC and of the NPDE: one simulation of the larger number, whose
-    first replicates are the smaller number's (`results._diagnostics.replicates`), where the
-    random keys allow it; else one each."""
-    from ..results._diagnostics import replicate_keys_of, replicates
+    first replicates are the smaller number's (`results._diagnostics.replicates`)."""
+    from ..results._diagnostics import _check_replicates, replicates
 
-    counts = (vpc_sims, npde_sims)
-    shared = all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) for n in counts)
-    if shared:  # (invalid numbers are simulated one by one: `replicates` says what is wrong)
-        small, big = sorted(int(n) for n in counts)
-        shared = (
-            small >= 2
-            and isinstance(seed, (int, np.integer))
-            and not isinstance(seed, bool)
-            and _prefix(*replicate_keys_of(int(seed), (small, big)))
-        )
-    if not shared:
-        return replicates(fit, vpc_sims, seed), replicates(fit, npde_sims, seed)
-    both = replicates(fit, big, seed)
+    for n in (vpc_sims, npde_sims):
+        _check_replicates(n, seed)
+    both = replicates(fit, max(int(vpc_sims), int(npde_sims)), seed)
     return both, both._replace(y=both.y[:npde_sims], h=both.h[:npde_sims])
 
 
@@ -811,10 +800,6 @@ def _multiple_doses(pop) -> bool:
     a = pop.arrays()
     doses = a.dose_mask & np.isin(a.dose_evid, (1, 4))
     return bool((doses.sum(axis=1) > 1).any() or (doses & (a.dose_ss > 0)).any())
-
-
-def _prefix(small: np.ndarray, big: np.ndarray) -> bool:
-    return bool(np.array_equal(small, big[: small.shape[0]]))
 
 
 def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[str]:

@@ -326,41 +326,51 @@ class _Replicates(NamedTuple):
     use: np.ndarray  # [N, T] uncensored Gaussian observation records (NPDE's)
 
 
+def _output_families(cm) -> tuple[str, ...]:
+    """Each output's observation family ("normal", "poisson", "bernoulli"), in output order."""
+    from ..likelihood._from_model import _observations
+    from ..model._distributions import DISTRIBUTIONS
+
+    return tuple(DISTRIBUTIONS[o.dist].family for o in _observations(cm))
+
+
 def _simulation_program(b: Bound):
-    """The compiled simulation of `b`'s design (one per predictor): `(key data [C, 2], theta,
-    data) -> (y [C, N, T], h(y) [C, N, T], ok [C, N], observed h(DV) [N, T], use [N, T])`.
-    VPC and NPDE take their replicates from it, on either scale."""
+    """The compiled simulation of `b`'s design (one per predictor): `(z_eta [C, N, q], z [C,
+    N, T], theta, data) -> (y [C, N, T], h(y) [C, N, T], ok [C, N], observed h(DV) [N, T], use
+    [N, T])`, from standard normal draws: `z_eta` for the random effects (times Omega's
+    Cholesky factor), `z` for each record's residual error (a normal family's; a Bernoulli
+    record's `z` is a uniform draw, and a Poisson record's `y` is its rate, drawn from after
+    the program: `replicates`). VPC and NPDE take their replicates from it, on either scale.
+
+    The draws come from NumPy, not `jax.random`: a program for the random keys and the draws
+    inside this one made a fresh process's first report take 0.74-0.80 s on pheno against
+    0.52-0.59 s without them, and 2.26-2.45 s against 1.86-1.90 s on issue 25's multiple-dose
+    design (`benchmarks/RESULTS_report.md`)."""
     predictor, problem = b.predictor, b.problem
     per = _SIM_CACHE.setdefault(predictor, {})
     if "program" not in per:
         cm = predictor.model.compiled
         q = cm.eta_size
 
-        def one(key_data, theta, data):
-            n, t = data.obs_mask.shape
-            k_eta, k_eps = jax.random.split(jax.random.wrap_key_data(key_data))
-            if q:
-                chol = jnp.linalg.cholesky(cm.omega(theta))
-                eta = jax.random.normal(k_eta, (n, q), dtype=jnp.float64) @ chol.T
-            else:
-                eta = jnp.zeros((n, 0))
+        def one(z_eta, z, chol, theta, data):
+            eta = z_eta @ chol.T if q else z_eta
             pred = batched(predictor.predict)(theta, eta, data)
-            keys = jax.random.split(k_eps, len(pred.per_output))
             y = h = None
             for k, d in enumerate(pred.per_output):
                 if d.family == "normal":
-                    hk = d.mean + d.sd * jax.random.normal(keys[k], (n, t), dtype=jnp.float64)
+                    hk = d.mean + d.sd * z
                     yk = inverse_transform(d.transform, hk, d.lam)
                 elif d.family == "poisson":
-                    yk = hk = jax.random.poisson(keys[k], d.rate, (n, t)).astype(jnp.float64)
+                    yk = hk = d.rate
                 else:
-                    yk = hk = jax.random.bernoulli(keys[k], d.p, (n, t)).astype(jnp.float64)
+                    yk = hk = (z < d.p).astype(jnp.float64)
                 y = yk if y is None else jnp.where(data.obs_output == k, yk, y)
                 h = hk if h is None else jnp.where(data.obs_output == k, hk, h)
             return y, h, pred.ok
 
-        def program(key_data, theta, data):
-            y, h, ok = jax.vmap(one, in_axes=(0, None, None))(key_data, theta, data)
+        def program(z_eta, z, theta, data):
+            chol = jnp.linalg.cholesky(cm.omega(theta)) if q else jnp.zeros((0, 0))
+            y, h, ok = jax.vmap(one, in_axes=(0, 0, None, None, None))(z_eta, z, chol, theta, data)
             terms = jax.vmap(problem.obs_terms, in_axes=(None, 0, 0))(
                 theta, jnp.zeros((data.obs_mask.shape[0], q)), data
             )
@@ -398,65 +408,55 @@ def _check_replicates(n_sim, seed) -> None:
         raise OptionError(f"`seed` must be an integer; got {seed!r}")
 
 
-_KEYS: dict[tuple[int, ...], Any] = {}
-_KEY_VALUES: dict[tuple[int, int], np.ndarray] = {}  # (seed, n) -> keys
-_KEPT_KEYS = 16
-
-
-def replicate_keys(seed: int, n: int) -> np.ndarray:
-    """The key data of `jax.random.split(jax.random.key(seed), n)` (`[n, 2]`) from one small
-    stored program: made operation by operation, a fresh process compiled each operation
-    (about half a second of a small fit's report, `benchmarks/RESULTS_report.md`)."""
-    return replicate_keys_of(seed, (n,))[0]
-
-
-def replicate_keys_of(seed: int, counts: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """`replicate_keys(seed, n)` for each n of `counts`, from one program (one compilation in
-    a fresh process, where the report's check that the VPC's keys are the first of the
-    NPDE's compiled two); each set is kept, so that a later `replicate_keys` of the same seed
-    and number does not compile again."""
-    seed, counts = int(seed), tuple(int(n) for n in counts)
-    missing = tuple(dict.fromkeys(n for n in counts if (seed, n) not in _KEY_VALUES))
-    if missing:
-        run = _KEYS.get(missing)
-        if run is None:
-
-            def keys(s):
-                key = jax.random.key(s)
-                return tuple(jax.random.key_data(jax.random.split(key, n)) for n in missing)
-
-            name = "split into " + ", ".join(str(n) for n in missing)
-            run = _KEYS[missing] = run_once_jit(keys, ("replicate keys", name))
-        for n, k in zip(missing, run(np.int64(seed))):
-            value = np.array(k)
-            value.setflags(write=False)
-            _KEY_VALUES[seed, n] = value
-        while len(_KEY_VALUES) > _KEPT_KEYS:  # (the oldest first)
-            del _KEY_VALUES[next(iter(_KEY_VALUES))]
-    return tuple(_KEY_VALUES[seed, n] for n in counts)
+def replicate_generator(seed: int, k: int) -> np.random.Generator:
+    """Replicate k's own random stream: child k of `numpy.random.SeedSequence(seed)` (a
+    negative seed taken modulo 2**128). It does not depend on how many replicates are drawn
+    or in which chunk, so the first replicates of a larger set are a smaller set's."""
+    entropy = int(seed) % (1 << 128)
+    return np.random.default_rng(np.random.SeedSequence(entropy, spawn_key=(int(k),)))
 
 
 def replicates(fit, n_sim: int, seed: int, population=None) -> _Replicates:
     """`n_sim` replicates of the observations from the fitted model, on both scales (see
-    `simulate_replicates`), with the observations NPDE compares them with. Replicate k is
-    the same whatever `n_sim` (its key is the k-th of `jax.random.split(key(seed), n_sim)`,
-    which does not depend on `n_sim`): the first replicates of a larger set are a smaller
-    set's, so VPC and NPDE can share one simulation."""
+    `simulate_replicates`), with the observations NPDE compares them with. Replicate k draws
+    from its own stream (`replicate_generator(seed, k)`: its random effects, then one number
+    per record, then a Poisson record's count), whatever `n_sim`: the first replicates of a
+    larger set are a smaller set's, so VPC and NPDE can share one simulation."""
     _check_replicates(n_sim, seed)
     b = bind_fit(fit, population)
     program = _simulation_program(b)
     n_sim = int(n_sim)
-    keys = replicate_keys(int(seed), n_sim)
+    data = b.binding.data
+    n, t = data.obs_mask.shape
+    q = b.problem.n_eta
+    families = np.array(_output_families(b.predictor.model.compiled))
+    output = np.asarray(data.obs_output)
+    uniform = families[output] == "bernoulli"  # [N, T]
+    poisson = families[output] == "poisson"
     ys, hs, oks = [], [], []
     y_obs = use = None
     for start in range(0, n_sim, _CHUNK):
-        part = keys[start : start + _CHUNK]
-        size = part.shape[0]
-        if size < _CHUNK:  # padded with copies of its first key, whose replicates are dropped
-            part = np.concatenate([part, np.broadcast_to(part[:1], (_CHUNK - size, 2))])
-        y, h, ok, y_obs, use = program(part, b.theta, b.binding.data)
-        ys.append(np.asarray(y)[:size])
-        hs.append(np.asarray(h)[:size])
+        size = min(_CHUNK, n_sim - start)
+        gens = [replicate_generator(seed, start + j) for j in range(size)]
+        # the last chunk padded with zeros (replicates dropped): one program for every n_sim
+        z_eta = np.zeros((_CHUNK, n, q))
+        z = np.zeros((_CHUNK, n, t))
+        for j, g in enumerate(gens):
+            z_eta[j] = g.standard_normal((n, q))
+            z[j] = g.standard_normal((n, t))
+            if uniform.any():
+                z[j][uniform] = g.random(int(uniform.sum()))
+        y, h, ok, y_obs, use = program(z_eta, z, b.theta, data)
+        y, h = np.array(y[:size]), np.array(h[:size])
+        if poisson.any():
+            for j, g in enumerate(gens):
+                rate = y[j][poisson]
+                valid = np.isfinite(rate) & (rate >= 0.0) & (rate < 1e15)
+                counts = np.full(rate.shape, np.nan)
+                counts[valid] = g.poisson(rate[valid])
+                y[j][poisson] = h[j][poisson] = counts
+        ys.append(y)
+        hs.append(h)
         oks.append(np.asarray(ok)[:size])
     ok_all = np.concatenate(oks).all(axis=0)
     raise_failed_solves(ok_all, np.full(ok_all.shape, np.nan), b.binding.ids, "the simulation")
