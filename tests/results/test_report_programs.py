@@ -180,3 +180,21 @@ def test_the_subjects_shown_are_those_with_observations_in_the_tables_order(fit)
     ids = report._observed_ids(pop)
     assert 1000 in pop.ids and 1000 not in ids
     assert ids == [s.id for s in pop.subjects if s.n_observations > 0]
+
+
+def test_the_fits_own_program_gives_the_values_and_omega(fit):
+    """`theta_and_omega` takes the fit's table program where the fit has its problem: the same
+    values and Omega as the model's unpacking and `omega`, which a fit without it uses."""
+    from deepnlme.estimation._compiled import unpacked
+
+    theta, omega = _diagnostics.theta_and_omega(fit)
+    cm = fit.model.compiled
+    want = unpacked(cm, fit.u)
+    assert set(theta) == set(want)
+    for name, value in want.items():
+        np.testing.assert_array_equal(np.asarray(theta[name]), np.asarray(value))
+    np.testing.assert_array_equal(omega, np.asarray(cm.omega(want)))
+    bare = type("Bare", (), {"model": fit.model, "u": fit.u, "problem": None})()
+    theta2, omega2 = _diagnostics.theta_and_omega(bare)
+    np.testing.assert_array_equal(omega2, omega)
+    assert all(np.array_equal(theta2[k], theta[k]) for k in theta)
