@@ -464,7 +464,7 @@ def replicates(fit, n_sim: int, seed: int, population=None) -> _Replicates:
             if uniform.any():
                 z[j][uniform] = g.random(int(uniform.sum()))
         y, h, ok, y_obs, use = program(z_eta, z, b.theta, data)
-        y, h = np.array(y[:size]), np.array(h[:size])
+        y, h = np.array(y)[:size], np.array(h)[:size]  # (a slice of a device array compiles)
         if poisson.any():
             for j, g in enumerate(gens):
                 rate = y[j][poisson]
