@@ -198,3 +198,42 @@ def test_the_fits_own_program_gives_the_values_and_omega(fit):
     theta2, omega2 = _diagnostics.theta_and_omega(bare)
     np.testing.assert_array_equal(omega2, omega)
     assert all(np.array_equal(theta2[k], theta[k]) for k in theta)
+
+
+REPORT_AGAIN = """
+import jax.monitoring
+import deepnlme as dn
+from deepnlme.interfaces.report import report_html
+compiled = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, secs, **kw: compiled.append(name) if "backend_compile" in name else None
+)
+pop = dn.read_data(dn.datasets.path("phenobarbital"))
+model = dn.load_model(open("examples/phenobarbital.model").read())
+fit = dn.fit(model, pop, dn.FOCEI(), max_iter=2, progress=False)
+before = len(compiled)
+report_html(fit, vpc_sims=20, npde_sims=30)
+print("REPORT COMPILED", len(compiled) - before)
+"""
+
+
+def test_a_report_in_a_new_process_loads_every_program(tmp_path):
+    """A second process with the same program store compiles nothing for the report: every
+    program (predictions, simulations, curves, individual parameters) is loaded, and nothing
+    runs operation by operation (each such operation compiled a program of its own)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, DEEPNLME_CACHE_DIR=str(tmp_path))
+    env.pop("DEEPNLME_NO_CACHE", None)
+    counts = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", REPORT_AGAIN], capture_output=True, text=True, env=env,
+            check=True, cwd=pathlib.Path(__file__).resolve().parents[2],
+        )  # fmt: skip
+        line = next(x for x in out.stdout.splitlines() if x.startswith("REPORT COMPILED"))
+        counts.append(int(line.split()[-1]))
+    assert counts[0] >= 3  # (the first compiles the report's programs)
+    assert counts[1] == 0

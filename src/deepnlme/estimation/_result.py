@@ -210,8 +210,9 @@ class Fit:
         # (the model's own layout of the parameters: the program the diagnostics use)
         theta = unpacked(self.model.compiled, self.u, problem.cache_token)
         return individual_frame(
-            cm, binding, self.population, theta, self.ebe_array, per_time=per_time
-        )
+            cm, binding, self.population, theta, self.ebe_array, per_time=per_time,
+            token=problem.cache_token,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ covariance step
 

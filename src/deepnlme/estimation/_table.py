@@ -797,10 +797,11 @@ def declared_se(fit) -> dict:
 _PRE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _pre_program(cm, ndim: int):
+def _pre_program(cm, ndim: int, token: str | None = None):
     """`(theta, eta, cov) -> pre: values`, batched over subjects (and records, `ndim` 3): one
     small program per model and shape, kept while the model lives (op by op, a fresh process
-    compiled each operation: 0.46 s of pheno's report)."""
+    compiled each operation: 0.46 s of pheno's report), and in the program store under
+    `token` (a problem's `cache_token` of the model) where one is given."""
     per_model = _PRE.setdefault(cm, {})
     if ndim not in per_model:
         ref = weakref.ref(cm)  # (the program needs the model only while it is traced)
@@ -811,24 +812,26 @@ def _pre_program(cm, ndim: int):
         batched = jax.vmap(one, in_axes=(None, 0, 0))
         if ndim == 3:
             batched = jax.vmap(jax.vmap(one, in_axes=(None, None, 0)), in_axes=(None, 0, 0))
-        per_model[ndim] = run_once_jit(batched)
+        per_model[ndim] = run_once_jit(batched, (token, f"pre values {ndim}"))
     return per_model[ndim]
 
 
-def pre_values(cm, theta, eta, cov) -> dict[str, np.ndarray]:
+def pre_values(cm, theta, eta, cov, token: str | None = None) -> dict[str, np.ndarray]:
     """Every scalar `pre:` variable at the random effects `eta` ``[N, q]`` and covariates
     `cov` (``[N, K]``, or ``[N, M, K]`` for M records per subject); arrays ``[N]`` or
-    ``[N, M]``."""
+    ``[N, M]``. `token`: see `_pre_program`."""
     eta = jnp.asarray(eta, dtype=jnp.float64)
     cov = jnp.asarray(cov, dtype=jnp.float64)
-    values = _pre_program(cm, cov.ndim)(theta, eta, cov)
+    values = _pre_program(cm, cov.ndim, token)(theta, eta, cov)
     shape = tuple(cov.shape[:-1])
     order = [a.name for a in cm.ir.pre if a.name in values]  # the model's order
     order += [k for k in values if k not in order]
     return {k: np.asarray(values[k]) for k in order if np.shape(values[k]) == shape}
 
 
-def individual_frame(cm, binding, population, theta, eta, *, per_time: bool) -> pd.DataFrame:
+def individual_frame(
+    cm, binding, population, theta, eta, *, per_time: bool, token: str | None = None
+) -> pd.DataFrame:
     """The individual parameters of `pre:` at the random effects `eta` ``[N, q]``.
 
     `per_time=False`: one row per subject (ID), at its baseline covariates (the first
@@ -840,7 +843,7 @@ def individual_frame(cm, binding, population, theta, eta, *, per_time: bool) -> 
     ids = list(binding.ids)
     if not per_time:
         frame = pd.DataFrame({"ID": ids})
-        values = pre_values(cm, theta, eta, np.asarray(binding.data.cov_value)[:, 0, :])
+        values = pre_values(cm, theta, eta, np.asarray(binding.data.cov_value)[:, 0, :], token)
         for name, v in values.items():
             if name not in frame:
                 frame[name] = v
@@ -852,7 +855,7 @@ def individual_frame(cm, binding, population, theta, eta, *, per_time: bool) -> 
     mask = np.concatenate([a.obs_mask, a.dose_mask], axis=1)
     seq = np.concatenate([a.obs_seq, a.dose_seq], axis=1)
     evid = np.concatenate([np.zeros_like(a.obs_seq), a.dose_evid], axis=1)
-    values = pre_values(cm, theta, eta, cov)
+    values = pre_values(cm, theta, eta, cov, token)
     n, m = mask.shape
     subject = np.repeat(np.arange(n), m).reshape(n, m)
     order = np.lexsort((seq[mask], subject[mask]))

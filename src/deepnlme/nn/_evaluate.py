@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..errors import OptionError
 from ._binding import networks, resolved_model
 from ._mlp import MLP
+
+# One compiled evaluation per network (and input shape): operation by operation, a fresh
+# process compiled each operation (19 small programs, 0.25 s of a warm report of a model with
+# one network: benchmarks/RESULTS_report.md).
+_EVALUATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,10 @@ class Network:
                     f"network '{self.name}' takes inputs of shape [..., {self.n_in}], got an "
                     f"array of shape {x.shape}; put the {self.n_in} inputs in the last axis"
                 )
-        return np.asarray(self.domain.evaluate(jnp.asarray(self.weights), jnp.asarray(x)))
+        run = _EVALUATIONS.get(self.domain)
+        if run is None:
+            run = _EVALUATIONS[self.domain] = jax.jit(self.domain.evaluate)
+        return np.asarray(run(jax.device_put(self.weights), jax.device_put(x)))
 
     def penalty(self) -> float:
         """The network's penalty (-2LL scale) at these weights."""

@@ -292,7 +292,9 @@ def ebe_table(fit, population=None) -> pd.DataFrame:
     covs = b.population.covariates_frame().reset_index(drop=True)
     for c in covs.columns:
         frame[c] = covs[c].to_numpy()
-    ind = individual_frame(cm, b.binding, b.population, b.theta, eta, per_time=False)
+    ind = individual_frame(
+        cm, b.binding, b.population, b.theta, eta, per_time=False, token=b.problem.cache_token
+    )
     for name in ind.columns[1:]:
         if name not in frame:
             frame[name] = ind[name].to_numpy()
