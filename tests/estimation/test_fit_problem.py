@@ -352,3 +352,23 @@ def test_fit_reports_ebe_searches_that_ran_out_of_iterations():
     assert not fit.inner_converged
     assert "the EBE search did not converge at the estimates for" in fit.message
     assert "did not converge" in str(fit)
+
+
+def test_starts_are_packed_by_one_program_as_the_problem_packs_them(linear):
+    """The default start and a dict of initial values go through one compiled `pack`
+    program: the same vectors as the problem's own packing; a value outside a parameter's
+    domain is refused with the parameter's name (it gave a fit that did not start)."""
+    from deepnlme.estimation._compiled import packed
+    from deepnlme.estimation._start import resolve_init
+
+    u, eta = resolve_init(linear, None)
+    np.testing.assert_array_equal(u, linear.init_u())
+    assert eta is None
+    values = {**linear.init, "b1": 0.7, "om": [0.5, 0.1]}
+    want = np.asarray(linear.pack({k: np.asarray(v, float) for k, v in values.items()}))
+    np.testing.assert_allclose(packed(linear, values), want, rtol=1e-15, atol=0)
+    np.testing.assert_allclose(
+        resolve_init(linear, {"b1": 0.7, "om": [0.5, 0.1]})[0], want, rtol=1e-15, atol=0
+    )
+    with pytest.raises(OptionError, match=r"outside the domain of s2 \(-0.1\)"):
+        fit_problem(linear, FOCE(), init={"s2": -0.1}, progress=False)

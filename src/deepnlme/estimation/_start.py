@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-import jax.numpy as jnp
+import jax
 import numpy as np
 
 from ..errors import OptionError
 from ..likelihood import Method, Problem
+from ._compiled import packed, post_functions
 from ._result import Fit
 
 
@@ -18,13 +19,14 @@ def resolve_init(problem: Problem, init) -> tuple[np.ndarray, np.ndarray | None]
     """The unconstrained start from `init` (None, a Fit of the same problem or a dict of
     values by name), and the Fit's EBEs where it is one."""
     if init is None:
-        return problem.init_u(), None
+        return packed(problem, problem.init), None
     if isinstance(init, Fit):
         u = np.asarray(init.u, dtype=np.float64)
-        if u.shape != problem.init_u().shape:
+        size = sum(p.size for p in problem.param_info)
+        if u.shape != (size,):
             raise OptionError(
                 f"fit: option `init` is a Fit with {u.size} unconstrained parameters, but this "
-                f"problem has {problem.init_u().size}; chain fits of the same model only"
+                f"problem has {size}; chain fits of the same model only"
             )
         eta = np.asarray(init.ebe_array, dtype=np.float64)
         if eta.shape != (problem.n_subjects, problem.n_eta) or not np.all(np.isfinite(eta)):
@@ -40,7 +42,16 @@ def resolve_init(problem: Problem, init) -> tuple[np.ndarray, np.ndarray | None]
             )
         values = dict(problem.init)
         values.update(init)
-        return np.asarray(problem.pack(values), dtype=np.float64), None
+        u = packed(problem, values)
+        outside = [k for k, sl in problem.u_slices().items() if not np.all(np.isfinite(u[sl]))]
+        if outside:
+            raise OptionError(
+                "fit: option `init` gives a value outside the domain of "
+                + ", ".join(f"{k} ({np.asarray(init[k]).tolist()!r})" for k in outside)
+                + " (a Positive parameter must be > 0, a bounded one within its bounds, a "
+                "covariance matrix positive definite)"
+            )
+        return u, None
     raise OptionError(
         f"fit: option `init` must be None, a previous Fit or a dict of parameter values; got "
         f"{type(init).__name__}"
@@ -65,10 +76,10 @@ def resolve_fixed(problem: Problem, fixed, u0: np.ndarray) -> tuple[set[str], np
             f"{sorted(names)}"
         )
     if isinstance(fixed, Mapping):
-        values = problem.unpack(jnp.asarray(u0))
+        values = post_functions(problem)[0](jax.device_put(np.asarray(u0, np.float64)))[0]
         values = {k: np.asarray(v) for k, v in values.items()}
         values.update({k: np.asarray(v, dtype=np.float64) for k, v in fixed.items()})
-        u_new = np.asarray(problem.pack(values), dtype=np.float64)
+        u_new = packed(problem, values)
         if not np.all(np.isfinite(u_new)):
             raise OptionError(
                 f"fit: option `fixed` gives a value outside a parameter's domain: {dict(fixed)}"
