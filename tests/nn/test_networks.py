@@ -158,6 +158,34 @@ def test_seed_reproduces_weights_and_leaves_global_state_alone():
 
 
 @pytest.mark.parametrize(
+    ("dims", "acts", "bias", "seed"),
+    [
+        ((2, 8, 8, 1), ("relu", "tanh", "identity"), True, 7),
+        ((3, 16, 2), ("gelu", "identity"), False, 2**40),
+        ((1, 4, 1), ("tanh", "identity"), True, 0),
+    ],
+)
+def test_initial_weights_from_one_program_equal_the_draws_op_by_op(dims, acts, bias, seed):
+    """The initial weights come from one compiled program per network shape; to the bit
+    what `jax.random` gives operation by operation (He normal scaled, Glorot uniform)."""
+    import jax
+    import jax.numpy as jnp
+
+    from deepnlme.nn import _mlp
+
+    key, want = jax.random.key(seed), []
+    for layer, (fan_in, fan_out) in enumerate(zip(dims[:-1], dims[1:])):
+        k = jax.random.fold_in(key, layer)
+        if acts[layer] in _mlp._HE:
+            w = jax.random.normal(k, (fan_out, fan_in), dtype=jnp.float64) * np.sqrt(2 / fan_in)
+        else:
+            lim = np.sqrt(6.0 / (fan_in + fan_out))
+            w = jax.random.uniform(k, (fan_out, fan_in), jnp.float64, minval=-lim, maxval=lim)
+        want += [np.asarray(w).ravel()] + ([np.zeros(fan_out)] if bias else [])
+    np.testing.assert_array_equal(_mlp._draw_weights(dims, acts, bias, seed), np.concatenate(want))
+
+
+@pytest.mark.parametrize(
     "act", ["tanh", "softplus", "sigmoid", "relu", "elu", "celu", "gelu", "swish", "identity"]
 )
 def test_forward_matches_numpy(act):

@@ -78,20 +78,40 @@ def _init_weights(dims: tuple[int, ...], acts: tuple[str, ...], bias: bool, seed
 
 
 def _draw_weights(dims: tuple[int, ...], acts: tuple[str, ...], bias: bool, seed: int):
-    key = jax.random.key(seed)
+    if seed < 2**63:  # (the seed an argument of the program: one per network shape)
+        draws = _layer_draws(tuple(dims), tuple(acts), np.int64(seed))
+    else:
+        draws = _layer_draws.__wrapped__(tuple(dims), tuple(acts), seed)
     parts = []
-    for layer, (fan_in, fan_out) in enumerate(zip(dims[:-1], dims[1:])):
-        k = jax.random.fold_in(key, layer)
+    for layer, (w, fan_in, fan_out) in enumerate(zip(draws, dims[:-1], dims[1:])):
+        w = np.asarray(w, dtype=np.float64)
         if acts[layer] in _HE:
-            w = jax.random.normal(k, (fan_out, fan_in), dtype=jnp.float64)
-            w = w * np.sqrt(2.0 / fan_in)
-        else:
-            lim = np.sqrt(6.0 / (fan_in + fan_out))
-            w = jax.random.uniform(k, (fan_out, fan_in), dtype=jnp.float64, minval=-lim, maxval=lim)
-        parts.append(np.asarray(w, dtype=np.float64).ravel())
+            w = w * np.sqrt(2.0 / fan_in)  # (scaled here, as operation by operation before)
+        parts.append(w.ravel())
         if bias:
             parts.append(np.zeros(fan_out))
     return np.concatenate(parts)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _layer_draws(dims: tuple[int, ...], acts: tuple[str, ...], seed) -> list:
+    """Each layer's draws from `jax.random.key(seed)` (one `fold_in` per layer): standard
+    normal for He's initialisation, else Glorot's uniform. One program per network shape:
+    drawn operation by operation, a fresh process compiled six small programs for a network's
+    first initial weights (0.25 s of a first fit; `benchmarks/RESULTS_workflows.md`). The
+    same numbers to the bit (`tests/nn/test_networks.py`)."""
+    key = jax.random.key(seed)
+    out = []
+    for layer, (fan_in, fan_out) in enumerate(zip(dims[:-1], dims[1:])):
+        k = jax.random.fold_in(key, layer)
+        if acts[layer] in _HE:
+            out.append(jax.random.normal(k, (fan_out, fan_in), dtype=jnp.float64))
+        else:
+            lim = np.sqrt(6.0 / (fan_in + fan_out))
+            out.append(
+                jax.random.uniform(k, (fan_out, fan_in), dtype=jnp.float64, minval=-lim, maxval=lim)
+            )
+    return out
 
 
 def _floats(v, n: int, what: str, positive: bool = False) -> tuple[float, ...] | None:
