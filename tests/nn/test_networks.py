@@ -90,6 +90,7 @@ def test_declaration_prints_and_reloads_and_is_a_network_parameter(everywhere):
         ("MLP(1, 4, scale=zscor)", "NN(WT)[0]", "scale must be zscore, range or none"),
         ("MLP(1)", "NN(WT)[0]", "give at least the output layer"),
         ("MLP(1, 4, seed=-1)", "NN(WT)[0]", "seed must be a whole number"),
+        ("MLP(1, 4, seed=9223372036854775808)", "NN(WT)[0]", r"in \[0, 2\*\*63\)"),
     ],
 )
 def test_bad_declarations_and_calls_name_line_and_fix(decl, call, message):

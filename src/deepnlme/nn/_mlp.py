@@ -78,10 +78,7 @@ def _init_weights(dims: tuple[int, ...], acts: tuple[str, ...], bias: bool, seed
 
 
 def _draw_weights(dims: tuple[int, ...], acts: tuple[str, ...], bias: bool, seed: int):
-    if seed < 2**63:  # (the seed an argument of the program: one per network shape)
-        draws = _layer_draws(tuple(dims), tuple(acts), np.int64(seed))
-    else:
-        draws = _layer_draws.__wrapped__(tuple(dims), tuple(acts), seed)
+    draws = _layer_draws(tuple(dims), tuple(acts), np.int64(seed))  # (seed < 2**63: `MLP`)
     parts = []
     for layer, (w, fan_in, fan_out) in enumerate(zip(draws, dims[:-1], dims[1:])):
         w = np.asarray(w, dtype=np.float64)
@@ -415,8 +412,8 @@ def mlp(
     ls = tuple(_layer(a, act.name, k) for k, a in enumerate(layers, start=1))
     if not isinstance(bias, bool):
         raise DomainError(f"bias must be True or False, got {bias!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise DomainError(f"seed must be a whole number >= 0, got {_lit(seed)}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise DomainError(f"seed must be a whole number in [0, 2**63), got {_lit(seed)}")
     if scale is None:
         sc = "none"
     elif isinstance(scale, Symbol) and scale.name in _SCALES:
