@@ -183,11 +183,11 @@ def test_the_subjects_shown_are_those_with_observations_in_the_tables_order(fit)
 
 
 def test_the_fits_own_program_gives_the_values_and_omega(fit):
-    """`theta_and_omega` takes the fit's table program where the fit has its problem: the same
+    """`fit_values` takes the fit's table program where the fit has its problem: the same
     values and Omega as the model's unpacking and `omega`, which a fit without it uses."""
-    from deepnlme.estimation._compiled import unpacked
+    from deepnlme.estimation._compiled import fit_values, unpacked
 
-    theta, omega = _diagnostics.theta_and_omega(fit)
+    theta, omega = fit_values(fit)
     cm = fit.model.compiled
     want = unpacked(cm, fit.u)
     assert set(theta) == set(want)
@@ -195,7 +195,7 @@ def test_the_fits_own_program_gives_the_values_and_omega(fit):
         np.testing.assert_array_equal(np.asarray(theta[name]), np.asarray(value))
     np.testing.assert_array_equal(omega, np.asarray(cm.omega(want)))
     bare = type("Bare", (), {"model": fit.model, "u": fit.u, "problem": None})()
-    theta2, omega2 = _diagnostics.theta_and_omega(bare)
+    theta2, omega2 = fit_values(bare)
     np.testing.assert_array_equal(omega2, omega)
     assert all(np.array_equal(theta2[k], theta[k]) for k in theta)
 

@@ -616,10 +616,10 @@ def _loaded_fit(payload: dict, arrays: dict[str, np.ndarray], jpath: Path):
     ode = OdeOptions(**payload["ode_options"])
     problem, _ = model_problem(model, population, ode_options=ode)
     u = arrays["u"]
-    if u.shape != problem.init_u().shape:
+    if u.shape != (problem.n_unconstrained,):
         raise DataError(
             f"load_fit: the saved fit has {u.size} parameters but its model has "
-            f"{problem.init_u().size}; the file is inconsistent"
+            f"{problem.n_unconstrained}; the file is inconsistent"
         )
     stats = payload["statistics"]
     for k in payload.get("nonfinite", []):

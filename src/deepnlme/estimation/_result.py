@@ -200,15 +200,14 @@ class Fit:
             )
         from ..likelihood._from_model import binding_of, model_problem
         from ..solve._ode import OdeOptions
-        from ._compiled import unpacked
+        from ._compiled import fit_values
         from ._table import individual_frame
 
         ode = self.ode_options or OdeOptions()
         problem, predictor = model_problem(self.model, self.population, ode_options=ode)
         binding = binding_of(self.model, self.population, ode)
         cm = predictor.model.compiled  # the resolved model (networks' data scaling)
-        # (the model's own layout of the parameters: the program the diagnostics use)
-        theta = unpacked(self.model.compiled, self.u, problem.cache_token)
+        theta = fit_values(self)[0]  # (as the diagnostics take them: one program for both)
         return individual_frame(
             cm, binding, self.population, theta, self.ebe_array, per_time=per_time,
             token=problem.cache_token,

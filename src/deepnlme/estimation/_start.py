@@ -22,11 +22,10 @@ def resolve_init(problem: Problem, init) -> tuple[np.ndarray, np.ndarray | None]
         return packed(problem, problem.init), None
     if isinstance(init, Fit):
         u = np.asarray(init.u, dtype=np.float64)
-        size = sum(p.size for p in problem.param_info)
-        if u.shape != (size,):
+        if u.shape != (problem.n_unconstrained,):
             raise OptionError(
                 f"fit: option `init` is a Fit with {u.size} unconstrained parameters, but this "
-                f"problem has {size}; chain fits of the same model only"
+                f"problem has {problem.n_unconstrained}; chain fits of the same model only"
             )
         eta = np.asarray(init.ebe_array, dtype=np.float64)
         if eta.shape != (problem.n_subjects, problem.n_eta) or not np.all(np.isfinite(eta)):

@@ -826,13 +826,13 @@ def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[s
 
 
 def _eta_body(fit, ebes) -> list[str]:
-    from ..results._diagnostics import theta_and_omega
+    from ..estimation._compiled import fit_values
     from . import plots
 
     labels = list(fit.model.compiled.eta_labels)
     named = eta_names(fit.model)
     frame = ebes.rename(columns=dict(zip(labels, named)))
-    omega = theta_and_omega(fit)[1]
+    omega = fit_values(fit)[1]
     body = [
         "<h3>Distributions</h3>",
         _chart_html(

@@ -150,10 +150,10 @@ class Problem:
         # shapes only (abstract evaluation): running pack/unpack/omega op by op here would
         # compile a dozen one-operation programs before the first fit
         u0 = jax.eval_shape(self.pack, self.init)
-        if u0.ndim != 1 or u0.size != sum(p.size for p in self.param_info):
+        if u0.ndim != 1 or u0.size != self.n_unconstrained:
             raise ValueError(
                 f"Problem: pack(init) has shape {u0.shape}, but param_info sizes add up to "
-                f"{sum(p.size for p in self.param_info)}"
+                f"{self.n_unconstrained}"
             )
         leaves = jax.tree_util.tree_leaves(self.subjects)
         n = len(self.subject_ids)
@@ -178,6 +178,11 @@ class Problem:
     def n_eta(self) -> int:
         """Number of random effects q."""
         return len(self.eta_labels)
+
+    @property
+    def n_unconstrained(self) -> int:
+        """Length of the unconstrained vector `u` (the sizes of `param_info`)."""
+        return sum(p.size for p in self.param_info)
 
     @property
     def has_networks(self) -> bool:

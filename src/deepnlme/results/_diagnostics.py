@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError
-from ..estimation._compiled import post_functions, run_once_jit, unpacked
+from ..estimation._compiled import fit_values, run_once_jit
 from ..estimation._table import individual_frame
 from ..likelihood import max_step_of, newton_lm
 from ..likelihood._evaluation import data_entries
@@ -77,26 +77,8 @@ def fit_ode_options(fit):
 
 
 def _theta(fit) -> dict:
-    """The fit's parameter values by name (`estimation._compiled.unpacked`)."""
-    return theta_and_omega(fit)[0]
-
-
-def theta_and_omega(fit) -> tuple[dict, np.ndarray]:
-    """The fit's parameter values by name and its Omega ``[q, q]``: from the program the fit
-    compiled for its table (`post_functions`) where the fit has its problem, else from the
-    model's unpacking program. The report's own programs for these (the unpacking and an
-    operation-by-operation `block_diag`) took 0.03-0.06 s of a fresh process's first report."""
-    cm = fit.model.compiled
-    problem = getattr(fit, "problem", None)
-    u = np.asarray(fit.u, dtype=np.float64)
-    same = problem is not None and [(pi.name, pi.size) for pi in problem.param_info] == [
-        (p.name, p.size) for p in cm.params
-    ]
-    if same:  # (the fit's problem unpacks the same vector)
-        theta, omega = post_functions(problem)[0](jax.device_put(u))
-        return theta, np.asarray(omega)
-    theta = unpacked(cm, u, getattr(problem, "cache_token", None))
-    return theta, np.asarray(cm.omega(theta))
+    """The fit's parameter values by name (`estimation._compiled.fit_values`)."""
+    return fit_values(fit)[0]
 
 
 _EBE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
