@@ -235,3 +235,55 @@ def test_simulate_says_what_its_arguments_must_be(theo):
     not_a_population = r"model_predict: `population` must be a Population.*got DataFrame"
     with pytest.raises(dn.OptionError, match=not_a_population):
         dn.model_predict(model, pop.to_dataframe())
+
+
+def _obs(sim):
+    arrays = sim.arrays()
+    return arrays.obs_dv[arrays.obs_mask]
+
+
+def test_parameter_values_are_checked_against_their_domains(theo):
+    """Packing alone keeps a PDiag's diagonal (covariances given by the user dropped
+    silently) and turns a value outside its domain into NaN (every simulated value missing):
+    `simulate`, `fit` and `multistart` refuse such values, naming the parameter and why."""
+    model, pop = theo
+    with_cov = {"omega": [[0.4, 0.01, 0.0], [0.01, 0.07, 0.0], [0.0, 0.0, 0.02]]}
+    why = r"'omega' .* outside its domain PDiag.*has 0.01 at \[0, 1\].*PSD"
+    with pytest.raises(dn.OptionError, match="`params`: the value of " + why):
+        dn.simulate(model, pop, with_cov, seed=1)
+    with pytest.raises(dn.OptionError, match="fit: option `init`: the value of " + why):
+        dn.fit(model, pop, dn.FOCE(), init=with_cov)
+    with pytest.raises(dn.OptionError, match="fit: option `fixed`: the value of " + why):
+        dn.fit(model, pop, dn.FOCE(), fixed=with_cov)
+    with pytest.raises(dn.OptionError, match="multistart: option `init`: the value of " + why):
+        dn.multistart(model, pop, dn.FOCE(), n=2, seed=1, init=with_cov)
+    with pytest.raises(dn.OptionError, match=r"'sigma' \(-1.\) .* must be greater than 0"):
+        dn.simulate(model, pop, {"sigma": -1.0}, seed=1)
+    with pytest.raises(dn.OptionError, match=r"'omega' .* variances \(the diagonal\) must"):
+        dn.fit(model, pop, dn.FOCE(), init={"omega": [0.4, -0.07, 0.02]})
+    with pytest.raises(dn.OptionError, match=r"'tka' \(nan\) .* must be finite"):
+        dn.fit(model, pop, dn.FOCE(), init={"tka": float("nan")})
+    with pytest.raises(
+        dn.OptionError, match=r"a value of shape \(3, 3\) \(or its 3 variances, shape \(3,\)\)"
+    ):
+        dn.simulate(model, pop, {"omega": [0.4, 0.07]}, seed=1)
+
+
+def test_a_pdiag_value_may_be_its_variances_as_declared(theo):
+    model, pop = theo
+    as_list = dn.simulate(model, pop, {"omega": [0.3, 0.1, 0.05]}, seed=3)
+    as_matrix = dn.simulate(model, pop, {"omega": np.diag([0.3, 0.1, 0.05])}, seed=3)
+    np.testing.assert_array_equal(_obs(as_list), _obs(as_matrix))
+    assert np.all(np.isfinite(_obs(as_list)))
+
+
+def test_a_fixed_parameter_keeps_its_own_value():
+    model = dn.load_model(
+        "param:\n    mu = Real(init=5.0)\n    k = Fixed(2.0)\n    s = Positive(init=0.5)\n"
+        "derived:\n    DV ~ Normal(mu * k, s)\n"
+    )
+    design = dn.make_population(3, obs_times=[1.0, 2.0])
+    same = dn.simulate(model, design, {"k": 2.0, "mu": 4.0}, seed=2)
+    np.testing.assert_array_equal(_obs(same), _obs(dn.simulate(model, design, {"mu": 4.0}, seed=2)))
+    with pytest.raises(dn.OptionError, match=r"'k' \(3.\) .* fixed in the model at 2.0; edit"):
+        dn.simulate(model, design, {"k": 3.0}, seed=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -95,14 +96,15 @@ def fit(
         if init_eta is None:
             init_eta = _matching_ebes(init, problem)
         init = {k: v for k, v in init.estimates.items() if k in problem.init}
-    elif isinstance(init, dict):
-        unknown = [k for k in init if k not in {p.name for p in model.compiled.params}]
-        if unknown:
-            raise OptionError(
-                f"fit: `init` names unknown parameter '{unknown[0]}'; the model's parameters "
-                f"are {', '.join(p.name for p in model.compiled.params)}"
-            )
+    elif isinstance(init, Mapping):
+        # each value checked against its domain (a PDiag's off-diagonal entries, a value
+        # outside the bounds, a model-fixed parameter given another value are errors);
         # declared-fixed parameters are not estimated; fit_problem fills in the rest
+        init = model.compiled.checked_values(init, "fit: option `init`")
         init = {k: v for k, v in init.items() if k in problem.init}
+    fixed = options.get("fixed")
+    if isinstance(fixed, Mapping):
+        fixed = model.compiled.checked_values(fixed, "fit: option `fixed`")
+        options["fixed"] = {k: v for k, v in fixed.items() if k in problem.init}
     result = fit_problem(problem, method, init=init, init_eta=init_eta, **options)
     return dataclasses.replace(result, model=model, population=population, ode_options=ode_options)

@@ -267,6 +267,56 @@ class CompiledModel:
         """The declared initial (constrained) values, by name."""
         return {p.name: p.init for p in self.params}
 
+    def checked_values(self, values: Mapping[str, Any], where: str) -> dict[str, np.ndarray]:
+        """`values` (parameter values by name, as a user gives them) as float64 arrays of
+        each parameter's shape, each checked against its domain: an `OptionError` that
+        starts with `where` names the parameter, the value and what its domain allows. A
+        PDiag's value may be its variances, as declared. `values` itself is left as it is.
+        Packing alone would keep a PDiag's diagonal and drop the rest, and give NaN for a
+        value outside a domain."""
+        params = {p.name: p for p in self.params}
+        out = {}
+        for name, given in values.items():
+            p = params.get(name)
+            if p is None:
+                raise OptionError(
+                    f"{where} names unknown parameter '{name}'; the model's parameters are "
+                    + ", ".join(params)
+                )
+            try:
+                a = np.array(given, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise OptionError(
+                    f"{where}: the value of '{name}' must be a number or an array of numbers; "
+                    f"got {given!r:.80}"
+                ) from None
+            if hasattr(p.domain, "given"):
+                a = p.domain.given(a)
+            if a.shape != p.shape:
+                shape = f"shape {p.shape}"
+                if hasattr(p.domain, "given"):
+                    shape += f" (or its {p.shape[0]} variances, shape {p.shape[:1]})"
+                raise OptionError(
+                    f"{where}: '{name}' is {p.domain.describe():.80}, a value of {shape}; "
+                    f"got shape {a.shape}"
+                )
+            check = getattr(p.domain, "value_problem", None)
+            why = (
+                check(a)
+                if check is not None
+                else (None if np.all(np.isfinite(a)) else "it must be finite")
+            )
+            if why is not None:
+                shown = " ".join(
+                    np.array2string(a, precision=6, threshold=12, separator=", ").split()
+                )
+                raise OptionError(
+                    f"{where}: the value of '{name}' ({shown}) is outside its domain "
+                    f"{p.domain.describe():.80}: {why}"
+                )
+            out[name] = a
+        return out
+
     def pack(self, values: Mapping[str, Any]) -> jax.Array:
         """Named constrained values -> the flat unconstrained vector (estimated params only)."""
         unknown = [k for k in values if k not in {p.name for p in self.params}]

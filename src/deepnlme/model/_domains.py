@@ -76,6 +76,9 @@ class Domain(Protocol):
     def from_unconstrained(self, u) -> jax.Array: ...
     def describe(self) -> str: ...
 
+    # optional: ``value_problem(a) -> str | None``, why the value `a` (a float array of the
+    # domain's shape) is not in the domain; without it a value need only be finite
+
 
 def _floatarr(x, what: str) -> np.ndarray:
     try:
@@ -137,6 +140,19 @@ class _BoundedMixin:
                 f"init={_lit(init.tolist())} must be strictly below upper={hi:g}; "
                 "choose an initial value inside the bounds"
             )
+
+    def value_problem(self, a: np.ndarray) -> str | None:
+        """Why `a` is not inside the bounds (None where it is)."""
+        if getattr(self, "fixed", False):
+            return _fixed_problem(self, a)
+        if not np.all(np.isfinite(a)):
+            return "it must be finite"
+        lo, hi = self.lower, self.upper
+        if lo is not None and np.any(a <= lo):
+            return f"it must be greater than {lo:g}"
+        if hi is not None and np.any(a >= hi):
+            return f"it must be smaller than {hi:g}"
+        return None
 
     def _bounds_text(self) -> str:
         s = ""
@@ -248,6 +264,9 @@ class Fixed:
     def from_unconstrained(self, u):
         return jnp.asarray(self.value, dtype=jnp.float64)
 
+    def value_problem(self, a: np.ndarray) -> str | None:
+        return _fixed_problem(self, a)
+
     def describe(self) -> str:
         v = list(self.value) if isinstance(self.value, tuple) else self.value
         return f"Fixed({_lit(v)})"
@@ -295,6 +314,27 @@ class PDiag:
         if self.fixed:
             return jnp.asarray(self.init_value())
         return jnp.diag(jnp.exp(jnp.asarray(u, dtype=jnp.float64)))
+
+    def given(self, a: np.ndarray) -> np.ndarray:
+        """A value as given: the variances ``[n]`` (as declared) or the matrix ``[n, n]``."""
+        return np.diag(a) if a.shape == (self.n,) else a
+
+    def value_problem(self, a: np.ndarray) -> str | None:
+        if self.fixed:
+            return _fixed_problem(self, a)
+        if not np.all(np.isfinite(a)):
+            return "it must be finite"
+        off = np.argwhere(~np.eye(self.n, dtype=bool) & (a != 0))
+        if off.size:
+            i, j = off[0]
+            return (
+                f"a PDiag is diagonal, but the value has {a[i, j]:g} at [{i}, {j}]; give the "
+                "variances as a list, or declare the parameter PSD(init=[[...]]) to estimate "
+                "the covariances"
+            )
+        if np.any(np.diag(a) <= 0):
+            return "its variances (the diagonal) must all be positive"
+        return None
 
     def describe(self) -> str:
         fx = ", fixed=True" if self.fixed else ""
@@ -365,9 +405,35 @@ class PSD:
         L = jnp.zeros((self.n, self.n)).at[r, c].set(vals)
         return L @ L.T
 
+    def value_problem(self, a: np.ndarray) -> str | None:
+        if self.fixed:
+            return _fixed_problem(self, a)
+        if not np.all(np.isfinite(a)):
+            return "it must be finite"
+        if not np.allclose(a, a.T, rtol=1e-12, atol=0.0):
+            return "a covariance matrix must be symmetric"
+        try:
+            np.linalg.cholesky(a)
+        except np.linalg.LinAlgError:
+            return (
+                "a covariance matrix must be positive definite; make the diagonal larger or "
+                "the off-diagonal covariances smaller"
+            )
+        return None
+
     def describe(self) -> str:
         fx = ", fixed=True" if self.fixed else ""
         return f"PSD(init={_lit([list(r) for r in self.init])}{fx})"
+
+
+def _fixed_problem(domain, a: np.ndarray) -> str | None:
+    """A fixed parameter's value can only be its own."""
+    if np.allclose(a, domain.init_value(), rtol=1e-12, atol=0.0):
+        return None
+    return (
+        f"the parameter is fixed in the model at {_lit(domain.init_value().tolist())}; edit "
+        "the model to use another value"
+    )
 
 
 # ----------------------------------------------------------------------------------------------

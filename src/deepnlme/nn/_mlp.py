@@ -180,6 +180,12 @@ class MLP:
             return jnp.asarray(self.init_value())
         return jnp.asarray(u, dtype=jnp.float64)
 
+    def value_problem(self, a: np.ndarray) -> str | None:
+        """Why the weights `a` cannot be this network's (None where they can)."""
+        if self.fixed and not np.allclose(a, self.init_value(), rtol=1e-12, atol=0.0):
+            return "the network is fixed in the model (fixed=True) at its initial weights"
+        return None if np.all(np.isfinite(a)) else "its weights must be finite"
+
     def unflatten(self, w) -> list[tuple[jax.Array, jax.Array | None]]:
         """The flat weight vector -> ``[(W [out, in], b [out] or None), ...]`` per layer."""
         w = jnp.asarray(w, dtype=jnp.float64)

@@ -26,7 +26,7 @@ def perturbed_starts(
     cm = model.compiled
     estimated = [p for p in cm.params if p.size > 0]
     base = {p.name: np.asarray(p.init, dtype=np.float64) for p in estimated}
-    base.update({k: np.asarray(v, dtype=np.float64) for k, v in (init or {}).items()})
+    base.update(cm.checked_values(init or {}, "multistart: option `init`"))
     u0 = np.asarray(cm.pack(base), dtype=np.float64)
     moved = np.concatenate([np.full(p.size, p.name not in keep) for p in estimated])
     starts = []
