@@ -214,12 +214,17 @@ fit = dn.fit(model, pop, dn.FOCEI(), max_iter=2, progress=False)
 before = len(compiled)
 report_html(fit, vpc_sims=20, npde_sims=30)
 print("REPORT COMPILED", len(compiled) - before)
+before = len(compiled)
+dn.simulate(fit, seed=1)
+dn.model_predict(fit)
+print("SIMULATE COMPILED", len(compiled) - before)
 """
 
 
 def test_a_report_in_a_new_process_loads_every_program(tmp_path):
-    """A second process with the same program store compiles nothing for the report: every
-    program (predictions, simulations, curves, individual parameters) is loaded, and nothing
+    """A second process with the same program store compiles nothing for the report, nor for
+    `simulate` and `model_predict`: every program (predictions, simulations, curves,
+    individual parameters, the parameters' packing) is loaded, and nothing
     runs operation by operation (each such operation compiled a program of its own)."""
     import os
     import subprocess
@@ -227,13 +232,19 @@ def test_a_report_in_a_new_process_loads_every_program(tmp_path):
 
     env = dict(os.environ, DEEPNLME_CACHE_DIR=str(tmp_path))
     env.pop("DEEPNLME_NO_CACHE", None)
-    counts = []
+    counts, simulations = [], []
     for _ in range(2):
         out = subprocess.run(
             [sys.executable, "-c", REPORT_AGAIN], capture_output=True, text=True, env=env,
             check=True, cwd=pathlib.Path(__file__).resolve().parents[2],
         )  # fmt: skip
-        line = next(x for x in out.stdout.splitlines() if x.startswith("REPORT COMPILED"))
+        lines = out.stdout.splitlines()
+        line = next(x for x in lines if x.startswith("REPORT COMPILED"))
         counts.append(int(line.split()[-1]))
+        line = next(x for x in lines if x.startswith("SIMULATE COMPILED"))
+        simulations.append(int(line.split()[-1]))
     assert counts[0] >= 3  # (the first compiles the report's programs)
     assert counts[1] == 0
+    # `simulate` and `model_predict` too (their parameters' packing was compiled each time)
+    assert simulations[0] >= 2
+    assert simulations[1] == 0

@@ -19,8 +19,10 @@ from ..solve._ode import OdeOptions
 from ..solve._subject import raise_failed_solves
 
 
-def _theta(model, params) -> dict[str, Any]:
-    """Constrained parameter values: the model's initial values updated by `params`."""
+def _theta(model, params, token: str | None = None) -> dict[str, Any]:
+    """Constrained parameter values: the model's initial values updated by `params` (the
+    program that packs and unpacks them kept in the program store under `token`, a problem's
+    `cache_token`)."""
     cm = model.compiled
     values = {p.name: p.init for p in cm.params if p.size > 0}
     if params is not None:
@@ -38,7 +40,7 @@ def _theta(model, params) -> dict[str, Any]:
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in values.items()}
     # one small program per model: operation by operation, a fresh process compiled some
     # thirty operations (0.34 s of theophylline's first `simulate`)
-    run = model_program(cm, "pack and unpack", lambda m, v: m.unpack(m.pack(v)))
+    run = model_program(cm, "pack and unpack", lambda m, v: m.unpack(m.pack(v)), token)
     return cm.unpack(cm.pack(arrays)) if run is None else run(arrays)
 
 
@@ -220,7 +222,7 @@ def _simulate(model, population, params, seed, etas, residual, ode_options) -> _
         raise OptionError(f"`seed` must fit in 64 bits (a signed integer); got {seed!r}")
     problem, predictor = model_problem(model, population, ode_options=ode_options)
     binding = binding_of(model, population, ode_options)
-    theta = _theta(model, params)
+    theta = _theta(model, params, problem.cache_token)
     n = len(binding.ids)
     drawn = etas is None
     eta_in = np.zeros((n, model.compiled.eta_size)) if drawn else _given_etas(model, n, etas)
@@ -302,7 +304,7 @@ def model_predict(
     model, population, params = _arguments(model, population, params, "model_predict")
     problem, predictor = model_problem(model, population, ode_options=ode_options)
     binding = binding_of(model, population, ode_options)
-    theta = _theta(model, params)
+    theta = _theta(model, params, problem.cache_token)
     n = len(binding.ids)
     q = model.compiled.eta_size
     eta = _given_etas(model, n, etas) if etas is not None else np.zeros((n, q))
