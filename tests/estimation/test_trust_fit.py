@@ -3,6 +3,7 @@ start says why."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -198,3 +199,37 @@ def test_iterations_run_out_over_network_weights_and_the_message_says_how_to_hol
     held = dn.fit(model, pop, dn.FOCE(), fixed=["NN"], **opts)
     assert not held.converged
     assert held.message == "maximum number of iterations reached"
+
+
+TWO_EFFECTS = """
+param:
+    b0    = Real(init=2.0)
+    b1    = Real(init=0.5)
+    omega = {omega}
+    sigma = Positive(init=0.3)
+random:
+    eta ~ MvNormal(omega)
+pre:
+    a0 = b0 + eta[0]
+    a1 = b1 + eta[1]
+derived:
+    DV ~ Additive(a0 + a1 * t, sigma)
+"""
+
+
+def test_a_start_from_another_models_fit_is_checked_against_this_model():
+    """`init=` a Fit of another model: a PDiag starts from that fit's variances (its
+    covariances dropped); a value of another shape is an error naming the option."""
+    pop = dn.read_data(_data())
+    opts = dict(max_iter=0, progress=False, covariance=None)
+    block = dn.load_model(TWO_EFFECTS.format(omega="PSD(init=[[0.3, 0.05], [0.05, 0.2]])"))
+    first = dn.fit(block, pop, dn.FOCEI(), **opts)
+    diagonal = dn.load_model(TWO_EFFECTS.format(omega="PDiag(init=[0.5, 0.5])"))
+    second = dn.fit(diagonal, pop, dn.FOCEI(), init=first, **opts)
+    np.testing.assert_allclose(second.estimates["omega"], np.diag([0.3, 0.2]), rtol=1e-12)
+    three = TWO_EFFECTS.format(omega="PDiag(init=[0.5, 0.5, 0.5])")
+    with pytest.raises(
+        dn.OptionError,
+        match=r"fit: option `init` \(a Fit\): 'omega' is PDiag.*shape \(3, 3\).*got shape \(2, 2\)",
+    ):
+        dn.fit(dn.load_model(three), pop, dn.FOCEI(), init=first, **opts)

@@ -95,7 +95,7 @@ def fit(
     if isinstance(init, Fit) and init.problem is not problem:
         if init_eta is None:
             init_eta = _matching_ebes(init, problem)
-        init = {k: v for k, v in init.estimates.items() if k in problem.init}
+        init = _fit_start(model, problem, init)
     elif isinstance(init, Mapping):
         # each value checked against its domain (a PDiag's off-diagonal entries, a value
         # outside the bounds, a model-fixed parameter given another value are errors);
@@ -108,3 +108,18 @@ def fit(
         options["fixed"] = {k: v for k, v in fixed.items() if k in problem.init}
     result = fit_problem(problem, method, init=init, init_eta=init_eta, **options)
     return dataclasses.replace(result, model=model, population=population, ode_options=ode_options)
+
+
+def _fit_start(model, problem, init: Fit) -> dict:
+    """The starting values from `init`, a Fit of another model or data: its estimates of the
+    parameters this problem estimates, each checked against this model's domain, a PDiag's
+    from the Fit's variances alone (a start from a model whose Omega had covariances)."""
+    params = {p.name: p for p in model.compiled.params}
+    values = {}
+    for k, v in init.estimates.items():
+        if k in problem.init:
+            a = np.asarray(v, dtype=np.float64)
+            if hasattr(params[k].domain, "given") and a.shape == params[k].shape:
+                a = np.diag(a)
+            values[k] = a
+    return model.compiled.checked_values(values, "fit: option `init` (a Fit)")
