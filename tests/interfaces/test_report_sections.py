@@ -9,6 +9,7 @@ import hashlib
 from html.parser import HTMLParser
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import deepnlme as dn
@@ -283,6 +284,21 @@ def test_lowess_reproduces_a_line_and_resists_an_outlier():
     np.testing.assert_allclose(ys, 2.0 - 0.5 * xs, atol=1e-6)  # the robust passes drop it
     xs, ys = plots.lowess(x[::-1], y[::-1])  # order of the input does not matter
     np.testing.assert_allclose(ys, 2.0 - 0.5 * xs, atol=1e-6)
+
+
+def test_constant_values_smooth_and_pair_without_numpy_warnings():
+    """A NaivePooled fit's report: its EBEs are all 0 and its IPRED its PRED. LOWESS of
+    residuals that are all 0 gave 0/0 robustness weights (R weights such points 1: the
+    same smooth), the EBE pairs a correlation of constant columns; both warned."""
+    import warnings
+
+    x = np.linspace(0.0, 5.0, 30)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(plots.lowess(x, np.zeros(30))[1], np.zeros(30))
+        ebes = pd.DataFrame({"eta[0]": np.zeros(12), "eta[1]": np.linspace(-1, 1, 12)})
+        chart = plots.eta_pairs_chart(ebes, ["eta[0]", "eta[1]"])
+    assert chart.grid[1][0].title == ""
 
 
 @pytest.mark.slow  # the session's fit, made through the command line

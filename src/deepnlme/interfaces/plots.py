@@ -74,7 +74,7 @@ def lowess(
             break
         sc = float(np.mean(np.abs(res)))
         cmad = 6.0 * float(np.median(np.abs(res)))
-        if cmad < 1e-7 * sc:
+        if cmad <= 1e-7 * sc:  # (`<=`: with every residual 0, R weights all points 1: the same)
             break
         r = np.abs(res) / cmad
         rw = np.where(r <= 0.001, 1.0, np.where(r <= 0.999, (1.0 - r**2) ** 2, 0.0))
@@ -325,7 +325,7 @@ def eta_pairs_chart(ebes: pd.DataFrame, eta_labels: Sequence[str]) -> Chart:
             x, y = ebes[ej].to_numpy(dtype=float), ebes[ei].to_numpy(dtype=float)
             p.add("points", x, y, **_DOTS)
             ok = np.isfinite(x) & np.isfinite(y)
-            if ok.sum() > 2:
+            if ok.sum() > 2 and np.ptp(x[ok]) > 0 and np.ptp(y[ok]) > 0:  # (not all equal)
                 p.title = f"r = {float(np.corrcoef(x[ok], y[ok])[0, 1]):.2f}"
     return Chart(grid, 2.4 * q + 0.6, 2.4 * q + 0.4, title="Random effects: pairs of EBEs")
 
