@@ -219,6 +219,16 @@ def test_a_separated_copy_keeps_the_lines_of_the_file_in_messages(in_tmp, capsys
     )
 
 
+def test_a_table_that_is_no_table_is_named_by_its_own_path(in_tmp, capsys):
+    # a colon-separated text read as whitespace-separated: parsed from a copy, whose
+    # temporary path the message named
+    (in_tmp / "users.txt").write_text("root:x:0\n" + "bin:x:2\n" * 3 + "list:Mailing List:x\n")
+    assert main(["data", "users.txt"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("deepnlme: error: Could not read 'users.txt' as a CSV file")
+    assert "deepnlme-data-" not in err
+
+
 @pytest.mark.parametrize("sep, name", [(";", ";"), ("\t", "tab"), ("\t", "\\t"), (",", ",")])
 def test_semicolon_and_tab_tables(in_tmp, capsys, sep, name):
     (in_tmp / "t.csv").write_text(COMMA.replace(",", sep))

@@ -275,7 +275,12 @@ def _readable(source: str, sep: str | None) -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="deepnlme-data-") as folder:
         copy = Path(folder) / name
         copy.write_text(out.getvalue(), encoding="utf-8")
-        yield str(copy)
+        try:
+            yield str(copy)
+        except DataError as err:  # its message names the user's file, not the copy
+            if str(copy) not in str(err):
+                raise
+            raise DataError(str(err).replace(str(copy), source)) from None
 
 
 def _head(source: str, size: int = 1 << 16) -> str | None:
