@@ -334,6 +334,20 @@ def test_vpc_shows_its_simulation_as_a_phase(cheap_fit, tmp_path, capsys):
     assert (tmp_path / "vpc.csv").is_file()
 
 
+def test_vpc_report_and_simulate_take_the_fit_commands_folder(cheap_fit, tmp_path, capsys):
+    # `export`, `compare` and `bootstrap` took `deepnlme fit --out DIR`'s DIR; these three
+    # wanted DIR/fit ("load_fit: 'DIR/arrays.npz' does not exist")
+    out, _ = cheap_fit
+    assert main(["vpc", str(out), "--out", str(tmp_path / "v"), "--n-sim", "20"]) == 0
+    assert (tmp_path / "v" / "vpc.csv").is_file()
+    assert main(["report", str(out), "--out", str(tmp_path / "r.html")]) == 0
+    assert (tmp_path / "r.html").is_file()
+    data = dn.datasets.path("theophylline")
+    assert main(["simulate", data, "--fit", str(out), "--out", str(tmp_path / "s.csv")]) == 0
+    assert (tmp_path / "s.csv").is_file()
+    capsys.readouterr()
+
+
 def test_compare_prints_the_run_table_of_the_saved_fits(cheap_fit, tmp_path, capsys, monkeypatch):
     out, _ = cheap_fit
     shutil.copytree(out, tmp_path / "run1")

@@ -406,7 +406,10 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("data", help="the design: " + _DATA_HELP)
     src = sim.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help=_MODEL_HELP + " (parameters at their initial values)")
-    src.add_argument("--fit", help="saved fit folder (parameters at the estimates)")
+    src.add_argument(
+        "--fit",
+        help="saved fit folder, or a `deepnlme fit --out` folder (parameters at the estimates)",
+    )
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sim.add_argument("--replicates", type=int, default=1, help="data sets (default 1)")
     sim.add_argument("--out", required=True, help="output CSV file")
@@ -419,7 +422,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Simulate from a saved fit and write the VPC table (CSV), its figure "
         "(SVG) and, with matplotlib installed, the figure as PNG.",
     )
-    vpc.add_argument("fit", help="saved fit folder (DIR/fit written by `deepnlme fit`)")
+    vpc.add_argument("fit", help="saved fit folder, or a `deepnlme fit --out` folder")
     vpc.add_argument("--out", required=True, help="output folder")
     vpc.add_argument("--n-sim", type=int, default=200, help="replicates (default 200)")
     vpc.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -439,7 +442,7 @@ def _parser() -> argparse.ArgumentParser:
         help="write the HTML report of a saved fit",
         description="Write the self-contained HTML report of a saved fit.",
     )
-    rep.add_argument("fit", help="saved fit folder")
+    rep.add_argument("fit", help="saved fit folder, or a `deepnlme fit --out` folder")
     rep.add_argument("--out", default=None, help="output HTML file (default FIT/../report.html)")
     rep.add_argument(
         "--data",
@@ -683,9 +686,11 @@ def _check_out(out: Path, force: bool) -> None:
 
 
 def _load_fit_arg(path: str):
+    """The saved fit that FIT names: a saved fit's folder, or a `deepnlme fit --out DIR`
+    folder (its `fit/`), as `export` and `compare` take them."""
     import deepnlme as dn
 
-    return dn.load_fit(path)
+    return dn.load_fit(_saved_fit_folder(path))
 
 
 def _simulate(args) -> None:
@@ -930,7 +935,8 @@ def _report(args) -> None:
     from .report import write_report
 
     fit = _load_fit_arg(args.fit)
-    out = Path(args.out) if args.out else Path(args.fit).resolve().parent / "report.html"
+    default = _saved_fit_folder(args.fit).resolve().parent / "report.html"
+    out = Path(args.out) if args.out else default
     write_report(fit, out, data_file=args.data)
     print(f"wrote {out}")
 
