@@ -239,7 +239,7 @@ def predict(fit, population=None) -> pd.DataFrame:
     _check_fit(fit, "predict")
     b = bind_fit(fit, population)
     ppred, ipred, ok, fail_time, derived, res = _outputs(b)
-    raise_failed_solves(ok, fail_time, b.binding.ids)
+    raise_failed_solves(ok, fail_time, b.binding.ids, data=b.binding.data)
     frame = predictions_frame(b.binding, b.population, ppred, ipred, derived)
     mask = np.asarray(b.binding.data.obs_mask)
     base = frame.iloc[:, :6]

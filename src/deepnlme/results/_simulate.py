@@ -228,7 +228,7 @@ def _simulate(model, population, params, seed, etas, residual, ode_options) -> _
     eta_in = np.zeros((n, model.compiled.eta_size)) if drawn else _given_etas(model, n, etas)
     program = _simulation_program(predictor, problem.cache_token, drawn, bool(residual))
     eta, y, ipred, ok, fail_time = program(np.int64(seed), theta, eta_in, binding.data)
-    raise_failed_solves(ok, fail_time, binding.ids, "the simulation")
+    raise_failed_solves(ok, fail_time, binding.ids, "the simulation", binding.data)
     mask = np.asarray(binding.data.obs_mask)
     y = np.where(mask, np.asarray(y), np.nan)
     return _Simulated(
@@ -310,7 +310,7 @@ def model_predict(
     eta = _given_etas(model, n, etas) if etas is not None else np.zeros((n, q))
     program = _prediction_program(predictor, problem.cache_token)
     ipred, ppred, ok, fail_time, derived = program(theta, eta, binding.data)
-    raise_failed_solves(ok, fail_time, binding.ids)
+    raise_failed_solves(ok, fail_time, binding.ids, data=binding.data)
     return predictions_frame(binding, population, ppred, ipred, derived)
 
 
@@ -343,7 +343,7 @@ def prediction_frame(predictor, binding, population, theta, eta) -> pd.DataFrame
     ipred, ok, fail_time = ip.dist.pred, ip.ok, ip.fail_time
     ppred = batched(predictor.predict)(theta, jnp.zeros_like(eta), binding.data).dist.pred
     derived = batched(predictor.derived_values)(theta, eta, binding.data)
-    raise_failed_solves(ok, fail_time, binding.ids)
+    raise_failed_solves(ok, fail_time, binding.ids, data=binding.data)
     return predictions_frame(binding, population, ppred, ipred, derived)
 
 

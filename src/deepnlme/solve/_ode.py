@@ -85,8 +85,9 @@ class OdeOptions:
     - `adjoint`: ``"direct"`` (default; supports ``jax.jacfwd`` and reverse mode over it, as
       FOCE needs), ``"recursive"`` (reverse mode only, cheapest for plain gradients) or
       ``"forward"`` (forward mode only).
-    - `ss_iterations`: Newton iterations for steady-state (SS) doses (the last one is the
-      convergence check; linear models converge in one).
+    - `ss_iterations`: the most Newton iterations for a steady-state (SS) dose; they stop
+      once converged (linear models: after one, and one that checks it). A dose whose
+      steady state has not converged then fails its subject with a message that says so.
     - `steady_state`: set False when no record has SS > 0 to compile a smaller program.
     """
 
@@ -95,7 +96,7 @@ class OdeOptions:
     atol: float = 1e-10
     max_steps: int = 4096
     adjoint: str = "direct"
-    ss_iterations: int = 3
+    ss_iterations: int = 20
     steady_state: bool = True
 
     def __post_init__(self) -> None:
@@ -115,8 +116,9 @@ class OdeOptions:
             )
         if not (isinstance(self.ss_iterations, int) and self.ss_iterations >= 2):
             raise OptionError(
-                f"OdeOptions.ss_iterations must be an integer >= 2 (the last iteration checks "
-                f"convergence); got {self.ss_iterations!r}"
+                f"OdeOptions.ss_iterations must be an integer >= 2 (the most Newton "
+                f"iterations of a steady state: one step, and one that checks it); got "
+                f"{self.ss_iterations!r}"
             )
 
     @property
@@ -656,28 +658,62 @@ def _interval_map(maps: _PeriodicMap, x, p, jacobian: bool, t_stop=None):
 
 
 def _newton_periodic(maps: _PeriodicMap, p, x_start, is_per, loop: bool = False):
-    """The periodic state ``x = Phi(x)`` of the one-interval map (`_interval_map`), by
-    `ss_iterations` Newton steps from `x_start` (the last one checks convergence), and 1.0
-    where it converged (0.0 where not). `loop`: the steps as one ``fori_loop`` (one solve of
-    the map to compile; not for reverse mode, which differentiates the steps)."""
+    """The periodic state ``x = Phi(x)`` of the one-interval map (`_interval_map`) by Newton's
+    method from `x_start`, and 1.0 where it converged (0.0 where not). With `loop` (the
+    primal of `_fixed_point`) the steps run until the residual is within the solver's
+    tolerance, at most `ss_iterations` of them; without, they run so on the parameters held
+    constant and two more steps from there carry the derivatives (reverse mode alone,
+    recursive checkpointing, whose solves cannot be pushed forward): from a converged state
+    their derivatives are the implicit function's to third order."""
     opts = maps.how.options
     eye = jnp.eye(x_start.shape[0])
 
-    def step(_, carry):
-        x, ok, _ = carry
-        (px, phi), ok_i = _interval_map(maps, x, p, True)
+    def step(x, pp):
+        (px, phi), ok_i = _interval_map(maps, x, pp, True)
         r = px - x
-        return x - jnp.linalg.solve(jnp.where(is_per, phi - eye, -eye), r), ok & ok_i, r
+        return x - jnp.linalg.solve(jnp.where(is_per, phi - eye, -eye), r), ok_i, r
 
-    carry = (x_start, jnp.array(True), jnp.zeros(x_start.shape[0]))
-    if loop:
-        carry = jax.lax.fori_loop(0, opts.ss_iterations, step, carry)
-    else:
-        for i in range(opts.ss_iterations):
-            carry = step(i, carry)
-    x, ok, r = carry
-    scale = opts.rtol * jnp.max(jnp.abs(x)) + opts.atol
-    ok = ok & (jnp.max(jnp.abs(r)) <= 1e3 * scale)
+    _, _, bolus, u_inf, t_a, _, t_end = jax.lax.stop_gradient(p)
+    amount = jnp.sum(jnp.abs(bolus)) + jnp.sum(jnp.abs(u_inf)) * (t_end - t_a)
+    # amounts beyond this cannot be a steady state: where elimination saturates below the
+    # dose rate there is none, the iterates run away, and in floating point the residual
+    # (what accumulates per interval) eventually rounds away beside them
+    bound = 1e12 * (amount + jnp.max(jnp.abs(x_start)))
+
+    def scale(x):
+        return opts.rtol * jnp.max(jnp.abs(x)) + opts.atol
+
+    def within(x, r, moved, slack):
+        # the residual and the last Newton step within the solver's accuracy (a runaway's
+        # steps are as large as its amounts), and the amounts within bounds
+        tol = slack * scale(x)
+        finite = jnp.all(jnp.isfinite(x))
+        return (
+            (jnp.max(jnp.abs(r)) <= tol) & (moved <= tol) & finite & (jnp.max(jnp.abs(x)) <= bound)
+        )
+
+    held = p if loop else jax.lax.stop_gradient(p)
+
+    def body(carry):
+        k, x, _, _, _ = carry
+        x_new, ok_i, r = step(x, held)
+        moved = jnp.max(jnp.abs(x_new - x))
+        return k + 1, jnp.where(ok_i, x_new, x), ok_i, r, moved
+
+    def cond(carry):
+        k, x, ok, r, moved = carry
+        return (k < opts.ss_iterations) & ok & ~within(x, r, moved, 10.0)
+
+    inf = jnp.array(jnp.inf)
+    carry = (jnp.array(0), x_start, jnp.array(True), jnp.full(x_start.shape[0], jnp.inf), inf)
+    _, x, ok, r, moved = jax.lax.while_loop(cond, body, carry)
+    if not loop:
+        x = jax.lax.stop_gradient(x)
+        for _ in range(2):
+            x_new, ok_i, r = step(x, p)
+            moved = jnp.max(jnp.abs(jax.lax.stop_gradient(x_new - x)))
+            x, ok = x_new, ok & ok_i
+    ok = ok & within(jax.lax.stop_gradient(x), r, moved, 1e3)
     return x, ok.astype(float)
 
 
@@ -696,7 +732,9 @@ def _fixed_point_jvp(maps: _PeriodicMap, primals, tangents):
     p, x_start, is_per = primals
     x, ok = _fixed_point(maps, p, x_start, is_per)
     # Phi_x from the variational equations at x, apart from the solve in the tangent's
-    # direction (so that reverse mode over this rule sees the matrix as known)
+    # direction (so that reverse mode over this rule sees the matrix as known; one solve of
+    # the variational equations in the tangent's direction would carry Phi's tangent too:
+    # compiled 3-4 s sooner and ran 30% slower: benchmarks/RESULTS_ode_steady_state.md)
     (_, phi_x), _ = _interval_map(maps, x, p, True)
     _, dphi = jax.jvp(lambda pp: _interval_map(maps, x, pp, False)[0], (p,), (tangents[0],))
     eye = jnp.eye(x.shape[0])
@@ -706,16 +744,37 @@ def _fixed_point_jvp(maps: _PeriodicMap, primals, tangents):
 
 def _constant_infusion_state(prob: _Problem, d, args):
     """The SS state of dose `d` when it is a constant infusion (``rhs(x) + rate = 0``, by
-    Newton's method), whether it converged, and whether `d` is one."""
+    Newton's method), whether it converged, and whether `d` is one. The steps run on the
+    parameters held constant until converged (at most `ss_iterations`), then two more from
+    there carry the derivatives (the implicit function's to third order)."""
     rhs, x0, res, opts = prob.rhs, prob.x0, prob.res, prob.options
     is_c = res.is_const[d] & prob.adm.live[d]
     u_c = jnp.where(is_c, res.rate[d], 0.0) * prob.adm.onehot[d]
     eye = jnp.eye(x0.shape[0])
-    xc = x0
-    g = jnp.zeros(x0.shape[0])
-    for _ in range(opts.ss_iterations):
-        g = rhs(res.time[d], xc, args) + u_c
-        jac = jax.jacfwd(lambda xx: rhs(res.time[d], xx, args))(xc)
-        xc = xc - jnp.linalg.solve(jnp.where(is_c, jac, -eye), jnp.where(is_c, g, 0.0))
-    ok_c = jnp.max(jnp.abs(g)) <= 1e-6 * jnp.max(jnp.abs(u_c)) + opts.atol
-    return xc, ok_c, is_c
+    t = res.time[d]
+
+    def step(x, a, u):
+        g = rhs(t, x, a) + u
+        jac = jax.jacfwd(lambda xx: rhs(t, xx, a))(x)
+        return x - jnp.linalg.solve(jnp.where(is_c, jac, -eye), jnp.where(is_c, g, 0.0)), g
+
+    def small(x, g, u):
+        return jnp.max(jnp.abs(g)) <= 1e-6 * jnp.max(jnp.abs(u)) + opts.atol
+
+    held, u_held = jax.lax.stop_gradient((args, u_c))
+
+    def body(carry):
+        k, x, _ = carry
+        x_new, g = step(x, held, u_held)
+        return k + 1, x_new, g
+
+    def cond(carry):
+        k, x, g = carry
+        return (k < opts.ss_iterations) & ~small(x, g, u_held) & jnp.all(jnp.isfinite(x))
+
+    carry = (jnp.array(0), x0, jnp.full(x0.shape[0], jnp.inf))
+    _, xc, _ = jax.lax.while_loop(cond, body, carry)
+    xc = jax.lax.stop_gradient(xc)
+    for _ in range(2):
+        xc, g = step(xc, args, u_c)
+    return xc, small(xc, g, u_c), is_c

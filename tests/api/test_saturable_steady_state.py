@@ -1,0 +1,73 @@
+"""Steady state (SS=1) of an ODE model with saturable elimination: found where it exists,
+refused with a message where it does not (issue 25, "give ODE models steady state")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+
+# One compartment, Michaelis-Menten elimination: at most vm * II = 600 mg eliminated per
+# 12 h interval
+MODEL = """
+param:
+    vm    = Positive(init=50.0)
+    km    = Positive(init=2.0)
+    v     = Positive(init=20.0)
+    sigma = Positive(init=0.1)
+dynamics:
+    Central' = -vm * (Central / v) / (km + Central / v)
+derived:
+    conc = Central / v
+    DV ~ Proportional(conc, sigma)
+"""
+
+PHASES = (0.5, 6.0, 11.5)
+
+
+def _table(amount: float, doses_before: int) -> pd.DataFrame:
+    """Subject 1: an SS=1 dose of `amount` every 12 h, observed within its interval;
+    subject 2: `doses_before` plain doses, observed at the same phases of the last one."""
+    rows = [dict(ID=1, TIME=0.0, AMT=amount, II=12.0, ADDL=0, SS=1, EVID=1, MDV=1, DV=None)]
+    rows += [dict(ID=1, TIME=t, AMT=0, II=0, ADDL=0, SS=0, EVID=0, MDV=0, DV=1.0) for t in PHASES]
+    if doses_before:
+        last = 12.0 * (doses_before - 1)
+        rows.append(
+            dict(ID=2, TIME=0.0, AMT=amount, II=12.0, ADDL=doses_before - 1, SS=0, EVID=1,
+                 MDV=1, DV=None)
+        )  # fmt: skip
+        rows += [
+            dict(ID=2, TIME=last + t, AMT=0, II=0, ADDL=0, SS=0, EVID=0, MDV=0, DV=1.0)
+            for t in PHASES
+        ]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return dn.load_model(MODEL)
+
+
+def test_the_steady_state_of_a_nearly_saturated_elimination_is_that_of_many_doses(model):
+    """At 80% of the elimination's capacity Newton's method from zero needs more than the
+    three steps it was given before (the subject failed); its steady state is the state that
+    200 doses reach."""
+    pred = dn.model_predict(model, dn.read_data(_table(480.0, 200)))
+    ss = pred.loc[pred["ID"] == 1, "PRED"].to_numpy()
+    repeated = pred.loc[pred["ID"] == 2, "PRED"].to_numpy()
+    assert ss[0] > 4.0  # (well into saturation: C above twice km)
+    np.testing.assert_allclose(ss, repeated, rtol=1e-7)
+
+
+def test_no_steady_state_above_the_elimination_capacity_is_said(model):
+    """Above the capacity there is no steady state: the iterates ran away, and the amounts
+    they reached were taken as one (silently) or the failure blamed the ODE solver."""
+    population = dn.read_data(_table(720.0, 0))
+    with pytest.raises(
+        dn.SolveError,
+        match=r"subject 1 at time 0: the steady state of its SS dose record there did not "
+        r"converge\. With saturable \(nonlinear\) elimination a dose above",
+    ):
+        dn.model_predict(model, population)
