@@ -68,6 +68,8 @@ def _gradient_cause(problem, start_fg) -> str | None:
 
 
 def _first_cause(problem, u0, m2ll_i) -> str | None:
+    from ..solve._subject import NO_STEADY_STATE, steady_state_record_at
+
     theta = problem.unpack(jnp.asarray(u0))
     n, q = problem.n_subjects, problem.n_eta
     ids = list(problem.subject_ids)
@@ -88,6 +90,7 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
         ind = {k: np.asarray(v) for k, v in ind.items() if np.ndim(v) == 1}
         p = jax.jit(jax.vmap(predictor.predict, in_axes=(None, 0, 0)))(theta, zero, binding.data)
         pred = (np.asarray(p.dist.pred), np.asarray(p.dist.sd), np.asarray(p.ok))
+        fail_time = np.asarray(p.fail_time)
         outputs = list(cm.outputs)
         out_idx = np.asarray(binding.data.obs_output)
     order = list(range(n))
@@ -111,6 +114,12 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
             else ""
         )
         if pred is not None and not pred[2][i]:
+            t = float(fail_time[i])
+            if steady_state_record_at(binding.data, i, t):
+                return (
+                    f"the steady state of {who}'s SS dose record at TIME {_fmt(t)} did not "
+                    f"converge. {NO_STEADY_STATE.rstrip('.')}"
+                )
             return f"the solve of {who}'s dynamics failed (non-finite amounts){hint}"
         for j in np.flatnonzero(mask[i]):
             at = f"{who} at TIME {_fmt(times[i, j])}"

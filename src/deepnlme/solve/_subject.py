@@ -696,6 +696,26 @@ def _select(per_output: tuple[ObsDist, ...], idx: jax.Array) -> ObsDist:
     return ObsDist(first.family, first.transform, **fields)
 
 
+NO_STEADY_STATE = (
+    "With saturable (nonlinear) elimination a dose above what the model eliminates in one "
+    "dosing interval has no steady state: check the dose, II and the parameter values of "
+    "that subject. Where a steady state exists, raise OdeOptions.ss_iterations (the most "
+    "Newton iterations, default 20)."
+)
+
+
+def steady_state_record_at(data, i: int, t: float) -> bool:
+    """Whether subject `i` of the batched `SubjectData` `data` has a steady-state dose record
+    at time `t` (where a failed solve stopped: its steady state did not converge)."""
+    doses = getattr(data, "doses", None)
+    if doses is None or not np.isfinite(t):
+        return False
+    at = (
+        np.asarray(doses.mask)[i] & (np.asarray(doses.ss)[i] > 0) & (np.asarray(doses.time)[i] == t)
+    )
+    return bool(at.any())
+
+
 def raise_failed_solves(ok, fail_time, ids, what: str = "the prediction", data=None) -> None:
     """Raise `SolveError` naming the first subject (and time) whose solve failed; with the
     subjects' `data` (`SubjectData`, batched), a failure at the time of a steady-state dose
@@ -708,22 +728,11 @@ def raise_failed_solves(ok, fail_time, ids, what: str = "the prediction", data=N
     t = float(np.asarray(fail_time)[i])
     when = f" at time {t:g}" if np.isfinite(t) else ""
     more = f" ({len(bad) - 1} more subjects failed too)" if len(bad) > 1 else ""
-    doses = getattr(data, "doses", None)
-    if doses is not None and np.isfinite(t):
-        at = (
-            np.asarray(doses.mask)[i]
-            & (np.asarray(doses.ss)[i] > 0)
-            & (np.asarray(doses.time)[i] == t)
+    if steady_state_record_at(data, i, t):
+        raise SolveError(
+            f"{what} failed for subject {ids[i]}{when}: the steady state of its SS dose "
+            f"record there did not converge{more}. {NO_STEADY_STATE}"
         )
-        if at.any():
-            raise SolveError(
-                f"{what} failed for subject {ids[i]}{when}: the steady state of its SS dose "
-                f"record there did not converge{more}. With saturable (nonlinear) elimination "
-                "a dose above what the model eliminates in one dosing interval has no steady "
-                "state: check the dose, II and the parameter values of that subject. Where a "
-                "steady state exists, raise OdeOptions.ss_iterations (the most Newton "
-                "iterations, default 20)."
-            )
     raise SolveError(
         f"{what} failed for subject {ids[i]}{when}: the ODE solve did not finish or gave "
         f"non-finite amounts{more}. Check the parameter values and the dosing of that subject; "
