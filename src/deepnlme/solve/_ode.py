@@ -657,11 +657,11 @@ def _interval_map(maps: _PeriodicMap, x, p, jacobian: bool, t_stop=None):
     return _integrate(maps.how, field if jacobian else xfield, t_a, t_stop, y, a, jump)
 
 
-def _newton_periodic(maps: _PeriodicMap, p, x_start, is_per, loop: bool = False):
+def _newton_periodic(maps: _PeriodicMap, p, x_start, is_per, primal: bool = False):
     """The periodic state ``x = Phi(x)`` of the one-interval map (`_interval_map`) by Newton's
-    method from `x_start`, and 1.0 where it converged (0.0 where not). With `loop` (the
-    primal of `_fixed_point`) the steps run until the residual is within the solver's
-    tolerance, at most `ss_iterations` of them; without, they run so on the parameters held
+    method from `x_start`, and 1.0 where it converged (0.0 where not): the steps run until the
+    residual and the last step are within the solver's tolerance, at most `ss_iterations`.
+    As the `primal` of `_fixed_point` that is all; otherwise they run on the parameters held
     constant and two more steps from there carry the derivatives (reverse mode alone,
     recursive checkpointing, whose solves cannot be pushed forward): from a converged state
     their derivatives are the implicit function's to third order."""
@@ -692,7 +692,7 @@ def _newton_periodic(maps: _PeriodicMap, p, x_start, is_per, loop: bool = False)
             (jnp.max(jnp.abs(r)) <= tol) & (moved <= tol) & finite & (jnp.max(jnp.abs(x)) <= bound)
         )
 
-    held = p if loop else jax.lax.stop_gradient(p)
+    held = p if primal else jax.lax.stop_gradient(p)
 
     def body(carry):
         k, x, _, _, _ = carry
@@ -707,7 +707,7 @@ def _newton_periodic(maps: _PeriodicMap, p, x_start, is_per, loop: bool = False)
     inf = jnp.array(jnp.inf)
     carry = (jnp.array(0), x_start, jnp.array(True), jnp.full(x_start.shape[0], jnp.inf), inf)
     _, x, ok, r, moved = jax.lax.while_loop(cond, body, carry)
-    if not loop:
+    if not primal:
         x = jax.lax.stop_gradient(x)
         for _ in range(2):
             x_new, ok_i, r = step(x, p)
@@ -724,7 +724,7 @@ def _fixed_point(maps: _PeriodicMap, p, x_start, is_per):
     the map in the tangent's direction, where differentiating the Newton steps solved the map
     and its variational equations in the tangent's direction at every step (the rule is
     differentiated again for higher orders: exact at any order)."""
-    return _newton_periodic(maps, p, x_start, is_per, loop=True)
+    return _newton_periodic(maps, p, x_start, is_per, primal=True)
 
 
 @_fixed_point.defjvp
