@@ -368,3 +368,25 @@ def test_time_grid_keeps_every_record_and_adds_each_endpoints_grid():
             assert len(at) > 0
             want_wt = 80.0 if rule == "nonmem" else 71.0 + sid + 3.0
             np.testing.assert_array_equal(at["WT"], want_wt)
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
+def test_a_simulation_that_fails_leaves_the_rest_of_the_report(shared_fit, tmp_path, monkeypatch):
+    """Replicates that cannot be simulated (a subject without a steady state at some random
+    effects drawn) cost the NPDE and the VPC, which say why; the report was lost before."""
+    from deepnlme.interfaces import report as report_module
+
+    def failing(*args, **kwargs):
+        raise dn.SolveError("the simulation failed for subject 3 in 2 of 100 replicates {x}")
+
+    monkeypatch.setattr(report_module, "_replicates", failing)
+    path = tmp_path / "report.html"
+    dn.write_report(shared_fit, path, vpc_sims=20, npde_sims=20)
+    parser = _ById()
+    parser.feed(path.read_text())
+    for s in ("summary", "estimates", "gof", "individual-fits"):
+        assert s in parser.order, s
+    for s in ("npde", "vpc"):
+        assert parser.text[s].count("could not be simulated from the fitted model") == 1
+        assert "subject 3 in 2 of 100 replicates {x}" in parser.text[s]
+    assert "vpc-plot" not in parser.order

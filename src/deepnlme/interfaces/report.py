@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import OptionError
+from ..errors import OptionError, SolveError
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;
@@ -610,7 +610,6 @@ def _report_html(
     max_individual_pages, log_scale, data_file, started,
 ) -> str:  # fmt: skip
     from ..results import ebe_table, shrinkage
-    from ..results._vpc import vpc_of
     from . import plots
 
     pop = fit.population
@@ -692,43 +691,28 @@ def _report_html(
             ],
         )
     )
-    vpc_reps, npde_reps = sims.result()
-    sections.append(
-        _section("npde", "NPDE", _npde_body(fit, table, npde_reps, npde_sims, seed, ep_label))
-    )
+    try:
+        vpc_reps, npde_reps = sims.result()
+        unsimulated = ""
+    except SolveError as err:  # (a report shows what it can, and says what it cannot)
+        vpc_reps = npde_reps = None
+        unsimulated = (
+            '<p class="note">The data sets could not be simulated from the fitted model: '
+            f"{html.escape(str(err)[:600])}</p>"
+        )
+    if npde_reps is None:
+        sections.append(_section("npde", "NPDE", [unsimulated]))
+    else:
+        body = _npde_body(fit, table, npde_reps, npde_sims, seed, ep_label)
+        sections.append(_section("npde", "NPDE", body))
     ebes = ebe_table(fit)
     labels = list(fit.model.compiled.eta_labels)
     if labels:
         sections.append(_section("random-effects", "Random effects", _eta_body(fit, ebes)))
-    v = vpc_of(fit, table, vpc_reps.y[:vpc_sims], seed=seed)
-    body = [
-        _chart_html(
-            plots.vpc_chart(v, endpoint_label=ep_label), "visual predictive check", "vpc-plot"
-        ),
-        f'<p class="note">{vpc_sims} data sets simulated from the fitted model (seed '
-        f"{seed}). Solid lines: observed 5th, 50th and 95th percentiles; dashed lines: "
-        f"the medians of the simulated percentiles; shaded bands: {100 * v.ci:g}% "
-        "confidence intervals of the simulated percentiles.</p>",
-    ]
-    if _multiple_doses(fit.population):
-        # over the study's time a dosing interval's profile is spread out: binned on the time
-        # after dose, the same replicates show it (PsN's -idv=TAD)
-        tad = vpc_of(fit, table, vpc_reps.y[:vpc_sims], seed=seed, x="TAD")
-        left = (
-            f" {tad.n_excluded} observations before a subject's first dose are left out."
-            if tad.n_excluded > v.n_excluded
-            else ""
-        )
-        body += [
-            _chart_html(
-                plots.vpc_chart(tad, endpoint_label=ep_label),
-                "visual predictive check against the time after dose",
-                "vpc-tad-plot",
-            ),
-            '<p class="note">The same replicates binned on the time after dose (since the '
-            f"last dose before each observation).{left}</p>",
-        ]
-    sections.append(_section("vpc", "Visual predictive check", body))
+    if vpc_reps is None:
+        sections.append(_section("vpc", "Visual predictive check", [unsimulated]))
+    else:
+        sections.append(_vpc_section(fit, table, vpc_reps, vpc_sims, seed, ep_label))
     sections.append(
         _section(
             "individual-fits",
@@ -772,6 +756,43 @@ def _report_html(
         "</body></html>",
     ]
     return "\n".join(parts)
+
+
+def _vpc_section(fit, table, reps, vpc_sims: int, seed: int, ep_label: str) -> str:
+    """The VPC section from the simulated replicates `reps` (and, for multiple doses, the same
+    binned on the time after dose)."""
+    from ..results._vpc import vpc_of
+    from . import plots
+
+    v = vpc_of(fit, table, reps.y[:vpc_sims], seed=seed)
+    body = [
+        _chart_html(
+            plots.vpc_chart(v, endpoint_label=ep_label), "visual predictive check", "vpc-plot"
+        ),
+        f'<p class="note">{vpc_sims} data sets simulated from the fitted model (seed '
+        f"{seed}). Solid lines: observed 5th, 50th and 95th percentiles; dashed lines: "
+        f"the medians of the simulated percentiles; shaded bands: {100 * v.ci:g}% "
+        "confidence intervals of the simulated percentiles.</p>",
+    ]
+    if _multiple_doses(fit.population):
+        # over the study's time a dosing interval's profile is spread out: binned on the time
+        # after dose, the same replicates show it (PsN's -idv=TAD)
+        tad = vpc_of(fit, table, reps.y[:vpc_sims], seed=seed, x="TAD")
+        left = (
+            f" {tad.n_excluded} observations before a subject's first dose are left out."
+            if tad.n_excluded > v.n_excluded
+            else ""
+        )
+        body += [
+            _chart_html(
+                plots.vpc_chart(tad, endpoint_label=ep_label),
+                "visual predictive check against the time after dose",
+                "vpc-tad-plot",
+            ),
+            '<p class="note">The same replicates binned on the time after dose (since the '
+            f"last dose before each observation).{left}</p>",
+        ]
+    return _section("vpc", "Visual predictive check", body)
 
 
 def _replicates(fit, vpc_sims: int, npde_sims: int, seed: int):

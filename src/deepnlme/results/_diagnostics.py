@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ..errors import OptionError
+from ..errors import OptionError, SolveError
 from ..estimation._compiled import fit_values, run_once_jit
 from ..estimation._table import individual_frame
 from ..likelihood import max_step_of, newton_lm
@@ -459,9 +459,34 @@ def replicates(fit, n_sim: int, seed: int, population=None) -> _Replicates:
         ys.append(y)
         hs.append(h)
         oks.append(np.asarray(ok)[:size])
-    ok_all = np.concatenate(oks).all(axis=0)
-    raise_failed_solves(ok_all, np.full(ok_all.shape, np.nan), b.binding.ids, "the simulation")
+    ok_each = np.concatenate(oks)  # [n_sim, N]
+    _raise_failed_replicates(ok_each, b.binding)
     return _Replicates(np.concatenate(ys), np.concatenate(hs), np.asarray(y_obs), np.asarray(use))
+
+
+def _raise_failed_replicates(ok_each: np.ndarray, binding) -> None:
+    """A `SolveError` naming the first subject whose simulation failed and in how many of
+    the replicates; for a subject with steady-state dose records, that its steady state may
+    not exist at the random effects drawn (a saturable elimination below the dose rate)."""
+    ok_all = ok_each.all(axis=0)
+    if ok_all.all():
+        return
+    i = int(np.flatnonzero(~ok_all)[0])
+    doses = binding.data.doses
+    has_ss = bool((np.asarray(doses.mask)[i] & (np.asarray(doses.ss)[i] > 0)).any())
+    if not has_ss:
+        raise_failed_solves(ok_all, np.full(ok_all.shape, np.nan), binding.ids, "the simulation")
+    failed = int((~ok_each[:, i]).sum())
+    others = int((~ok_all).sum()) - 1
+    more = f" ({others} more subjects failed too)" if others else ""
+    raise SolveError(
+        f"the simulation failed for subject {binding.ids[i]} in {failed} of "
+        f"{ok_each.shape[0]} replicates{more}. It has steady-state dose records: where the "
+        "elimination is saturable, random effects that leave it clearing less than the dose "
+        "per interval give no steady state. Check the estimated variability of the "
+        "elimination and the doses of that subject (for other failures of the solve: "
+        "OdeOptions' solver and max_steps)."
+    )
 
 
 def simulate_replicates(

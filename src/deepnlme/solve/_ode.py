@@ -702,7 +702,8 @@ def _newton_periodic(maps: _PeriodicMap, p, x_start, is_per, primal: bool = Fals
 
     def cond(carry):
         k, x, ok, r, moved = carry
-        return (k < opts.ss_iterations) & ok & ~within(x, r, moved, 10.0)
+        gone = ~(jnp.max(jnp.abs(x)) <= bound)  # (a runaway: no need to go on)
+        return (k < opts.ss_iterations) & ok & ~gone & ~within(x, r, moved, 10.0)
 
     inf = jnp.array(jnp.inf)
     carry = (jnp.array(0), x_start, jnp.array(True), jnp.full(x_start.shape[0], jnp.inf), inf)
