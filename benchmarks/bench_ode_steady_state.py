@@ -4,12 +4,14 @@ two-compartment model with Michaelis-Menten elimination (nonlinear: integrated, 
 Newton's method on the one-interval map), and by the linear model forced through the
 integrator (`--linear`, Tsit5), whose closed form gives the reference OFV.
 
-    python benchmarks/bench_ode_steady_state.py [--dose 300] [--linear] [--repeat 2]
+    python benchmarks/bench_ode_steady_state.py [--dose 300] [--linear] [--repeat 2] [--report]
 
 Each run is a fresh process with an empty program store: the first fit is cold (tracing
 and compilation included), the others warm. With `--dose` near or above the elimination's
 capacity (about 655 mg per 12 h at 70 kg, scaled by (WT/70)^0.75; the subjects' random
-effects move it) some subjects have no steady state: the simulation says which.
+effects move it) some subjects have no steady state: the simulation says which. With
+`--report`, the HTML report of the last fit is written and timed (its VPC and NPDE simulate
+500 replicates of the design).
 """
 
 from __future__ import annotations
@@ -113,6 +115,13 @@ def child(args) -> None:
             )
         )
     out = dict(fits=fits, process_s=round(time.perf_counter() - t0, 2))
+    if args.report:
+        with tempfile.TemporaryDirectory() as folder:
+            t = time.perf_counter()
+            dn.write_report(fit, os.path.join(folder, "report.html"))
+            out["report_s"] = round(time.perf_counter() - t, 2)
+            text = open(os.path.join(folder, "report.html"), encoding="utf-8").read()
+            out["report_simulated"] = "could not be simulated" not in text
     if args.linear:
         closed = dn.fit(truth, data, dn.FOCEI(), progress=False)
         out["closed_form_ofv"] = closed.ofv
@@ -124,6 +133,7 @@ def main() -> None:
     ap.add_argument("--dose", type=float, default=300.0)
     ap.add_argument("--linear", action="store_true")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--report", action="store_true", help="write and time the HTML report")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -133,6 +143,7 @@ def main() -> None:
         env = dict(os.environ, DEEPNLME_CACHE_DIR=cache)
         command = [sys.executable, __file__, "--child", "--dose", str(args.dose)]
         command += ["--repeat", str(args.repeat)] + (["--linear"] if args.linear else [])
+        command += ["--report"] if args.report else []
         run = subprocess.run(command, env=env, capture_output=True, text=True)
     lines = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
     if run.returncode or not lines:
@@ -147,6 +158,9 @@ def main() -> None:
             f"{f['compile']}, run {f['run']}, covariance {f['covariance']}), OFV "
             f"{f['ofv']:.6f}, converged {f['converged']}, solver {f['solver']}"
         )
+    if "report_s" in out:
+        how = "VPC and NPDE simulated" if out["report_simulated"] else "replicates failed"
+        print(f"  report: {out['report_s']} s ({how})")
     if "closed_form_ofv" in out:
         print(f"  closed form OFV {out['closed_form_ofv']:.6f}")
 
