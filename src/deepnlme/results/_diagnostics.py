@@ -27,7 +27,7 @@ from ..likelihood._from_model import (
 )
 from ..model._distributions import inverse_transform
 from ..solve._ode import OdeOptions
-from ..solve._subject import raise_failed_solves
+from ..solve._subject import raise_failed_solves, steady_state_record_at
 from ._simulate import predictions_frame
 
 _STANDARD_NORMAL = statistics.NormalDist()
@@ -472,9 +472,7 @@ def _raise_failed_replicates(ok_each: np.ndarray, binding) -> None:
     if ok_all.all():
         return
     i = int(np.flatnonzero(~ok_all)[0])
-    doses = binding.data.doses
-    has_ss = bool((np.asarray(doses.mask)[i] & (np.asarray(doses.ss)[i] > 0)).any())
-    if not has_ss:
+    if not steady_state_record_at(binding.data, i):
         raise_failed_solves(ok_all, np.full(ok_all.shape, np.nan), binding.ids, "the simulation")
     failed = int((~ok_each[:, i]).sum())
     others = int((~ok_all).sum()) - 1

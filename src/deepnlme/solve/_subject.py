@@ -704,15 +704,16 @@ NO_STEADY_STATE = (
 )
 
 
-def steady_state_record_at(data, i: int, t: float) -> bool:
+def steady_state_record_at(data, i: int, t: float | None = None) -> bool:
     """Whether subject `i` of the batched `SubjectData` `data` has a steady-state dose record
-    at time `t` (where a failed solve stopped: its steady state did not converge)."""
+    at time `t` (where a failed solve stopped: its steady state did not converge), or at any
+    time where `t` is None."""
     doses = getattr(data, "doses", None)
-    if doses is None or not np.isfinite(t):
+    if doses is None or (t is not None and not np.isfinite(t)):
         return False
-    at = (
-        np.asarray(doses.mask)[i] & (np.asarray(doses.ss)[i] > 0) & (np.asarray(doses.time)[i] == t)
-    )
+    at = np.asarray(doses.mask)[i] & (np.asarray(doses.ss)[i] > 0)
+    if t is not None:
+        at = at & (np.asarray(doses.time)[i] == t)
     return bool(at.any())
 
 
