@@ -442,12 +442,15 @@ class Population:
         out.index = pd.Index(self._ids, name="ID")
         return out
 
-    def to_dataframe(self) -> pd.DataFrame:
+    def to_dataframe(self, continuous_time: bool = False) -> pd.DataFrame:
         """The population as a NONMEM-layout DataFrame that `read_data` reads back equal.
 
         Doses implied by ADDL are written out as single dose records (ADDL 0). Endpoint labels
         are written in a DVID column when the data had an endpoint column, and censoring flags in
-        CENS when it had them. Row numbers change accordingly.
+        CENS when it had them. Row numbers change accordingly. With `continuous_time`, TIME is
+        the arrays' continuous time (after an EVID 3/4 reset that restarts the clock, the later
+        records run on from where the earlier period ended): the same system, its records in
+        time order.
         """
         r = self._records
         obs = _is_obs(r)
@@ -456,7 +459,7 @@ class Population:
         out = pd.DataFrame(
             {
                 "ID": ids[r["_S"].to_numpy()],
-                "TIME": r["TIME"].to_numpy(),
+                "TIME": r["_T" if continuous_time else "TIME"].to_numpy(),
                 "DV": np.where(obs, r["DV"].to_numpy(), np.nan),
                 "AMT": r["AMT"].to_numpy(),
                 "EVID": r["EVID"].to_numpy(),
@@ -484,6 +487,25 @@ class Population:
         if self._arrays is None:
             self._arrays = _build_arrays(self)
         return self._arrays
+
+    def written_obs_time(self) -> np.ndarray:
+        """The TIME of each observation as the data write it, ``[N, T]`` as
+        `arrays().obs_time` (padding as there). The arrays' time is continuous: after an EVID
+        3/4 reset that restarts the clock it runs on from where the previous period ended; the
+        tables (`predict`, `simulate`, `npde`) give TIME as written, as NONMEM's tables do, so
+        that they merge back onto the data."""
+        a = self.arrays()
+        r = self._records
+        o = _is_obs(r)
+        written = r["TIME"].to_numpy(dtype=float)[o]
+        continuous = r["_T"].to_numpy(dtype=float)[o]
+        if np.array_equal(written, continuous):
+            return a.obs_time
+        s = r["_S"].to_numpy()[o]
+        pos, _ = _positions(s, len(self.ids))
+        out = np.array(a.obs_time)
+        out[s, pos] = written
+        return out
 
     def time_after_dose(self) -> np.ndarray:
         """Time after dose of each observation, ``[N, T]`` as `arrays().obs_time`: the time

@@ -424,7 +424,9 @@ def _grid_population(pop, ids: list, n_points: int):
     benchmarks/RESULTS_report.md)."""
     from ..data._read import read_table
 
-    df = pop.to_dataframe()
+    # on the continuous clock: a subject whose clock restarts at an EVID 3/4 record keeps its
+    # periods in order (the grid's records are sorted by time)
+    df = pop.to_dataframe(continuous_time=True)
     df = df[df["ID"].isin(ids)].reset_index(drop=True)
     covs = list(pop.covariate_names)
     key = ["ID", "DVID"] if "DVID" in df.columns else ["ID"]
@@ -588,7 +590,10 @@ def report_html(
     try:
         sims = pool.submit(_replicates, fit, vpc_sims, npde_sims, seed)
         curves = pool.submit(dense_predictions, fit, shown, n_points=grid_points) if shown else None
-        table = predict(fit)
+        # the plots on the continuous clock of the dense curves (the table's TIME is as
+        # written, which restarts at an EVID 3/4 reset that restarts the clock)
+        pop = fit.population
+        table = predict(fit).assign(TIME=pop.arrays().obs_time[pop.arrays().obs_mask])
         return _report_html(
             fit, table, sims, shown, curves, title=title, name=name, vpc_sims=vpc_sims,
             npde_sims=npde_sims, seed=seed, max_individual_pages=max_individual_pages,

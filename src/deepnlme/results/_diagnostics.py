@@ -545,7 +545,7 @@ def npde_of(fit, reps: _Replicates) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "ID": ids[mask],
-            "TIME": np.asarray(b.binding.data.obs_time)[mask],
+            "TIME": b.population.written_obs_time()[mask],
             "ENDPOINT": np.asarray(b.population.endpoints, dtype=object)[a.obs_endpoint][mask],
             "DV": np.asarray(b.binding.data.obs_dv)[mask],
             "PD": pd_[mask],

@@ -255,7 +255,7 @@ def _simulated_frame(sim: _Simulated, wanted: tuple[str, ...]) -> pd.DataFrame:
     a = pop.arrays()
     frame = {
         "ID": ids[subject],
-        "TIME": np.asarray(binding.data.obs_time)[mask],
+        "TIME": pop.written_obs_time()[mask],
         "ENDPOINT": np.asarray(pop.endpoints, dtype=object)[a.obs_endpoint][mask],
         "DV": sim.y[mask],
     }
@@ -357,7 +357,7 @@ def predictions_frame(binding, population, ppred, ipred, derived: dict) -> pd.Da
     a = population.arrays()
     frame = {
         "ID": ids[mask],
-        "TIME": np.asarray(binding.data.obs_time)[mask],
+        "TIME": population.written_obs_time()[mask],
         "ENDPOINT": np.asarray(outputs, dtype=object)[a.obs_endpoint][mask],
         "DV": np.asarray(binding.data.obs_dv)[mask],
         "PRED": np.asarray(ppred)[mask],
