@@ -183,3 +183,38 @@ def test_the_covariate_rule_goes_with_the_export(tmp_path):
             with pytest.raises(ExportError, match=refused):
                 dn.export(fit, to="nonmem", out=out / "nm")
             assert not (out / "nm" / "model.ctl").exists()
+
+
+def test_text_ids_are_numbered_for_nonmem(tmp_path):
+    """NONMEM reads numbers only: subjects with text IDs are numbered 1, 2, ... in the data's
+    order, their IDs as written kept in a dropped SUBJECT column; the export reads back (by
+    pharmpy and by `deepnlme import`) with the same records and objective."""
+    rows = []
+    for sid, k in (("S-b", 1.0), ("S-a", 2.0)):
+        for t, amt, evid in ((0.0, 100.0, 1), (2.0, 0.0, 0), (6.0, 0.0, 0)):
+            rows.append((sid, t, amt, evid, evid, 1.0 + k + t / 10))
+    df = pd.DataFrame(rows, columns=["ID", "TIME", "AMT", "EVID", "MDV", "DV"])
+    text = (
+        "param:\n    tv = Real(init=3.0)\n    tcl = Real(init=1.0)\n"
+        "    omega = PDiag(init=[0.1])\n    sigma = Positive(init=0.5)\n"
+        "random:\n    eta ~ MvNormal(omega)\n"
+        "pre:\n    v = exp(tv)\n    cl = exp(tcl + eta[0])\n"
+        "dynamics: OneCompartment\nderived:\n    conc = Central / v\n"
+        "    DV ~ Additive(conc, sigma)\n"
+    )
+    fit = dn.fit(dn.load_model(text), dn.read_data(df), dn.FO(), max_iter=0, covariance=None,
+                 progress=False)  # fmt: skip
+    files = dn.export(fit, to="nonmem", out=tmp_path / "nm")
+    ctl = files["control_stream"].read_text()
+    assert re.search(r"^\$INPUT ID DROP TIME DV AMT EVID MDV", ctl, re.M)
+    assert "SUBJECT (dropped) holds their IDs as written" in ctl
+    data = pd.read_csv(files["data"], na_values=".")
+    assert list(data.columns[:2]) == ["ID", "SUBJECT"]
+    assert list(data["ID"]) == [1, 1, 1, 2, 2, 2]
+    assert list(data["SUBJECT"]) == ["S-b"] * 3 + ["S-a"] * 3
+    model = pm.read_model(str(files["control_stream"]))
+    assert list(model.dataset["ID"]) == [1, 1, 1, 2, 2, 2]
+    back = dn.from_nonmem(files["control_stream"])
+    again = dn.fit(back.model, back.read_data(), dn.FO(), max_iter=0, covariance=None,
+                   progress=False)  # fmt: skip
+    assert again.ofv == pytest.approx(fit.ofv, rel=1e-10)

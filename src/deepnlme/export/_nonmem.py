@@ -271,6 +271,27 @@ def _data_frame(fit: Any, target: str = "NONMEM"):
     return pop.to_dataframe()
 
 
+def _numbered_ids(frame):
+    """`frame` with its IDs as NONMEM reads them, and whether they were renumbered: IDs that
+    are not all numbers (text) become 1, 2, ... in the order of the data, the IDs as written
+    kept in a SUBJECT column beside them (dropped in `$INPUT`)."""
+    import pandas as pd
+
+    ids = frame["ID"]
+    if pd.api.types.is_numeric_dtype(ids) or pd.to_numeric(ids, errors="coerce").notna().all():
+        return frame, False
+    if "SUBJECT" in (str(c).upper() for c in frame.columns):
+        raise ExportError(
+            "export to NONMEM: the subjects' IDs are text, which NONMEM cannot read, and the "
+            "column SUBJECT that would keep them beside their numbers is taken by the data; "
+            "rename that column, or give the subjects numeric IDs"
+        )
+    frame = frame.copy()
+    frame.insert(1, "SUBJECT", ids.astype(str))
+    frame["ID"] = pd.factorize(ids)[0] + 1
+    return frame, True
+
+
 def _input_item(name: str, values) -> str:
     """The `$INPUT` name of a data column: ``DROP`` for one NONMEM cannot read as numbers (the
     endpoint labels of DVID, ENDPOINT), kept in the file for the reader."""
@@ -302,7 +323,7 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
         names[n] = f"THETA({k})"
     for k, s in enumerate(dict(form.pre.args).get("eta", ()), 1):
         names[s.name] = f"ETA({k})"
-    frame = _data_frame(fit)
+    frame, numbered = _numbered_ids(_data_frame(fit))
     columns = [str(c).upper() for c in frame.columns]
     map_covariates(form, columns, names, "NONMEM")
     for k, st in enumerate(form.states, 1):
@@ -327,6 +348,11 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
 
     lines = [f"$PROBLEM deepnlme export ({type(fit.method).__name__} fit, OFV {fit.ofv:.6f})"]
     lines.append("$INPUT " + " ".join(_input_item(c, frame[k]) for c, k in zip(columns, frame)))
+    if numbered:
+        lines.append(
+            "; ID: the subjects numbered 1, 2, ... in the data's order (NONMEM reads numbers "
+            "only); SUBJECT (dropped) holds their IDs as written"
+        )
     lines.append(f"$DATA {data_file} IGNORE=@")
     if closed is not None:
         advan, trans, _ = ADVANS[closed]
