@@ -183,6 +183,8 @@ def test_cli_passes_ignore_and_accept_to_read_data(tmp_path, capsys, monkeypatch
     ):
         extra = ["--model", "theophylline.model", "--out", "s.csv"] if cmd[0] == "simulate" else []
         assert cli.main([*cmd, *extra, "--ignore", "C", "--accept", "DV.GT.0"]) == 2
+    # (the fit reads the data for its model: read_data's `model`)
+    assert isinstance(seen[0].pop("model"), deepnlme.Model)
     assert seen == [{"ignore": ["C"], "accept": ["DV.GT.0"]}] * 2
 
 

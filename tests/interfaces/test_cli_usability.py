@@ -31,6 +31,24 @@ WHITESPACE = """\
 """
 COMMA = WHITESPACE.split("\n", 1)[1].lstrip("#").replace(" ", ",")
 METHODS = "FO, FOCE, FOCEI, JointMAP, LaplaceI, NaivePooled"
+THEO_NO_WT = """
+param:
+    tka = Real(init=0.4)
+    tcl = Real(init=1.0)
+    tv = Real(init=3.4)
+    omega = PDiag(init=[0.1])
+    sigma = Positive(init=0.7)
+random:
+    eta ~ MvNormal(omega)
+pre:
+    ka = exp(tka)
+    cl = exp(tcl + eta[0])
+    v = exp(tv)
+dynamics: OneCompartmentOral
+derived:
+    conc = Central / v
+    DV ~ Additive(conc, sigma)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -306,6 +324,26 @@ def test_read_options_reach_read_data(in_tmp):
     pop = cli._read_population("t.csv", args)
     assert len(pop) == 1 and pop.n_observations == 2
     assert list(pop.covariates_frame().columns[-1:]) == ["WT"]
+
+
+def test_the_fit_reads_the_data_for_its_model(in_tmp, capsys):
+    """As NONMEM reads only the columns its model uses, `deepnlme fit` leaves a column with
+    missing values that the model does not use out of the covariates (a warning names it);
+    one the model uses is an error whose fixes are the command line's options."""
+    (in_tmp / "t.csv").write_text(COMMA.replace(",70\n", ",\n"))  # subject 2's WT missing
+    args = cli._parser().parse_args(["data", "t.csv", "--column", "DV=CONC"])
+    plain = dn.load_model(THEO_NO_WT)
+    with pytest.warns(dn.data.DataWarning, match=r"column\(s\) WT have missing values and the model"):
+        pop = cli._read_population("t.csv", args, plain)
+    assert pop.covariate_names == ()
+    with pytest.raises(dn.DataError) as err:
+        cli._read_population("t.csv", args, dn.load_model(THEO_NO_WT + "covariates: WT\n"))
+    assert "covariate WT is missing for subject ID 2" in str(err.value)
+    assert str(err.value).endswith("(command line: --fill locf|nocb|baseline, --covariates A,B)")
+    with pytest.raises(dn.DataError, match="covariate WT is missing"):  # (no model: as before)
+        cli._read_population("t.csv", args)
+    with pytest.raises(dn.OptionError, match=r"model=\.\.\.\) takes a model from"):
+        dn.read_data("t.csv", dv="CONC", model="theophylline.model")
 
 
 def test_bad_read_option_values_are_read_datas_errors(in_tmp, capsys):

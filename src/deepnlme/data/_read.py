@@ -7,6 +7,7 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -72,6 +73,7 @@ def read_data(
     sort: bool = False,
     ignore: str | Sequence[str] | None = None,
     accept: str | Sequence[str] | None = None,
+    model: Any = None,
 ) -> Population:
     """Read a CSV file or a DataFrame in NONMEM layout into a `Population`.
 
@@ -116,6 +118,11 @@ def read_data(
       rows and the option to pass (`ignore="C"`, or `ignore="#"` to read them as data). The
       rows left out are listed in `Population.ignored_rows` and in `summary()`; rows keep
       their numbers in the file.
+    - `model`: the model (a `Model` from `load_model`) the data are read for. As NONMEM reads
+      only the columns its model uses, a column with missing values that the model's
+      `covariates:` do not name is then left out of the covariates (a `DataWarning` names
+      it) instead of refused; the model's own covariates must still be complete (or
+      `fill`ed). The command line's `deepnlme fit` reads its data so.
 
     Every problem raises `deepnlme.DataError` naming the row (as counted in the file: row 1 is
     the first data row), the column, the value and the fix. A subject without observations
@@ -153,7 +160,21 @@ def read_data(
         fill=fill,
         sort=sort,
         rules=row_rules(ignore, accept),
+        needed=_model_covariates(model),
     )
+
+
+def _model_covariates(model: Any) -> tuple[str, ...] | None:
+    """The covariates `read_data`'s `model` declares (None without a model)."""
+    if model is None:
+        return None
+    names = getattr(model, "covariates", None)
+    if names is None or isinstance(model, type):
+        raise OptionError(
+            f"read_data(..., model=...) takes a model from deepnlme.load_model; got "
+            f"{type(model).__name__}"
+        )
+    return tuple(names)
 
 
 def _check_options(covariate_rule: str, fill: str | None) -> None:
@@ -258,9 +279,11 @@ def read_table(
     source_name: str | None = None,
     sort: bool = False,
     rules: RowRules = NO_RULES,
+    needed: Sequence[str] | None = None,
 ) -> Population:
     """The implementation of `read_data` (`allow_missing_dv` is for `make_population`, which
-    leaves out no rows: `rules` is `NO_RULES`)."""
+    leaves out no rows: `rules` is `NO_RULES`; `needed`: the covariates of `read_data`'s
+    `model`)."""
     _check_options(covariate_rule, fill)
     rd, cols = _open_table(source, columns, sort, rules)
     ids = _subject_ids(rd, cols.id)
@@ -269,7 +292,9 @@ def read_table(
     t_cont = continuous_time(rd, cols.time, rec.time, rec.evid, subjects)
     ep_col, ep_labels, ep_order = _endpoints(rd, endpoint, endpoints, rec.is_obs)
     used = cols.used() | ({ep_col} if ep_col else set())
-    cov_names, cov_values, ignored = _covariates(rd, covariates, used, fill, subjects, rec.time)
+    cov_names, cov_values, ignored = _covariates(
+        rd, covariates, used, fill, subjects, rec.time, needed
+    )
     frame = record_frame(
         rd.table, rec, subjects, t_cont, ep_labels, cov_names, cov_values, covariate_rule
     )
@@ -526,12 +551,29 @@ def _covariates(
     fill: str | None,
     subjects: Subjects,
     time: np.ndarray,
+    needed: Sequence[str] | None = None,
 ) -> tuple[list[str], np.ndarray, list[str]]:
-    """Covariate names, their [n, K] values (missing filled or reported), ignored columns."""
+    """Covariate names, their [n, K] values (missing filled or reported), ignored columns;
+    with `needed` (a model's covariates) a default column with missing values that the model
+    does not name is left out, with a warning."""
     cols = list(rd.table.frame.columns)
     candidates = [c for c in cols if c not in used and c.upper() not in RESERVED]
     if selected is None:
         names, values, ignored = _numeric_covariates(rd, candidates)
+        if needed is not None and fill is None:
+            wanted = {str(n).upper() for n in needed}
+            gaps = [c for c, v in zip(names, values) if c.upper() not in wanted and np.isnan(v).any()]
+            if gaps:
+                warnings.warn(
+                    f"column(s) {', '.join(gaps)} have missing values and the model does not "
+                    "use them: left out of the covariates (select covariates, or fill them, "
+                    "to keep them)",
+                    DataWarning,
+                    stacklevel=5,  # the caller of read_data
+                )
+                keep = [j for j, c in enumerate(names) if c not in gaps]
+                ignored = ignored + gaps
+                names, values = [names[j] for j in keep], [values[j] for j in keep]
     else:
         names, values = _selected_covariates(rd, selected, used, candidates)
         ignored = [c for c in candidates if c not in names]

@@ -325,15 +325,27 @@ def _header_line(lines: list[str]) -> int:
     return 0 if last_hash is None else last_hash
 
 
-def _read_population(data: str, args: argparse.Namespace | None):
+def _read_population(data: str, args: argparse.Namespace | None, model=None):
     """The Population of a DATA argument (a file or a bundled data set), with the read
-    options of the command line."""
+    options of the command line; read for `model` where one is given (columns with missing
+    values that it does not use are left out, as NONMEM reads only what its model uses)."""
     from ..data import read_data
 
     sep = _separator(getattr(args, "sep", "auto"))
     options = _read_options(args) if args is not None else {}
+    if model is not None:
+        options["model"] = model
     with _readable(_data_source(data), sep) as source:
-        return read_data(source, **options)
+        try:
+            return read_data(source, **options)
+        except DataError as err:
+            # the fixes the message names in Python, as this command line gives them
+            text = str(err)
+            if "read_data(..., fill=" in text or "read_data(..., covariates=" in text:
+                raise DataError(
+                    text + " (command line: --fill locf|nocb|baseline, --covariates A,B)"
+                ) from None
+            raise
 
 
 def _method(text: str):
@@ -649,8 +661,8 @@ def _run_fit(
     t0 = time.perf_counter()
     m = _method(method)  # before the data are read
     data_file = None if isinstance(data, dn.Population) else _data_source(data)
-    pop = data if data_file is None else _read_population(data_file, read)
     model = dn.load_model(model_src)
+    pop = data if data_file is None else _read_population(data_file, read, model)
     fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet)
     print(fit)
     if not quiet:
