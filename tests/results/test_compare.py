@@ -80,6 +80,19 @@ def test_fits_of_different_data_are_refused(two_fits):
         dn.compare({"a": start, "b": dataclasses.replace(moved, population=other)})
 
 
+@pytest.mark.slow  # two fits
+def test_fits_as_arguments_and_of_data_read_with_other_covariates(two_fits):
+    """A model with a covariate and one without compare on the same records, whatever
+    covariate columns each read; the fits may be given one by one."""
+    start, moved = two_fits
+    bare = dn.read_data(dn.datasets.path("theophylline"), covariates=[])
+    assert bare.covariate_names == () and start.population.covariate_names != ()
+    table = dn.compare(start, dataclasses.replace(moved, population=bare))
+    assert table["name"].tolist() == ["run1", "run2"]
+    assert table["OFV"].tolist() == [start.ofv, moved.ofv]
+    assert dn.compare(start)["OFV"].tolist() == [start.ofv]
+
+
 def test_bad_arguments():
     with pytest.raises(OptionError, match="list of fits or a dict"):
         dn.compare("fit")

@@ -105,9 +105,13 @@ def _checksum(payload: dict, arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def data_fingerprint(population) -> str:
-    """SHA-256 of the population's canonical NONMEM-layout table (`Population.to_dataframe`)."""
+def data_fingerprint(population, covariates: bool = True) -> str:
+    """SHA-256 of the population's canonical NONMEM-layout table (`Population.to_dataframe`);
+    without `covariates`, of its records alone (the covariate columns left out: what the
+    objective values of models with and without a covariate share)."""
     df = population.to_dataframe()
+    if not covariates:
+        df = df.drop(columns=list(population.covariate_names))
     h = hashlib.sha256()
     for c in df.columns:
         h.update(f"\n{c}\n".encode())

@@ -18,6 +18,12 @@ COLUMNS = (
 )  # fmt: skip
 
 
+def _is_fit(x: Any) -> bool:
+    from ..estimation import Fit
+
+    return isinstance(x, Fit)
+
+
 def _named(fits: Any) -> list[tuple[str, Any]]:
     from ..estimation import Fit
 
@@ -44,13 +50,16 @@ def _named(fits: Any) -> list[tuple[str, Any]]:
 def _digest(fit) -> str | None:
     from ..estimation._persist import data_fingerprint
 
+    # the records alone: models with and without a covariate compare whichever covariate
+    # columns their data were read with
     pop = getattr(fit, "population", None)
-    return None if pop is None else data_fingerprint(pop)
+    return None if pop is None else data_fingerprint(pop, covariates=False)
 
 
 def _check_same_data(pairs: list[tuple[str, Any]]) -> None:
     """Refuse fits whose OFVs do not compare: a different number of observations or
-    subjects, or different data (the digests of the populations, where the fits have them)."""
+    subjects, or different records (the digests of the populations' records, covariates left
+    out, where the fits have them)."""
     name0, f0 = pairs[0]
     d0 = _digest(f0)
     for name, f in pairs[1:]:
@@ -92,12 +101,13 @@ def _condition_number(fit) -> float:
     return float(eig[-1] / eig[0]) if eig[0] > 0 else math.inf
 
 
-def compare(fits: Sequence[Any] | Mapping[str, Any], *, reference: str = "best") -> pd.DataFrame:
+def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
     """A run table of fits of the same data, one row per fit (PsN's `sumo`, run records).
 
     **Arguments**
 
-    - `fits`: a list of fits (named `run1`, `run2`, ...) or a dict name -> fit.
+    - `fits`: the fits (`compare(fit1, fit2)`), a list of them (named `run1`, `run2`, ...)
+      or a dict name -> fit.
     - `reference`: "best" (default: dOFV to the lowest OFV, so the best has 0 and the others
       are positive) or "first" (dOFV to the first fit, negative where a fit does better).
 
@@ -107,7 +117,8 @@ def compare(fits: Sequence[Any] | Mapping[str, Any], *, reference: str = "best")
     step's status), n_subjects, n_obs. `table.attrs["reference"]` names the reference fit.
 
     Fits of different data are refused (numbers of subjects and observations, and the digest
-    of the data where the fits carry it). The OFV of JointMAP is -2 log p(y, eta | theta):
+    of the data's records where the fits carry it: the covariate columns read need not be the
+    same). The OFV of JointMAP is -2 log p(y, eta | theta):
     it compares with other JointMAP fits only.
 
     Example:
@@ -115,7 +126,10 @@ def compare(fits: Sequence[Any] | Mapping[str, Any], *, reference: str = "best")
     """
     if reference not in ("best", "first"):
         raise OptionError(f"compare: `reference` must be 'best' or 'first'; got {reference!r}")
-    pairs = _named(fits)
+    if len(fits) == 1 and not _is_fit(fits[0]):  # a list or a dict of fits
+        pairs = _named(fits[0])
+    else:
+        pairs = _named(list(fits))
     names = [n for n, _ in pairs]
     if len(set(names)) != len(names):
         raise OptionError(f"compare: the fits' names must be distinct; got {names}")
