@@ -117,8 +117,13 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
             t = float(fail_time[i])
             if steady_state_record_at(binding.data, i, t):
                 return (
-                    f"the steady state of {who}'s SS dose record at TIME {_fmt(t)} did not "
-                    f"converge. {NO_STEADY_STATE.rstrip('.')}"
+                    f"the steady state of {who}'s SS dose record at TIME {_fmt(t)} could not "
+                    f"be found. {NO_STEADY_STATE.rstrip('.')}"
+                )
+            if not np.isfinite(t) and steady_state_record_at(binding.data, i):
+                return (
+                    f"the amounts of {who} are not finite, and it has SS dose records. "
+                    f"{NO_STEADY_STATE.rstrip('.')}{hint}"
                 )
             return f"the solve of {who}'s dynamics failed (non-finite amounts){hint}"
         for j in np.flatnonzero(mask[i]):

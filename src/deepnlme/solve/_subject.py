@@ -697,10 +697,12 @@ def _select(per_output: tuple[ObsDist, ...], idx: jax.Array) -> ObsDist:
 
 
 NO_STEADY_STATE = (
-    "With saturable (nonlinear) elimination a dose above what the model eliminates in one "
-    "dosing interval has no steady state: check the dose, II and the parameter values of "
-    "that subject. Where a steady state exists, raise OdeOptions.ss_iterations (the most "
-    "Newton iterations, default 20)."
+    "A steady state needs a dosing interval II longer than the dose's lag time (a lag of II "
+    "or more is not supported: give the doses as a history, with ADDL, instead of SS) and "
+    "than an SS infusion's duration. With saturable (nonlinear) elimination a dose above what "
+    "the model eliminates in one dosing interval has no steady state: check the dose, II and "
+    "the parameter values of that subject. Where a steady state exists, raise "
+    "OdeOptions.ss_iterations (the most Newton iterations, default 20)."
 )
 
 
@@ -732,7 +734,13 @@ def raise_failed_solves(ok, fail_time, ids, what: str = "the prediction", data=N
     if steady_state_record_at(data, i, t):
         raise SolveError(
             f"{what} failed for subject {ids[i]}{when}: the steady state of its SS dose "
-            f"record there did not converge{more}. {NO_STEADY_STATE}"
+            f"record there could not be found{more}. {NO_STEADY_STATE}"
+        )
+    if not np.isfinite(t) and steady_state_record_at(data, i):
+        raise SolveError(
+            f"{what} failed for subject {ids[i]}: its amounts are not finite{more}, and it has "
+            f"SS dose records. {NO_STEADY_STATE} Otherwise check the parameter values of that "
+            "subject."
         )
     raise SolveError(
         f"{what} failed for subject {ids[i]}{when}: the ODE solve did not finish or gave "
