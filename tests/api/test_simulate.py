@@ -267,6 +267,20 @@ def test_parameter_values_are_checked_against_their_domains(theo):
         dn.OptionError, match=r"a value of shape \(3, 3\) \(or its 3 variances, shape \(3,\)\)"
     ):
         dn.simulate(model, pop, {"omega": [0.4, 0.07]}, seed=1)
+    # text that NumPy would read as a number is not a number to us
+    with pytest.raises(dn.OptionError, match=r"the value of 'tka' must be a number .*got '3'"):
+        dn.fit(model, pop, dn.FOCE(), init={"tka": "3"})
+    with pytest.raises(dn.OptionError, match=r"the value of 'omega' must be a number"):
+        dn.simulate(model, pop, {"omega": ["0.4", "0.07", "0.02"]}, seed=1)
+
+
+def test_the_method_may_be_named(theo):
+    """nlmixr2's `est = "focei"`: the method by its name, in any case, with its defaults."""
+    model, pop = theo
+    fit = dn.fit(model, pop, "focei", max_iter=0, covariance=None, progress=False)
+    assert fit.method == dn.FOCEI()
+    with pytest.raises(dn.OptionError, match=r"fit: `method`: unknown estimation method 'SAEM'"):
+        dn.fit(model, pop, "SAEM")
 
 
 def test_a_pdiag_value_may_be_its_variances_as_declared(theo):

@@ -70,7 +70,8 @@ def fit(
 
     - `model`: a `Model` (`deepnlme.load_model`); `population`: a `Population`
       (`deepnlme.read_data`).
-    - `method`: `FO()`, `FOCE()`, `FOCEI()`, `LaplaceI()`, `JointMAP()` or `NaivePooled()`.
+    - `method`: `FO()`, `FOCE()`, `FOCEI()`, `LaplaceI()`, `JointMAP()` or `NaivePooled()`,
+      or its name in any case (`"focei"`: the method with its default options).
     - `init`: None (the model's initial values), a dict of values by name (the rest from the
       model), or a previous `Fit`: its estimates, and its EBEs as the starts of the EBE
       search (JointMAP: the etas) for the subjects it has, when its random effects have the
@@ -87,6 +88,13 @@ def fit(
         >>> fit.ofv, fit.estimates["tcl"]
     """
     check_keywords("fit", options, _OPTIONS)
+    if isinstance(method, str):  # nlmixr2's est = "focei"
+        from ..likelihood import method_named
+
+        try:
+            method = method_named(method)()
+        except OptionError as err:
+            raise OptionError(f"fit: `method`: {err}") from None
     check_model_and_population(model, population)
     ode_options = ode_options or OdeOptions()
     problem, predictor = model_problem(model, population, ode_options=ode_options)

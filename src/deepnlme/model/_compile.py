@@ -284,6 +284,8 @@ class CompiledModel:
                     + ", ".join(params)
                 )
             try:
+                if np.asarray(given).dtype.kind in "USO" and not isinstance(given, np.ndarray):
+                    raise TypeError  # (text, which NumPy would read as a number)
                 a = np.array(given, dtype=np.float64)
             except (TypeError, ValueError):
                 raise OptionError(
