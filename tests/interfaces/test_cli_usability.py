@@ -333,7 +333,9 @@ def test_the_fit_reads_the_data_for_its_model(in_tmp, capsys):
     (in_tmp / "t.csv").write_text(COMMA.replace(",70\n", ",\n"))  # subject 2's WT missing
     args = cli._parser().parse_args(["data", "t.csv", "--column", "DV=CONC"])
     plain = dn.load_model(THEO_NO_WT)
-    with pytest.warns(dn.data.DataWarning, match=r"column\(s\) WT have missing values and the model"):
+    with pytest.warns(
+        dn.data.DataWarning, match=r"column\(s\) WT have missing values and the model"
+    ):
         pop = cli._read_population("t.csv", args, plain)
     assert pop.covariate_names == ()
     with pytest.raises(dn.DataError) as err:

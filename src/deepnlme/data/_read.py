@@ -562,7 +562,9 @@ def _covariates(
         names, values, ignored = _numeric_covariates(rd, candidates)
         if needed is not None and fill is None:
             wanted = {str(n).upper() for n in needed}
-            gaps = [c for c, v in zip(names, values) if c.upper() not in wanted and np.isnan(v).any()]
+            gaps = [
+                c for c, v in zip(names, values) if c.upper() not in wanted and np.isnan(v).any()
+            ]
             if gaps:
                 warnings.warn(
                     f"column(s) {', '.join(gaps)} have missing values and the model does not "

@@ -501,6 +501,9 @@ def vpc_chart(result, *, log_y: bool = False, endpoint_label: str = "DV") -> Cha
         o = result.observed[result.observed["stratum"] == st]
         p.add("points", o["x"], o["DV"], colour="light", alpha=0.6, size=2.8,
               label="observed data")  # fmt: skip
+        for side, limit in zip(("LLOQ", "ULOQ"), getattr(result, "limits", {}).get(st, ())):
+            if np.isfinite(limit):  # (percentiles beyond it are not drawn: censored)
+                p.add("hline", y=[limit], **_REF, label=side)
         g = s[s["stratum"] == st]
         for j, pc in enumerate(result.percentiles):
             gp = g[g["percentile"] == pc].sort_values("x_mid")

@@ -23,8 +23,11 @@ class VPC:
     - `observed`: one row per observation used: ID, x, DV (prediction-corrected for a pcVPC),
       PRED, stratum, bin.
     - `percentiles`, `ci`, `n_sim`, `seed`, `pred_corrected`, `stratify`, `x`: the settings.
-    - `n_excluded`: observations left out (censored; for a pcVPC also PRED <= 0; against
-      TAD also those before the subject's first dose).
+    - `limits`: per stratum, its limits of quantification (LLOQ, ULOQ) from its censored
+      records, where it has any (infinite on a side without).
+    - `n_excluded`: observations left out (for a pcVPC the censored ones and those with
+      PRED <= 0; against TAD those before the subject's first dose). Censored records count
+      in the percentiles of other VPCs, but are not in `observed`.
     """
 
     summary: pd.DataFrame
@@ -37,6 +40,7 @@ class VPC:
     stratify: str | None
     x: str
     n_excluded: int
+    limits: dict = dataclasses.field(default_factory=dict)
 
 
 # what `vpc(..., x=...)` bins: time, time after dose, population prediction
@@ -113,7 +117,10 @@ def vpc(
       observation, doses implied by ADDL included; for multiple-dose data, where TIME spreads
       one dosing interval's profile over the whole study) or "PRED".
 
-    Censored records are left out (observed and simulated alike).
+    Censored records (M3, `CENS` 1 or -1) count as below (above) their limit of
+    quantification, the DV they hold: observed and simulated values beyond the limits are
+    censored alike (a censored VPC), and a percentile that falls among censored values is
+    NaN. A pcVPC leaves censored records out.
     """
     _check_options(fit, ci, percentiles, x)
     sims = simulate_replicates(fit, n_sim, seed)
@@ -147,25 +154,35 @@ def vpc_of(
     strata = _strata(b, table, mask, stratify)
     dv = table["DV"].to_numpy(dtype=float)
     pred = table["PRED"].to_numpy(dtype=float)
+    cens = table["CENS"].to_numpy()
     keep = _kept(table, pred, pred_corrected)
     if x == "TAD":
         xv = b.population.time_after_dose()[mask]
         keep &= np.isfinite(xv)  # (before the first dose: no time after dose)
     else:
         xv = table[x].to_numpy(dtype=float)
-    rows, obs_parts = [], []
+    rows, obs_parts, stratum_limits = [], [], {}
     for s in pd.unique(strata[keep]):
         sel = np.flatnonzero(keep & (strata == s))
         edges = _edges(xv[sel], bins)
         bin_of = _assign(xv[sel], edges)
         y_obs, y_sim = dv[sel], sims[:, sel]
+        limits = (-np.inf, np.inf)
         if pred_corrected:
             factor = _pred_correction(pred[sel], bin_of)
             y_obs, y_sim = y_obs * factor, y_sim * factor
-        rows += _summary_rows(s, edges, bin_of, xv[sel], y_obs, y_sim, pcts, ci)
+        else:
+            limits = _limits(y_obs, cens[sel])
+            if np.isfinite(limits).any():
+                stratum_limits[s] = limits
+        rows += _summary_rows(s, edges, bin_of, xv[sel], y_obs, y_sim, pcts, ci, cens[sel], limits)
+        shown = cens[sel] == 0  # (the censored records count, but have no value to show)
         obs_parts.append(
-            _observed_part(table["ID"].to_numpy()[sel], xv[sel], y_obs, pred[sel], s, bin_of)
-        )
+            _observed_part(
+                table["ID"].to_numpy()[sel][shown], xv[sel][shown], y_obs[shown],
+                pred[sel][shown], s, bin_of[shown],
+            )
+        )  # fmt: skip
     return VPC(
         summary=pd.DataFrame(rows, columns=list(_SUMMARY_COLUMNS)),
         observed=pd.concat(obs_parts, ignore_index=True) if obs_parts else pd.DataFrame(),
@@ -177,6 +194,7 @@ def vpc_of(
         stratify=stratify,
         x=x,
         n_excluded=int((~keep).sum()),
+        limits=stratum_limits,
     )
 
 
@@ -209,11 +227,40 @@ def _strata(b, table: pd.DataFrame, mask: np.ndarray, stratify: str | None) -> n
 
 
 def _kept(table: pd.DataFrame, pred: np.ndarray, pred_corrected: bool) -> np.ndarray:
-    """The observation records compared: not censored, and for a pcVPC with PRED > 0."""
-    keep = table["CENS"].to_numpy() == 0
-    if pred_corrected:
-        keep &= pred > 0
-    return keep
+    """The observation records compared: all (censored ones as below or above their limit),
+    and for a pcVPC the uncensored ones with PRED > 0."""
+    if not pred_corrected:
+        return np.ones(len(table), dtype=bool)
+    return (table["CENS"].to_numpy() == 0) & (pred > 0)
+
+
+def _limits(dv: np.ndarray, cens: np.ndarray) -> tuple[float, float]:
+    """A stratum's limits of quantification from its censored records (M3: DV holds the
+    limit): the highest LLOQ of its left-censored records (CENS 1), the lowest ULOQ of its
+    right-censored ones (CENS -1); infinite where none."""
+    lo = float(np.max(dv[cens == 1])) if np.any(cens == 1) else -np.inf
+    hi = float(np.min(dv[cens == -1])) if np.any(cens == -1) else np.inf
+    return lo, hi
+
+
+# a value censored below (above) the limit of quantification, in the percentiles: below
+# (above) every value there is
+_BELOW, _ABOVE = -1e300, 1e300
+
+
+def _censored(y: np.ndarray, lo: float, hi: float, cens: np.ndarray | None = None) -> np.ndarray:
+    """`y` with the values outside [lo, hi] (and the records `cens` marks) moved beyond
+    every value, so that a percentile that falls among them is recognised as censored."""
+    y = np.where(y < lo, _BELOW, np.where(y > hi, _ABOVE, y))
+    if cens is not None:
+        y = np.where(cens == 1, _BELOW, np.where(cens == -1, _ABOVE, y))
+    return y
+
+
+def _uncensored(q: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Percentiles with those that fall among censored values (below `lo`, above `hi`) NaN:
+    the data cannot say where they are."""
+    return np.where((q < lo) | (q > hi), np.nan, q)
 
 
 def _pred_correction(pred: np.ndarray, bin_of: np.ndarray) -> np.ndarray:
@@ -234,16 +281,27 @@ def _summary_rows(
     y_sim: np.ndarray,
     pcts: tuple[float, ...],
     ci: float,
+    cens: np.ndarray | None = None,
+    limits: tuple[float, float] = (-np.inf, np.inf),
 ) -> list[tuple]:
-    """One stratum's summary rows (see `_SUMMARY_COLUMNS`), one per bin and percentile."""
+    """One stratum's summary rows (see `_SUMMARY_COLUMNS`), one per bin and percentile.
+
+    With limits of quantification (`limits`, from the censored records `cens`), observed and
+    simulated values alike are censored at them (a censored observation, and a simulated or
+    observed value beyond a limit, counts as below or above every value), as a censored VPC
+    does: a percentile that falls among censored values is NaN, observed or simulated."""
     q = np.asarray(pcts) / 100.0
     alpha = (1.0 - ci) / 2.0
+    low, high = limits
+    if np.isfinite(low) or np.isfinite(high):
+        y_obs = _censored(y_obs, low, high, cens)
+        y_sim = _censored(y_sim, low, high)
     rows = []
     for j in np.unique(bin_of):
         m = bin_of == j
-        obs_q = np.quantile(y_obs[m], q)
+        obs_q = _uncensored(np.quantile(y_obs[m], q), low, high)
         sim_q = np.quantile(y_sim[:, m], q, axis=1)  # [nq, K]
-        lo, med, hi = np.quantile(sim_q, [alpha, 0.5, 1.0 - alpha], axis=1)
+        lo, med, hi = _uncensored(np.quantile(sim_q, [alpha, 0.5, 1.0 - alpha], axis=1), low, high)
         per_bin = (
             int(j),
             float(edges[j]),

@@ -1,0 +1,70 @@
+"""A VPC of data with censored (BLQ, M3) records: observed and simulated values are censored
+alike at the limit of quantification, as a censored VPC does. Leaving the censored
+observations out while the simulated values below the limit stayed in put the observed low
+percentiles above the simulated ones for a correct model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import deepnlme as dn
+from deepnlme.results._vpc import _summary_rows
+
+LLOQ = 1.0
+
+
+def test_censored_values_count_below_the_limit_and_their_percentiles_are_nan():
+    # five observations, two below the LLOQ of 2 (their DV is the limit, M3); the simulated
+    # replicates of the same records, values below 2 among them
+    y_obs = np.array([2.0, 2.0, 3.0, 4.0, 5.0])
+    cens = np.array([1, 1, 0, 0, 0])
+    y_sim = np.array([[1.0, 1.5, 3.0, 4.0, 5.0], [1.0, 2.5, 3.5, 4.5, 6.0]])
+    bins = np.zeros(5, dtype=int)
+    rows = _summary_rows("all", np.array([0.0, 1.0]), bins, np.zeros(5), y_obs, y_sim,
+                         (5.0, 50.0, 95.0), 0.9, cens, (2.0, np.inf))  # fmt: skip
+    by = {r[6]: r for r in rows}  # percentile -> (..., observed, sim_lo, sim_median, sim_hi)
+    # the censored values lie below every value: the median is the third of five, 3 (not 4,
+    # the median of the three left when the censored ones were dropped)
+    assert by[50.0][7] == 3.0
+    assert np.isnan(by[5.0][7])  # among the censored values
+    # replicate 1 has two values below 2 (its 5th percentile censored), replicate 2 one
+    assert np.isnan(by[5.0][8])  # the lower end of the interval is censored
+    assert by[50.0][9] == pytest.approx(np.median([3.0, 3.5]))
+    assert by[95.0][7] == pytest.approx(np.quantile([2.0, 2.0, 3.0, 4.0, 5.0], 0.95))
+
+
+@pytest.fixture(scope="module")
+def censored_fit():
+    """Theophylline with the concentrations below 1 mg/L censored (M3: DV is the LLOQ)."""
+    df = pd.read_csv(dn.datasets.path("theophylline"), na_values=".")
+    obs = (df["EVID"] == 0) & (df["MDV"] == 0)
+    blq = obs & (df["DV"] < LLOQ)
+    df["CENS"] = 0
+    df.loc[blq, "CENS"] = 1
+    df.loc[blq, "DV"] = LLOQ
+    assert blq.sum() >= 12
+    model = dn.load_model(dn.datasets.example_path("theophylline.model"))
+    return dn.fit(model, dn.read_data(df), dn.FOCEI(), max_iter=0, covariance=None,
+                  progress=False)  # fmt: skip
+
+
+def test_a_vpc_of_censored_data_censors_its_simulations_too(censored_fit):
+    fit = censored_fit
+    check = dn.vpc(fit, n_sim=40, seed=2, bins=4)
+    s = check.summary
+    assert check.limits == {"all": (LLOQ, np.inf)}
+    assert check.n_excluded == 0 and s.groupby("bin")["n_obs"].first().sum() == fit.n_obs
+    # the censored records count but have no value to show
+    n_cens = int((dn.predict(fit)["CENS"] == 1).sum())
+    assert len(check.observed) == fit.n_obs - n_cens
+    # every percentile drawn is above the limit; the late bin's 5th percentile, where more
+    # than 5% of the records are censored, is not drawn, observed or simulated
+    values = s[["observed", "sim_lo", "sim_median", "sim_hi"]].to_numpy()
+    assert np.all(values[np.isfinite(values)] >= LLOQ)
+    last = s[(s["bin"] == s["bin"].max()) & (s["percentile"] == 5.0)].iloc[0]
+    assert np.isnan(last["observed"]) and np.isnan(last["sim_median"])
+    # a pcVPC leaves the censored records out, as before
+    pc = dn.vpc(fit, n_sim=40, seed=2, bins=4, pred_corrected=True)
+    assert pc.n_excluded >= n_cens and pc.limits == {}
