@@ -462,4 +462,6 @@ def test_additive_random_effects_and_fixed_variances():
     assert list(bsv["estimate"]) == [0.3, 0.025, 0.012]  # exactly as given
     assert bsv["se"].isna().all() and bsv["cv%"].isna().all()
     assert bsv["note"].str.startswith("fixed; SD only: eta[").all()
+    # the printed table marks them, as NONMEM's FIX (the note column is not printed)
+    assert "omega[1,1] FIX" in str(fit) and "tA1 FIX" not in str(fit)
     assert _rows(fit, "fixed effects")["back-transformed"].isna().all()

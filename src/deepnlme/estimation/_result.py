@@ -337,6 +337,13 @@ def format_table(table: pd.DataFrame, *, notes: bool = False) -> str:
     out = []
     for block, part in table.groupby("block", sort=False):
         cols = [c for c in _shown_columns(part) if notes or c != "note"]
+        if "note" in part.columns and "parameter" in cols:
+            # a parameter held fixed (by the model, `fixed=`, or a method that does not
+            # estimate it: NaivePooled's Omega) is marked, as NONMEM's FIX
+            held = part["note"].astype(str).str.match(r"fixed\b")
+            part = part.assign(
+                parameter=np.where(held, part["parameter"] + " FIX", part["parameter"])
+            )
         cells = [[_cell(v) for v in row] for row in part[cols].itertuples(index=False)]
         widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(cols)]
         text = [str(block)]
