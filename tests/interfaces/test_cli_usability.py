@@ -348,6 +348,15 @@ def test_the_fit_reads_the_data_for_its_model(in_tmp, capsys):
         dn.read_data("t.csv", dv="CONC", model="theophylline.model")
 
 
+@pytest.mark.filterwarnings("default::deepnlme.data.DataWarning")
+def test_warnings_are_said_as_the_command_line_says_errors(in_tmp, capsys):
+    (in_tmp / "t.csv").write_text(COMMA + "3,0,320,.,1,1,1,70\n")  # subject 3: no samples
+    assert main(["data", "t.csv", "--column", "DV=CONC"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("deepnlme: warning: 1 subject(s) have no observations: ID 3 (row 6")
+    assert "cli.py" not in err and "DataWarning" not in err
+
+
 def test_bad_read_option_values_are_read_datas_errors(in_tmp, capsys):
     (in_tmp / "t.csv").write_text(COMMA)
     assert main(["data", "t.csv", "--column", "DV=CONC", "--fill", "mean"]) == 2

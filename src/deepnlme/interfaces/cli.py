@@ -16,6 +16,7 @@ import re
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -1004,9 +1005,29 @@ def _demo_deepnlme(out: Path, *, quiet: bool, force: bool = False) -> None:
     )
 
 
+_PACKAGE = str(Path(__file__).resolve().parents[1])
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """deepnlme's own warnings as the command line says its errors (`deepnlme: warning:
+    ...`), not with the source line that raised them; other libraries' as Python shows
+    them."""
+    out = sys.stderr if file is None else file
+    if str(Path(filename).resolve()).startswith(_PACKAGE):
+        print(f"deepnlme: warning: {message}", file=out)
+    else:
+        out.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``deepnlme`` command."""
     args = _parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     try:
         if args.command == "data":
             print(_read_population(args.data, args).summary())
