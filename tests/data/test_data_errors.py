@@ -147,6 +147,15 @@ def test_time_may_restart_after_a_reset(tmp_path):
     assert pop == read_data(pop.to_dataframe())
 
 
+def test_a_stack_of_simulated_data_sets_says_how_to_read_one(tmp_path):
+    lines = [f"{r}," + ln for r in (1, 2) for ln in GOOD]
+    p = write(tmp_path, lines, header="REP," + HEADER, name="stack.csv")
+    with pytest.raises(DataError, match=r"ID 1 appears again .*The table has a REP column") as err:
+        read_data(p)
+    assert "read_data(..., accept='REP.EQ.1') (command line: --accept REP.EQ.1)" in str(err.value)
+    assert len(read_data(p, accept="REP.EQ.1")) == len(read_data(write(tmp_path, GOOD)))
+
+
 def test_missing_required_columns(tmp_path):
     p = write(tmp_path, [ln.split(",", 1)[1] for ln in GOOD], header=HEADER.split(",", 1)[1])
     with pytest.raises(DataError, match=r"The data has no ID column") as err:

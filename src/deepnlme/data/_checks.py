@@ -420,16 +420,29 @@ def check_subjects(rd: Reader, column: str, ids: list) -> Subjects:
         key = id_arr[a]
         if key in seen:
             fa, fb = seen[key]
+            # a stack of simulated data sets (deepnlme simulate --replicates, PsN's, ...)
+            reps = [c for c in table.frame.columns if str(c).upper() in _REPLICATE_COLUMNS]
+            fix = (
+                f"The table has a {reps[0]} column, as a stack of simulated data sets has: "
+                f"read one of them, e.g. read_data(..., accept='{reps[0]}.EQ.1') (command "
+                f"line: --accept {reps[0]}.EQ.1)."
+                if reps
+                else "Keep each subject's records together: sort the table by ID, keeping the "
+                "time order within each subject."
+            )
             raise rd.fail(
                 int(a),
                 column,
                 f"ID {key!r} appears again after other subjects (its first records are "
                 f"{table.where(fa)} to {table.where(fb - 1)})",
-                "Keep each subject's records together: sort the table by ID, keeping the time "
-                "order within each subject.",
+                fix,
             )
         seen[key] = (int(a), int(b))
     return Subjects(id_arr, starts, stops, np.repeat(np.arange(len(starts)), stops - starts))
+
+
+# the columns that number the data sets of a stack of simulations
+_REPLICATE_COLUMNS = ("REP", "IREP", "SIM", "SIMNUM", "REPLICATE")
 
 
 def continuous_time(
