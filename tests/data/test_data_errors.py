@@ -147,6 +147,13 @@ def test_time_may_restart_after_a_reset(tmp_path):
     assert pop == read_data(pop.to_dataframe())
 
 
+def test_without_evid_a_dose_record_with_an_observation_says_why_it_is_a_dose(tmp_path):
+    header = "ID,TIME,DV,AMT,MDV,CMT"
+    p = write(tmp_path, ["1,0,0,100,0,1", "1,1,2,0,0,2"], header=header, name="noevid.csv")
+    with pytest.raises(DataError, match=r"row 1 .*column MDV: MDV is 0 on a dose record \(AMT > 0"):
+        read_data(p)
+
+
 def test_a_stack_of_simulated_data_sets_says_how_to_read_one(tmp_path):
     lines = [f"{r}," + ln for r in (1, 2) for ln in GOOD]
     p = write(tmp_path, lines, header="REP," + HEADER, name="stack.csv")

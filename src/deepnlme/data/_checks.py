@@ -276,7 +276,12 @@ def _observation_flags(
     rd.reject(
         (mdv == 0) & (evid != 0),
         column,
-        lambda i: f"MDV is 0 on an EVID {evid[i]} record, but only EVID 0 records are observations",
+        lambda i: (
+            f"MDV is 0 on an EVID {evid[i]} record, but only EVID 0 records are observations"
+            if not items.evid_missing[i]
+            else "MDV is 0 on a dose record (AMT > 0: without an EVID value a record with an "
+            "amount is a dose, EVID 1), but only observation records (EVID 0) have a DV"
+        ),
         "Set MDV=1 here, and put any observation at this time on a record of its own with EVID=0.",
     )
     return mdv, (evid == 0) & (mdv == 0)
