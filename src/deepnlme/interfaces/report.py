@@ -833,8 +833,12 @@ def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[s
     from . import plots
 
     nd = npde_of(fit, reps)
-    # the same records in the same order as predict's table
-    pred = table["PRED"].to_numpy(dtype=float) if len(table) == len(nd) else None
+    # the same records in the same order as predict's table (whose TIME the report's plots
+    # take on the continuous clock)
+    same = len(table) == len(nd)
+    pred = table["PRED"].to_numpy(dtype=float) if same else None
+    if same:
+        nd = nd.assign(TIME=table["TIME"].to_numpy())
     v = nd["NPDE"].to_numpy(dtype=float)
     v = v[np.isfinite(v)]
     stats = pd.DataFrame(
