@@ -80,3 +80,15 @@ def test_dense_curves_keep_the_periods_apart(fit):
             at = mine.loc[mine["TIME"] == t, "IPRED"].to_numpy()
             # (the data's own record first; at 4 a grid point follows, after the reset)
             assert at[0] == pytest.approx(ipred, rel=1e-12), (sid, t)
+
+
+def test_exports_restart_the_clock_as_their_tools_read_it(fit, tmp_path):
+    """NONMEM restarts the clock at the EVID 4 record as the data do; rxode2 (nlmixr2) wants
+    each subject's time in order: its data file runs on the continuous time."""
+    nm = dn.export(fit, to="nonmem", out=tmp_path / "nm")
+    r = dn.export(fit, to="nlmixr2", out=tmp_path / "r")
+    one_nm = pd.read_csv(nm["data"], na_values=".").query("ID == 1")
+    one_r = pd.read_csv(r["data"], na_values=".").query("ID == 1")
+    assert one_nm["TIME"].tolist() == [0.0, 1.0, 4.0, 0.0, 1.0, 3.0]
+    assert one_r["TIME"].tolist() == [0.0, 1.0, 4.0, 4.0, 5.0, 7.0]
+    assert one_r["EVID"].tolist() == one_nm["EVID"].tolist() == [1, 0, 0, 4, 0, 0]

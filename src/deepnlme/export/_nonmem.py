@@ -249,7 +249,8 @@ def _nm_name(name: str, taken: set[str]) -> str:
 
 def _data_frame(fit: Any, target: str = "NONMEM"):
     """The fit's population as the data file of the export to `target` (NONMEM: only under
-    NONMEM's covariate rule where a covariate changes within subjects)."""
+    NONMEM's covariate rule where a covariate changes within subjects; nlmixr2: on the
+    continuous clock, where a reset restarts it)."""
     pop = getattr(fit, "population", None)
     if pop is None:
         raise ExportError(
@@ -268,7 +269,9 @@ def _data_frame(fit: Any, target: str = "NONMEM"):
             "would differ from this fit's. Read the data with covariate_rule='nonmem' and fit "
             "again to export it (nlmixr2 can take the LOCF rule: to='nlmixr2')"
         )
-    return pop.to_dataframe()
+    # NONMEM restarts the clock at an EVID 3/4 record as the data do; rxode2 wants each
+    # subject's time in order: the continuous time, the same system
+    return pop.to_dataframe(continuous_time=target != "NONMEM")
 
 
 def _numbered_ids(frame):
