@@ -139,3 +139,14 @@ def test_fits_of_one_program_are_recognised():
     assert not _one_program(other, None)
     arrays = [FitTask(k, "model A", method, {"fixed": np.ones(2)}) for k in range(2)]
     assert not _one_program(arrays, None)  # not compared: not assumed
+
+
+def test_multistart_leaves_what_the_method_does_not_estimate_at_its_start():
+    """JointMAP holds Omega at its start: moved by the perturbation, each start optimised
+    another objective and their OFVs were compared as optima of one."""
+    model = dn.load_model(dn.datasets.example_path("theophylline.model"))
+    ms = dn.multistart(model, dn.datasets.load("theophylline"), dn.JointMAP(), n=3, seed=1,
+                       workers=1, max_iter=2)  # fmt: skip
+    omega = ms.starts[["omega[1,1]", "omega[2,2]", "omega[3,3]"]].to_numpy()
+    np.testing.assert_allclose(omega, np.tile([0.4, 0.07, 0.02], (3, 1)), rtol=1e-12)
+    assert ms.starts["tka"].nunique() == 3  # (the estimated ones are moved)

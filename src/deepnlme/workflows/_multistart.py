@@ -117,7 +117,8 @@ def multistart(
     - `tol`: OFVs of converged fits within `tol` of each other count as one optimum.
     - `workers`, `scheduler`, `progress`: as for `deepnlme.bootstrap`.
     - `options`: options of every fit: `max_iter`, `time_limit`, `gtol`, `ftol`, `xtol`,
-      `optimizer`, `fixed` (not perturbed), `covariance` (default None), `network_se`,
+      `optimizer`, `fixed` (not perturbed, nor are the parameters the method does not
+      estimate: JointMAP's and NaivePooled's variances), `covariance` (default None), `network_se`,
       `ode_options`, `compile` (default "optimised" from 20 starts).
 
     Returns a `Multistart`: `starts` (one row per start), `optima` (distinct optima with how
@@ -144,7 +145,11 @@ def multistart(
             f"parameters are {', '.join(sorted(known))}"
         )
     fixed = options.get("fixed") or ()
-    starts = perturbed_starts(model, init, n, int(seed), float(spread), keep=set(fixed))
+    # what the method does not estimate stays at its start too (JointMAP's and NaivePooled's
+    # variances): moved, each start would optimise another objective, and their OFVs would
+    # not compare
+    held = {p.name for p in model.compiled.params if p.kind in method.held_kinds()}
+    starts = perturbed_starts(model, init, n, int(seed), float(spread), keep=set(fixed) | held)
     fit_options = {"covariance": None, "progress": False, **build_for(n, options), **options}
     text = str(model)
     tasks = [FitTask(k, text, method, fit_options, starts[k]) for k in range(n)]
