@@ -468,6 +468,22 @@ CASES = [
         5,
         ["does not belong in 'derived:'"],
     ),
+    (
+        "network-never-called",
+        _sub("    sigma =", "    NN = MLP(1, 4, (1, identity), seed=1)\n    sigma ="),
+        6,
+        5,
+        ["the network 'NN' is declared but never called", "or delete its line"],
+    ),
+    (
+        "network-not-called",
+        _sub("    sigma =", "    NN = MLP(1, 4, (1, identity), seed=1)\n    sigma =").replace(
+            "exp(tcl + eta[1])", "exp(tcl + NN[0] + eta[1])"
+        ),
+        13,
+        20,
+        ["'NN' is a network and can only be called", "NN(x)[0]"],
+    ),
 ]
 
 

@@ -138,7 +138,7 @@ def test_seed_reproduces_weights_and_leaves_global_state_alone():
     np_state, py_state = np.random.get_state(), random.getstate()  # noqa: NPY002
     text = (
         "param:\n    NN = MLP(2, 16, 16, (1, identity), seed={s})\n"
-        "derived:\n    DV ~ Normal(0, 1)\n"
+        "derived:\n    DV ~ Normal(NN(1.0, 2.0)[0], 1)\n"
     )
     w1 = dn.load_model(text.format(s=7)).params[0].init
     np.random.seed(99)  # noqa: NPY002

@@ -252,6 +252,7 @@ class _Parser:
         self.declared: dict[str, tuple[str, Loc, str]] = {}  # name -> (block, loc, what)
         self.domains: dict = {}
         self.fixed_networks: dict = {}  # g = fix(NN, ...): name -> (network, held inputs)
+        self.called_networks: set[str] = set()  # the networks some expression calls
 
     # ------------------------------------------------------------------ errors
     def err(self, st: _Stmt, node: ast.AST | None, what: str, sugg: str = ""):
@@ -514,6 +515,13 @@ class _Parser:
                     f"'{name}' is a network with held inputs (fix) and can only be called",
                     f"Call it with the remaining inputs, e.g. {name}(x)[0].",
                 )
+            if kind == "param" and getattr(self.domains.get(name), "callable", False):
+                raise self.err(
+                    st,
+                    node,
+                    f"'{name}' is a network and can only be called",
+                    f"Call it with its inputs, e.g. {name}(x)[0] (its first output).",
+                )
             return Name(name, kind), shape
         b = self.block
         if name == "t":
@@ -735,6 +743,7 @@ class _Parser:
 
     def network_call(self, st, node, fname, held, scope) -> tuple[Expr, tuple]:
         """A call of a callable parameter (a network); vector arguments are flattened."""
+        self.called_networks.add(fname)
         dom = self.domains[fname]
         args = [*held, *(self.network_input(st, a, scope) for a in node.args)]
         width = sum(w for _, w in args)
@@ -911,6 +920,16 @@ class _Parser:
         dosing = self.dosing_block(stmts["dosing"], states, base_scope)
         init = self.init_block(stmts["init"], states, base_scope)
         derived = self.derived_block(stmts["derived"], {**time_scope, **dyn_vars})
+        for p in params:  # a network that nothing calls: its weights would be "estimated"
+            if getattr(p.domain, "callable", False) and p.name not in self.called_networks:
+                _, loc, _ = self.declared[p.name]
+                raise self.err_at(
+                    loc,
+                    f"the network '{p.name}' is declared but never called",
+                    f"Call it where it belongs, e.g. cl = exp(tcl) + {p.name}(WT)[0] in "
+                    "'pre:', or delete its line: its weights would be counted as estimated "
+                    "parameters that nothing depends on.",
+                )
         ir = ModelIR(
             params=tuple(params),
             random=tuple(random),
