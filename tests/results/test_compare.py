@@ -93,6 +93,17 @@ def test_fits_as_arguments_and_of_data_read_with_other_covariates(two_fits):
     assert dn.compare(start)["OFV"].tolist() == [start.ofv]
 
 
+@pytest.mark.slow  # a fit
+def test_a_jointmap_fit_beside_another_method_is_refused(two_fits):
+    """JointMAP's OFV is the joint density at its etas: far lower than a marginal OFV, it
+    ranked first."""
+    start, _ = two_fits
+    joint = dataclasses.replace(start, method=dn.JointMAP())
+    with pytest.raises(OptionError, match=r"'run2' is a JointMAP fit, .* and 'run1' is not"):
+        dn.compare(start, joint)
+    assert len(dn.compare(joint, dataclasses.replace(joint))) == 2  # (JointMAP with JointMAP)
+
+
 def test_bad_arguments():
     with pytest.raises(OptionError, match="list of fits or a dict"):
         dn.compare("fit")

@@ -56,6 +56,21 @@ def _digest(fit) -> str | None:
     return None if pop is None else data_fingerprint(pop, covariates=False)
 
 
+def _check_same_objective(pairs: list[tuple[str, Any]]) -> None:
+    """Refuse a JointMAP fit beside fits of other methods: its OFV is -2 log p(y, eta |
+    theta), the joint density at its etas, not the likelihood of the data that the others'
+    OFVs approximate (the joint one is far lower, and would rank first)."""
+    joint = [n for n, f in pairs if getattr(f.method, "name", "") == "JointMAP"]
+    if joint and len(joint) < len(pairs):
+        other = next(n for n, f in pairs if n not in joint)
+        raise OptionError(
+            f"compare: {joint[0]!r} is a JointMAP fit, whose OFV is -2 log p(y, eta | theta) "
+            f"(the joint density at its etas), and {other!r} is not: their objective values "
+            "do not compare. Compare JointMAP fits with each other, or refit from the JointMAP "
+            "fit by a marginal method (dn.fit(model, pop, dn.FOCE(), init=jointmap_fit))."
+        )
+
+
 def _check_same_data(pairs: list[tuple[str, Any]]) -> None:
     """Refuse fits whose OFVs do not compare: a different number of observations or
     subjects, or different records (the digests of the populations' records, covariates left
@@ -119,7 +134,8 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
     Fits of different data are refused (numbers of subjects and observations, and the digest
     of the data's records where the fits carry it: the covariate columns read need not be the
     same). The OFV of JointMAP is -2 log p(y, eta | theta):
-    it compares with other JointMAP fits only.
+    it compares with other JointMAP fits only (a JointMAP fit beside another method's is an
+    OptionError).
 
     Example:
         >>> dn.compare({"1cpt": fit1, "2cpt": fit2})
@@ -134,6 +150,7 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
     if len(set(names)) != len(names):
         raise OptionError(f"compare: the fits' names must be distinct; got {names}")
     _check_same_data(pairs)
+    _check_same_objective(pairs)
     ofv = np.array([float(f.ofv) for _, f in pairs])
     finite = np.isfinite(ofv)
     if reference == "first":
