@@ -218,3 +218,16 @@ def test_text_ids_are_numbered_for_nonmem(tmp_path):
     again = dn.fit(back.model, back.read_data(), dn.FO(), max_iter=0, covariance=None,
                    progress=False)  # fmt: skip
     assert again.ofv == pytest.approx(fit.ofv, rel=1e-10)
+
+
+def test_a_jointmap_export_says_its_ofv_is_not_nonmems(theoph_fit, tmp_path):
+    """The control stream's check is NONMEM's OFV against the $PROBLEM line: a JointMAP OFV
+    (the joint density) cannot pass it, and the export says so."""
+    joint = dn.fit(theoph_fit.model, theoph_fit.population, dn.JointMAP(), max_iter=0,
+                   covariance=None, progress=False)  # fmt: skip
+    nm = dn.export(joint, to="nonmem", out=tmp_path / "nm")["control_stream"].read_text()
+    assert nm.splitlines()[1].startswith("; the JointMAP OFV above is the joint density")
+    r = dn.export(joint, to="nlmixr2", out=tmp_path / "r")["model"].read_text()
+    assert "# the JointMAP OFV above is the joint density" in r
+    plain = dn.export(theoph_fit, to="nonmem", out=tmp_path / "p")["control_stream"]
+    assert "OFV above" not in plain.read_text()

@@ -26,7 +26,7 @@ from ._common import (
     theta_parameters,
 )
 from ._errors import ExportError
-from ._nonmem import _Block, _data_frame, _emit, _live, write_data_file
+from ._nonmem import _Block, _data_frame, _emit, _live, not_marginal_note, write_data_file
 
 # closed form -> (deepnlme parameter, linCmt() name) ...
 LINCMT: dict[str, tuple[tuple[str, str], ...]] = {
@@ -324,6 +324,11 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
     rule = "nocb" if fit.population.covariate_rule == "nonmem" else "locf"
     lines = [
         f"# deepnlme export ({method} fit, OFV {fit.ofv:.6f}): the model at the estimates.",
+        *(
+            [f"# {not_marginal_note(fit, 'nlmixr2')}."]
+            if not getattr(fit.method, "marginal", True)
+            else []
+        ),
         "# library(nlmixr2); fit <- nlmixr2(model_fit, data, est = "
         f'"{est}", control = foceiControl(maxOuterIterations = 0, rxControl = '
         f'rxode2::rxControl(covsInterpolation = "{rule}")))',

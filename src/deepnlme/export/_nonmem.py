@@ -274,6 +274,21 @@ def _data_frame(fit: Any, target: str = "NONMEM"):
     return pop.to_dataframe(continuous_time=target != "NONMEM")
 
 
+def not_marginal_note(fit: Any, tool: str) -> str:
+    """What a fit whose OFV the exported estimation cannot reproduce (JointMAP's joint
+    density, NaivePooled's likelihood without random effects) says about its OFV."""
+    name = type(fit.method).__name__
+    what = (
+        "the joint density -2 log p(y, eta | theta) at its etas"
+        if name == "JointMAP"
+        else "the likelihood with the random effects held at 0"
+    )
+    return (
+        f"the {name} OFV above is {what}, which {tool}'s estimation does not compute: its OFV "
+        "here is FOCEI's at these estimates, not this number"
+    )
+
+
 def _numbered_ids(frame):
     """`frame` with its IDs as NONMEM reads them, and whether they were renumbered: IDs that
     are not all numbers (text) become 1, 2, ... in the order of the data, the IDs as written
@@ -350,6 +365,8 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
     printer = _Printer(names)
 
     lines = [f"$PROBLEM deepnlme export ({type(fit.method).__name__} fit, OFV {fit.ofv:.6f})"]
+    if not getattr(fit.method, "marginal", True):
+        lines.append(f"; {not_marginal_note(fit, 'NONMEM')}")
     lines.append("$INPUT " + " ".join(_input_item(c, frame[k]) for c, k in zip(columns, frame)))
     if numbered:
         lines.append(
