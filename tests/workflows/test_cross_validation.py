@@ -151,3 +151,18 @@ def test_failed_trials_rank_last_and_none_is_best_when_all_failed():
                (None, None), best=None, seed=0)  # fmt: skip
     assert t.best_model is None and t.best_values is None
     assert "no trial scored" in repr(t)
+
+
+def test_best_values_keep_each_columns_type():
+    """A width of 4 came back as the float 4.0 (a row of the mixed table), which a model
+    template then refused ("the width must be a whole number")."""
+
+    trials = pd.DataFrame(
+        {"trial": [0, 1], "width": [2, 4], "lam": [0.1, 0.5], "act": ["tanh", "softplus"],
+         "held_out_m2ll": [10.0, 9.0], "rank": [2, 1], "seconds": [1.0, 1.0]}
+    )  # fmt: skip
+    best = Tuning(trials=trials, folds=pd.DataFrame(), models=(None, None), best=1, seed=0)
+    values = best.best_values
+    assert values == {"width": 4, "lam": 0.5, "act": "softplus"}
+    assert type(values["width"]) is int and type(values["lam"]) is float
+    assert "MLP(1, {width})".format(**values) == "MLP(1, 4)"

@@ -178,10 +178,17 @@ class Tuning:
     def best_values(self) -> dict[str, Any] | None:
         if self.best is None:
             return None
-        row = self.trials.loc[self.trials["trial"] == self.best].iloc[0]
+        at = self.trials.index[self.trials["trial"] == self.best][0]
         skip = {"trial", "held_out_m2ll", "per_subject", "pred_rmse", "ipred_rmse"}
         skip |= {"failed_folds", "converged_folds", "rank", "seconds"}
-        return {k: row[k] for k in self.trials.columns if k not in skip}
+        # each value from its own column, as the search space gave it (a row of the mixed
+        # table made a width of 4 the float 4.0, which a model template then refused)
+        out = {}
+        for k in self.trials.columns:
+            if k not in skip:
+                v = self.trials.at[at, k]
+                out[k] = v.item() if isinstance(v, np.generic) else v
+        return out
 
     @property
     def best_model(self):
