@@ -150,3 +150,19 @@ def test_multistart_leaves_what_the_method_does_not_estimate_at_its_start():
     omega = ms.starts[["omega[1,1]", "omega[2,2]", "omega[3,3]"]].to_numpy()
     np.testing.assert_allclose(omega, np.tile([0.4, 0.07, 0.02], (3, 1)), rtol=1e-12)
     assert ms.starts["tka"].nunique() == 3  # (the estimated ones are moved)
+
+
+def test_fit_options_are_checked_before_any_fit_runs():
+    """A bad option failed every replicate alike (its error in each row), with no
+    exception: it is now refused up front, in the workflow's name."""
+    model = dn.load_model(dn.datasets.example_path("theophylline.model"))
+    pop = dn.datasets.load("theophylline")
+    fit = dn.fit(model, pop, dn.FO(), max_iter=0, covariance=None, progress=False)
+    with pytest.raises(dn.OptionError, match=r"bootstrap: option `fixed` names unknown .*'nope'"):
+        dn.bootstrap(fit, 200, seed=1, fixed=["nope"])
+    with pytest.raises(dn.OptionError, match=r"multistart: .*max_iter"):
+        dn.multistart(model, pop, dn.FO(), n=200, seed=1, max_iter=-3)
+    with pytest.raises(dn.OptionError, match=r"cross_validate: option `compile`"):
+        dn.cross_validate(model, pop, dn.FO(), folds=3, seed=1, compile="fast")
+    with pytest.raises(dn.OptionError, match=r"bootstrap: option `fixed`: the value of 'tka'"):
+        dn.bootstrap(fit, 5, seed=1, fixed={"tka": "x"})

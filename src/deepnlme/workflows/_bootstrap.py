@@ -12,6 +12,7 @@ from ..errors import OptionError, check_keywords, check_range
 from ._runner import FitTask, build_for, check_seed, check_stratify, padded_widths, run_tasks
 from ._tables import (
     FIT_OPTIONS,
+    check_fit_options,
     element_names,
     estimates_row,
     outcome_table,
@@ -145,6 +146,7 @@ def bootstrap(
     if population is None:
         raise OptionError("bootstrap: this fit has no population; pass `population=`")
     check_stratify("bootstrap", population, stratify)
+    check_fit_options("bootstrap", fit.model, fit.method, options)
     fit_options: dict[str, Any] = {"covariance": None, "progress": False, **build_for(n, options)}
     if fit.fixed:
         fit_options["fixed"] = list(fit.fixed)

@@ -25,7 +25,7 @@ from ._runner import (
     renumbered,
     run_tasks,
 )
-from ._tables import FIT_OPTIONS, element_names, estimates_row
+from ._tables import FIT_OPTIONS, check_fit_options, element_names, estimates_row
 
 _MARGINAL = ("FO", "FOCE", "FOCEI", "LaplaceI", "NaivePooled")
 """Methods whose objective is a (approximate) marginal likelihood of a subject's data."""
@@ -308,6 +308,7 @@ def cross_validate(
     check_model_and_population(model, population, "cross_validate")
     score = check_score_method("cross_validate", method, score_method)
     check_folds("cross_validate", population, folds, seed, stratify)
+    check_fit_options("cross_validate", model, method, options)
     fit_options = {"covariance": None, "progress": False, **options}
     text = scaled_text(model, population, options.get("ode_options"))
     tasks, where = fold_tasks(

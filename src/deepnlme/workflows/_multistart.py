@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..errors import OptionError, check_keywords, check_range
 from ._runner import FitTask, build_for, check_method, check_seed, run_tasks
-from ._tables import FIT_OPTIONS, element_names, outcome_table
+from ._tables import FIT_OPTIONS, check_fit_options, element_names, outcome_table
 
 
 def perturbed_starts(
@@ -144,6 +144,7 @@ def multistart(
             f"multistart: `init` names unknown parameter '{unknown[0]}'; the model's "
             f"parameters are {', '.join(sorted(known))}"
         )
+    check_fit_options("multistart", model, method, options)
     fixed = options.get("fixed") or ()
     # what the method does not estimate stays at its start too (JointMAP's and NaivePooled's
     # variances): moved, each start would optimise another objective, and their OFVs would

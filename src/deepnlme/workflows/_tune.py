@@ -23,7 +23,7 @@ from ._crossval import (
     run_fold,
 )
 from ._runner import run_tasks
-from ._tables import FIT_OPTIONS
+from ._tables import FIT_OPTIONS, check_fit_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,6 +265,7 @@ def tune(
     models = tuple(_model_of(template, v, t) for t, v in enumerate(values))
     for m in models:
         check_model_and_population(m, population, "tune")
+    check_fit_options("tune", models[0], method, options)
     fit_options = {"covariance": None, "progress": False, **options}
     tasks, per_trial = [], []
     for t, (v, m) in enumerate(zip(values, models)):
