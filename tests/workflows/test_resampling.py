@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import deepnlme as dn
-from deepnlme.workflows._bootstrap import Bootstrap, resample_subjects
+from deepnlme.workflows._bootstrap import Bootstrap, _check_strata, resample_subjects
 from deepnlme.workflows._multistart import group_optima
 from deepnlme.workflows._runner import padded_widths, renumbered
 
@@ -56,6 +56,15 @@ def test_stratified_resample_keeps_each_stratum_in_its_places():
                  max_iter=1, progress=False, covariance=None)  # fmt: skip
     with pytest.raises(dn.OptionError, match="`stratify`.*'SEX'.*WT, DOSE, GRP"):
         dn.bootstrap(fit, 2, seed=0, stratify="SEX")
+    # a continuous covariate: (nearly) every subject alone in its stratum, every replicate
+    # the data itself and intervals of no width
+    with pytest.raises(dn.OptionError, match=r"stratify='WT' puts 10 of 11 strata at one"):
+        dn.bootstrap(fit, 2, seed=0, stratify="WT")
+    # one subject alone in its stratum: said, and it goes on
+    df["G1"] = (df["ID"] == 1).astype(int)
+    one = dn.read_data(df)
+    with pytest.warns(UserWarning, match=r"leaves 1 subject\(s\) alone in their stratum"):
+        _check_strata(one, "G1")
 
 
 def test_resamples_are_padded_to_the_original_widths():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,32 @@ from ._tables import (
     outcome_table,
     percentile_table,
 )
+
+
+def _check_strata(population, stratify: str | None) -> None:
+    """Refuse strata that leave nothing to resample: a subject alone in its stratum is drawn
+    again in every replicate, and where every stratum holds one subject (a continuous
+    covariate) every replicate is the data itself and the intervals have no width."""
+    if stratify is None:
+        return
+    strata = population.covariates_frame()[stratify].to_numpy()
+    _, counts = np.unique(strata, return_counts=True)
+    alone = int((counts == 1).sum())
+    if alone > len(counts) / 2:
+        raise OptionError(
+            f"bootstrap: stratify={stratify!r} puts {alone} of {len(counts)} strata at one "
+            "subject each (a continuous covariate?): such a subject is drawn again in every "
+            "replicate, so the replicates barely vary and the intervals shrink towards the "
+            "estimate. Stratify on a categorical covariate (e.g. study, sex, a dose group), or "
+            "on bins of this one in a column of their own."
+        )
+    if alone:
+        warnings.warn(
+            f"bootstrap: stratify={stratify!r} leaves {alone} subject(s) alone in their "
+            "stratum: they are drawn again in every replicate (no resampling there)",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def resample_subjects(population, rng: np.random.Generator, stratify: str | None = None) -> tuple:
@@ -146,6 +173,7 @@ def bootstrap(
     if population is None:
         raise OptionError("bootstrap: this fit has no population; pass `population=`")
     check_stratify("bootstrap", population, stratify)
+    _check_strata(population, stratify)
     check_fit_options("bootstrap", fit.model, fit.method, options)
     fit_options: dict[str, Any] = {"covariance": None, "progress": False, **build_for(n, options)}
     if fit.fixed:
