@@ -5,6 +5,7 @@ structure that of the known NONMEM control streams (pheno: ADVAN1 TRANS2)."""
 from __future__ import annotations
 
 import importlib.util
+import pathlib
 import re
 
 import numpy as np
@@ -231,3 +232,35 @@ def test_a_jointmap_export_says_its_ofv_is_not_nonmems(theoph_fit, tmp_path):
     assert "# the JointMAP OFV above is the joint density" in r
     plain = dn.export(theoph_fit, to="nonmem", out=tmp_path / "p")["control_stream"]
     assert "OFV above" not in plain.read_text()
+
+
+def test_an_estimated_sd_of_a_random_effect_stays_a_parameter(tmp_path):
+    """`kv ~ Normal(0, om_v)` with om_v estimated: the effect is written as om_v times a
+    standard normal ETA ($OMEGA 1 FIX), so that NONMEM (and nlmixr2) estimate om_v where
+    deepnlme did; a fixed variance beside an unused THETA was another model once estimated
+    further. pharmpy's reading of the control stream gives deepnlme's individual V with
+    ETA(4) = kv / om_v."""
+    path = dn.datasets.example_path("theophylline.model")
+    text = pathlib.Path(path).read_text()
+    text = text.replace("random:\n", "    om_v = Positive(init=0.15)\nrandom:\n")
+    text = text.replace(
+        "    eta ~ MvNormal(omega)\n", "    eta ~ MvNormal(omega)\n    kv ~ Normal(0, om_v)\n"
+    )
+    text = text.replace("exp(tv + eta[2])", "exp(tv + eta[2] + kv)")
+    pop = dn.datasets.load("theophylline")
+    fit = dn.fit(dn.load_model(text), pop, dn.FOCEI(), max_iter=0, covariance=None,
+                 progress=False)  # fmt: skip
+    files = dn.export(fit, to="nonmem", out=tmp_path / "nm")
+    ctl = files["control_stream"].read_text()
+    assert "$OMEGA 1 FIX  ; kv = om_v * ETA(4)" in ctl
+    model = pm.read_model(str(files["control_stream"]))
+    inits = dict(model.parameters.inits)
+    ind = fit.individual_parameters().set_index("ID")
+    om_v = float(fit.estimates["om_v"])
+    for sid, row in fit.ebes.iterrows():
+        env = dict(inits, **{f"ETA_{k + 1}": float(row.iloc[k]) for k in range(3)})
+        env["ETA_4"] = float(row["kv"]) / om_v
+        pk = _evaluate(model.statements.before_odes, env)
+        assert pk["V"] == pytest.approx(float(ind.loc[sid, "v"]), rel=TOL), sid
+    r = dn.export(fit, to="nlmixr2", out=tmp_path / "r")["model"].read_text()
+    assert "kv ~ fix(1)  # standardised: the model uses om_v * it" in r and "(om_v*kv)" in r

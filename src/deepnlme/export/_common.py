@@ -179,6 +179,16 @@ def fixed_sd(fit: Any, name: str, dist: Any, target: str) -> float:
     return float(sd)
 
 
+def sd_in_parameters(dist: Any) -> sp.Expr | None:
+    """The SD of a random effect declared as ``Normal(0, sd)`` where it depends on
+    parameters (an estimated SD): the exports write such an effect as the SD times a
+    standard normal effect, its variance fixed at 1, so that the SD stays a parameter the
+    tool estimates (a fixed variance beside an unused THETA was another model once
+    estimated further). None where the SD is a number."""
+    expr = sp.sympify(dist)
+    return None if expr.is_number else expr
+
+
 def dosing_outputs(form: ModelForm, name_of) -> list[tuple[str, sp.Expr]]:
     """The `dosing:` outputs as ``(target name, expression)``: `name_of(kind, state)` names
     ``lag``/``bioav``/``rate``/``duration`` of a state in the target's language."""

@@ -23,6 +23,7 @@ from ._common import (
     fit_form,
     fixed_sd,
     map_covariates,
+    sd_in_parameters,
     theta_parameters,
 )
 from ._errors import ExportError
@@ -223,6 +224,14 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
             taken.add(names[s.name])
     printer = _Printer(names)
     counter = [0]
+    # a Normal(0, sd) effect whose sd is a parameter: sd * eta in the model, eta ~ fix(1)
+    scaled = {}
+    for name, syms, dist in form.random:
+        sd_expr = None if isinstance(dist, str) else sd_in_parameters(dist)
+        if sd_expr is not None and len(syms) == 1:
+            eta = printer.names[syms[0].name]
+            printer.names[syms[0].name] = f"({printer.doprint(sd_expr)}*{eta})"
+            scaled[name] = eta
 
     # ini
     ini = []
@@ -235,6 +244,9 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
             ini.append(f"{names[n]} <- {_r_float(v)}")
         ini[-1] += f'; label("{n}")'
     for name, syms, dist in form.random:
+        if name in scaled:
+            ini.append(f"{scaled[name]} ~ fix(1)  # standardised: the model uses {dist} * it")
+            continue
         lhs = " + ".join(names[s.name] for s in syms)
         if isinstance(dist, str):
             cov_name = dist[len("MvNormal(") : -1]

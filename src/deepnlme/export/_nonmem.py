@@ -27,6 +27,7 @@ from ._common import (
     fit_form,
     fixed_sd,
     map_covariates,
+    sd_in_parameters,
     theta_parameters,
     varying_covariates,
 )
@@ -363,6 +364,14 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
             names[s.name] = _nm_name(up, taken) if up not in req_names else up
             taken.add(names[s.name])
     printer = _Printer(names)
+    # a Normal(0, sd) effect whose sd is a parameter: sd * ETA(k), $OMEGA 1 FIX
+    scaled = {}
+    for name, syms, dist in form.random:
+        sd_expr = None if isinstance(dist, str) else sd_in_parameters(dist)
+        if sd_expr is not None and len(syms) == 1:
+            eta = printer.names[syms[0].name]
+            printer.names[syms[0].name] = f"({printer.doprint(sd_expr)}*{eta})"
+            scaled[name] = eta
 
     lines = [f"$PROBLEM deepnlme export ({type(fit.method).__name__} fit, OFV {fit.ofv:.6f})"]
     if not getattr(fit.method, "marginal", True):
@@ -458,6 +467,8 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
                 lines.append(f"$OMEGA BLOCK({len(syms)}){fixed}")
                 for i in range(len(syms)):
                     lines.append("  " + " ".join(_fortran_float(om[i, j]) for j in range(i + 1)))
+        elif name in scaled:
+            lines.append(f"$OMEGA 1 FIX  ; {name} = {dist} * {scaled[name]}")
         else:
             sd = fixed_sd(fit, name, dist, "NONMEM")
             lines.append(f"$OMEGA {_fortran_float(sd**2)} FIX  ; {name} (sd {sd:g})")
