@@ -485,3 +485,18 @@ def test_input_statistics_are_kept_in_the_cache_folder_and_read_back(tmp_path, m
     other = pop.subset(list(pop.ids)[:6])  # other data: another entry
     model_problem(dn.load_model(text), other)
     assert len(list((tmp_path / "statistics").glob("*.npz"))) == 2
+
+
+def test_weights_of_a_fit_with_a_model_that_scales_otherwise_are_said():
+    """A model loaded afresh scales its network's inputs from the population it first meets;
+    with a fit's weights (trained on another scale) its predictions silently differed."""
+    path = dn.datasets.example_path("deepnlme_theophylline.model")
+    pop = dn.datasets.load("theophylline")
+    train, test = pop.subset([1, 2, 3, 4, 5, 6, 7, 8]), pop.subset([9, 10, 11, 12])
+    fit = dn.fit(dn.load_model(path), train, dn.JointMAP(), max_iter=0, covariance=None,
+                 progress=False)  # fmt: skip
+    same = dn.model_predict(fit.model, test, fit)  # the fit's own scaling: no warning
+    np.testing.assert_array_equal(same["PRED"], dn.model_predict(fit, test)["PRED"])
+    with pytest.warns(UserWarning, match=r"model_predict: the network\(s\) NN of this model"):
+        other = dn.model_predict(dn.load_model(path), test, fit)
+    assert np.abs(other["PRED"] - same["PRED"]).max() > 1e-3

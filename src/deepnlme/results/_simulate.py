@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -42,6 +43,36 @@ def _theta(model, params, token: str | None = None) -> dict[str, Any]:
     # thirty operations (0.34 s of theophylline's first `simulate`)
     run = model_program(cm, "pack and unpack", lambda m, v: m.unpack(m.pack(v)), token)
     return cm.unpack(cm.pack(arrays)) if run is None else run(arrays)
+
+
+def _warn_other_scale(model, params, fname: str) -> None:
+    """Warn where `params` is a Fit whose networks scaled their inputs with other statistics
+    than `model`'s do now (a model loaded afresh scales from the population it first meets:
+    the fit's weights then see inputs on another scale than they were trained on)."""
+    from ..estimation._result import Fit
+    from ..nn import networks, resolved_model
+
+    if not isinstance(params, Fit) or params.model is None or model is params.model:
+        return
+    ours, theirs = networks(resolved_model(model)), networks(resolved_model(params))
+    moved = []
+    for name, net in ours.items():
+        other = theirs.get(name)
+        if other is None or net.scale == "none":
+            continue
+        if not all(np.allclose(a, b, rtol=1e-12, atol=0) for a, b in
+                   zip(net.input_transform(), other.input_transform())):  # fmt: skip
+            moved.append(name)
+    if moved:
+        warnings.warn(
+            f"{fname}: the network(s) {', '.join(moved)} of this model scale their inputs "
+            "from the population it was first used with, not as in the fit whose weights are "
+            f"given: the weights see inputs on another scale. Pass the fit's own model "
+            f"({fname}(fit.model, population, fit), or {fname}(fit, population)) to predict "
+            "with the fit's scaling.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _arguments(model, population, params, fname: str):
@@ -178,6 +209,7 @@ def simulate(
     wanted = _include(include)
     model, population, params = _arguments(model, population, params, "simulate")
     sim = _simulate(model, population, params, seed, etas, residual, ode_options)
+    _warn_other_scale(model, params, "simulate")
     if wanted is None:
         return sim.population
     return _simulated_frame(sim, wanted)
@@ -303,6 +335,7 @@ def model_predict(
     """
     model, population, params = _arguments(model, population, params, "model_predict")
     problem, predictor = model_problem(model, population, ode_options=ode_options)
+    _warn_other_scale(model, params, "model_predict")
     binding = binding_of(model, population, ode_options)
     theta = _theta(model, params, problem.cache_token)
     n = len(binding.ids)
