@@ -469,6 +469,13 @@ CASES = [
         ["does not belong in 'derived:'"],
     ),
     (
+        "header-without-colon",
+        _sub("pre:\n", "pre\n"),
+        10,
+        4,
+        ["the block header 'pre' needs a colon", "Write 'pre:'."],
+    ),
+    (
         "network-never-called",
         _sub("    sigma =", "    NN = MLP(1, 4, (1, identity), seed=1)\n    sigma ="),
         6,

@@ -292,6 +292,14 @@ class _Parser:
                     what = "this statement is not inside a block"
                     if current is not None:
                         what = "this statement is not indented"
+                    word = text.strip().rstrip(":").strip()
+                    if word in BLOCKS:  # a block header without its colon
+                        raise self.src.error(
+                            start + 1,
+                            len(text.rstrip()),
+                            f"the block header '{word}' needs a colon",
+                            f"Write '{word}:'.",
+                        )
                     raise self.src.error(
                         start + 1,
                         0,
