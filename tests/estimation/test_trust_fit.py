@@ -131,6 +131,15 @@ def test_non_finite_start_names_a_zero_sd_of_a_proportional_error():
     assert "combined error model" in fit.message
 
 
+def test_non_finite_start_names_an_observation_the_transform_cannot_take():
+    df = _oral_data()
+    df.loc[(df["ID"] == 2) & (df["TIME"] == 4.0), "DV"] = 0.0
+    fit = _oral_fit("BoxCox(conc, sigma, 0.5)", df)
+    assert not fit.converged
+    assert "the observation DV = 0 of subject ID 2 at TIME 4 cannot be transformed" in fit.message
+    assert "CENS = 1" in fit.message
+
+
 def test_finite_start_with_a_non_finite_gradient_names_the_parameter():
     # exp(-1 / (b1 - 0.5)) is 0 at b1 = 0.5 and its slope there 0 * inf = NaN
     fit = _fit("exp(-1 / (b1 - 0.5))", max_iter=3)

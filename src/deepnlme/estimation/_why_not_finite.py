@@ -80,6 +80,8 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
     mean, var = np.asarray(terms.mean), np.asarray(terms.var)
     gauss = np.asarray(terms.gaussian, dtype=bool)
     other = np.asarray(terms.loglik_other)
+    y_t, logjac = np.asarray(terms.y), np.asarray(terms.logjac)
+    dv = np.asarray(data.obs_dv)
     times = np.asarray(data.obs_time)
     predictor, binding = _bound_of(problem)
     ind, pred, outputs, out_idx = {}, None, None, None
@@ -150,6 +152,13 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
                     return (
                         f"{what} is {_fmt(f)} for {at}, where the error model takes its log "
                         f"(or another transform that needs a positive value){hint}"
+                    )
+                if not (np.isfinite(y_t[i, j]) and np.isfinite(logjac[i, j])):
+                    return (
+                        f"the observation DV = {_fmt(dv[i, j])} of {at} cannot be transformed "
+                        "by the error model (a log or Box-Cox transform of both sides needs "
+                        "DV > 0): leave such records out, or mark them censored below the "
+                        "limit of quantification (CENS = 1, DV the limit)"
                     )
             elif not np.isfinite(other[i, j]):
                 return (
