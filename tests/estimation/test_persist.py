@@ -69,6 +69,7 @@ def test_loaded_fit_fields_equal(saved):
     pd.testing.assert_frame_equal(g.ebes, fit.ebes, check_exact=True)
     pd.testing.assert_frame_equal(g.covariance, fit.covariance, check_exact=True)
     pd.testing.assert_frame_equal(dn.predict(g), dn.predict(fit), check_exact=True)
+    assert g.options == fit.options and fit.options["optimizer"] == "bfgs"
     meta = json.loads((folder / "fit.json").read_text())
     assert meta["schema_version"] == 1 and meta["versions"]["jax"]
     assert len(meta["data"]["fingerprint"]) == 64

@@ -103,6 +103,9 @@ def test_run_record_versions_sha_and_model(report, shared_fit):
     assert p.text["data-file"] == "theoph_nm.csv"
     assert p.text["model-text"] == shared_fit.model.source
     assert p.text["method"].startswith(shared_fit.method.name + "(")
+    # the fit's options, saved with the fit the command line wrote and loaded again
+    assert p.text["fit-options"].startswith("max_iter=")
+    assert "optimizer='bfgs'" in p.text["fit-options"] and "init='model'" in p.text["fit-options"]
 
 
 @pytest.mark.slow  # the session's fit, made through the command line

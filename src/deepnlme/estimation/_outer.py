@@ -185,7 +185,16 @@ def fit_problem(
         "covariance": t_cov,
         "total": time.perf_counter() - t_total,
     }
-    return dataclasses.replace(fit, timings=timings)
+    options = {
+        "max_iter": max_iter, "time_limit": time_limit, "gtol": gtol, "ftol": ftol,
+        "xtol": xtol, "optimizer": optimizer.name,
+        "covariance": None if covariance is None else covariance.name,
+        "network_se": bool(network_se), "compile": build,
+        "init": "Fit" if isinstance(init, Fit) else ("values" if init is not None else "model"),
+    }  # fmt: skip
+    if fixed:
+        options["fixed"] = sorted(fixed)
+    return dataclasses.replace(fit, timings=timings, options=options)
 
 
 def _network_names(problem: Problem) -> set[str]:

@@ -39,6 +39,15 @@ ARRAYS_NAME = "arrays.npz"
 # --------------------------------------------------------------------------- helpers
 
 
+def _saved_options(payload: dict) -> dict | None:
+    """A saved fit's options (None for older saved fits, which have none); JSON's null for
+    no time limit is infinity again."""
+    options = payload.get("options")
+    if options is not None and options.get("time_limit", 0) is None:
+        options = {**options, "time_limit": math.inf}
+    return options
+
+
 def _clean(value: Any) -> Any:
     """A JSON-safe copy: numpy scalars to Python, non-finite floats to None."""
     if isinstance(value, dict):
@@ -195,6 +204,7 @@ def save_fit(fit, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
         "nonfinite": sorted(k for k in _NONFINITE if not math.isfinite(getattr(fit, k))),
         "fixed": list(fit.fixed),
         "timings": _clean(fit.timings),
+        "options": _clean(fit.options),
         "shrinkage": _clean(fit.shrinkage),
         "shrinkage_unit": "percent",
         "estimates": {
@@ -670,6 +680,7 @@ def _loaded_fit(payload: dict, arrays: dict[str, np.ndarray], jpath: Path):
         n_subjects=int(stats["n_subjects"]),
         n_params=int(stats["n_params"]),
         fixed=tuple(payload["fixed"]),
+        options=_saved_options(payload),
         inner_converged=bool(stats["inner_converged"]),
         problem=problem,
         model=model,

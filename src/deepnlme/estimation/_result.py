@@ -25,7 +25,9 @@ class Fit:
     - `aic`, `bic`: from `m2ll`, with `n_params` estimated parameters (variance parameters
       included, etas of JointMAP not) and log(`n_obs`) for BIC.
     - `converged`, `message`, `n_iter`, `n_eval`, `history`, `timings` (compile, run,
-      covariance, total; seconds), `penalty` (the networks' penalties, not in the OFV).
+      covariance, total; seconds), `penalty` (the networks' penalties, not in the OFV),
+      `options` (the fit's options: stopping rules, optimizer, covariance, compile, fixed,
+      where the start came from; the report's run record shows them).
 
     Estimates:
 
@@ -82,6 +84,7 @@ class Fit:
     population: Any = dataclasses.field(repr=False, default=None)
     ode_options: Any = dataclasses.field(repr=False, default=None)
     _table: pd.DataFrame = dataclasses.field(repr=False, default=None)
+    options: dict | None = dataclasses.field(repr=False, default=None)
 
     # ------------------------------------------------------------------ tables
 

@@ -276,7 +276,9 @@ def _run_record(fit, data_file, report_seconds: str) -> list[str]:
         ("method", f'<code id="method">{html.escape(_method_text(fit.method))}</code>'),
         (
             "fit options",
-            html.escape(repr(options))
+            '<span id="fit-options">'
+            + html.escape(", ".join(f"{k}={v!r}" for k, v in options.items()))
+            + "</span>"
             if options is not None
             else '<span class="note">not recorded by the Fit</span>',
         ),
