@@ -159,6 +159,8 @@ def test_multistart_leaves_what_the_method_does_not_estimate_at_its_start():
     omega = ms.starts[["omega[1,1]", "omega[2,2]", "omega[3,3]"]].to_numpy()
     np.testing.assert_allclose(omega, np.tile([0.4, 0.07, 0.02], (3, 1)), rtol=1e-12)
     assert ms.starts["tka"].nunique() == 3  # (the estimated ones are moved)
+    assert not ms.starts["converged"].any()  # (2 iterations): no optimum to speak of
+    assert repr(ms).startswith("Multistart(3 starts, none converged; lowest OFV ")
 
 
 def test_fit_options_are_checked_before_any_fit_runs():

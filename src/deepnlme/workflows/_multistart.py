@@ -83,7 +83,12 @@ class Multistart:
         return float(self.starts["ofv"].iloc[self.best])
 
     def __repr__(self) -> str:
-        found = int(self.optima["found"].iloc[0]) if len(self.optima) else 0
+        if not len(self.optima):  # no start converged: the best is a lowest OFV, no optimum
+            return (
+                f"Multistart({len(self.starts)} starts, none converged; lowest OFV "
+                f"{self.best_ofv:.4f}, start {self.best})"
+            )
+        found = int(self.optima["found"].iloc[0])
         return (
             f"Multistart({len(self.starts)} starts, {len(self.optima)} optima; best OFV "
             f"{self.best_ofv:.4f}, found by {found})"
