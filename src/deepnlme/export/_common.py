@@ -179,14 +179,24 @@ def fixed_sd(fit: Any, name: str, dist: Any, target: str) -> float:
     return float(sd)
 
 
-def sd_in_parameters(dist: Any) -> sp.Expr | None:
-    """The SD of a random effect declared as ``Normal(0, sd)`` where it depends on
-    parameters (an estimated SD): the exports write such an effect as the SD times a
-    standard normal effect, its variance fixed at 1, so that the SD stays a parameter the
-    tool estimates (a fixed variance beside an unused THETA was another model once
-    estimated further). None where the SD is a number."""
-    expr = sp.sympify(dist)
-    return None if expr.is_number else expr
+def scale_random_effects(form: ModelForm, printer: Any) -> dict[str, str]:
+    """Write each random effect declared as ``Normal(0, sd)`` whose sd depends on parameters
+    (an estimated SD) as the sd times a standard normal effect: its name in `printer` becomes
+    ``(sd*eta)``, and the tool fixes the effect's variance at 1, so that the sd stays a
+    parameter the tool estimates (a fixed variance beside an unused THETA was another model
+    once estimated further). Returns the random effect's name -> its standard normal
+    effect's name in the target, for the variance block."""
+    scaled = {}
+    for name, syms, dist in form.random:
+        if isinstance(dist, str) or len(syms) != 1:
+            continue
+        expr = sp.sympify(dist)
+        if expr.is_number:
+            continue
+        eta = printer.names[syms[0].name]
+        printer.names[syms[0].name] = f"({printer.doprint(expr)}*{eta})"
+        scaled[name] = eta
+    return scaled
 
 
 def dosing_outputs(form: ModelForm, name_of) -> list[tuple[str, sp.Expr]]:

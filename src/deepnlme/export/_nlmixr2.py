@@ -23,7 +23,7 @@ from ._common import (
     fit_form,
     fixed_sd,
     map_covariates,
-    sd_in_parameters,
+    scale_random_effects,
     theta_parameters,
 )
 from ._errors import ExportError
@@ -225,13 +225,7 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
     printer = _Printer(names)
     counter = [0]
     # a Normal(0, sd) effect whose sd is a parameter: sd * eta in the model, eta ~ fix(1)
-    scaled = {}
-    for name, syms, dist in form.random:
-        sd_expr = None if isinstance(dist, str) else sd_in_parameters(dist)
-        if sd_expr is not None and len(syms) == 1:
-            eta = printer.names[syms[0].name]
-            printer.names[syms[0].name] = f"({printer.doprint(sd_expr)}*{eta})"
-            scaled[name] = eta
+    scaled = scale_random_effects(form, printer)
 
     # ini
     ini = []

@@ -27,7 +27,7 @@ from ._common import (
     fit_form,
     fixed_sd,
     map_covariates,
-    sd_in_parameters,
+    scale_random_effects,
     theta_parameters,
     varying_covariates,
 )
@@ -365,13 +365,7 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
             taken.add(names[s.name])
     printer = _Printer(names)
     # a Normal(0, sd) effect whose sd is a parameter: sd * ETA(k), $OMEGA 1 FIX
-    scaled = {}
-    for name, syms, dist in form.random:
-        sd_expr = None if isinstance(dist, str) else sd_in_parameters(dist)
-        if sd_expr is not None and len(syms) == 1:
-            eta = printer.names[syms[0].name]
-            printer.names[syms[0].name] = f"({printer.doprint(sd_expr)}*{eta})"
-            scaled[name] = eta
+    scaled = scale_random_effects(form, printer)
 
     lines = [f"$PROBLEM deepnlme export ({type(fit.method).__name__} fit, OFV {fit.ofv:.6f})"]
     if not getattr(fit.method, "marginal", True):
