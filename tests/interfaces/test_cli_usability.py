@@ -31,24 +31,8 @@ WHITESPACE = """\
 """
 COMMA = WHITESPACE.split("\n", 1)[1].lstrip("#").replace(" ", ",")
 METHODS = "FO, FOCE, FOCEI, JointMAP, LaplaceI, NaivePooled"
-THEO_NO_WT = """
-param:
-    tka = Real(init=0.4)
-    tcl = Real(init=1.0)
-    tv = Real(init=3.4)
-    omega = PDiag(init=[0.1])
-    sigma = Positive(init=0.7)
-random:
-    eta ~ MvNormal(omega)
-pre:
-    ka = exp(tka)
-    cl = exp(tcl + eta[0])
-    v = exp(tv)
-dynamics: OneCompartmentOral
-derived:
-    conc = Central / v
-    DV ~ Additive(conc, sigma)
-"""
+# the bundled theophylline model: no covariates
+THEO_NO_WT = dn.datasets.example_path("theophylline.model").read_text()
 
 
 @pytest.fixture(scope="module")
