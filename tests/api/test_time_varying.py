@@ -143,3 +143,58 @@ def test_report_curves_pass_through_the_predictions_with_covariates_changing(rul
     assert len(both) == len(table)
     np.testing.assert_allclose(both["IPRED_curve"], both["IPRED"], rtol=1e-10)
     np.testing.assert_allclose(both["PRED_curve"], both["PRED"], rtol=1e-10)
+
+
+DOSE_MODIFIERS = """
+param:
+    tcl = Positive(init=2.0)
+    tv = Positive(init=20.0)
+    om = PDiag(init=[0.1])
+    s = Positive(init=0.1)
+random:
+    eta ~ MvNormal(om)
+covariates: WT, FED
+pre:
+    cl = tcl * exp(eta[0])
+    v = tv * WT / 70
+dosing:
+    bioav[Central] = WT / 100
+    lag[Central] = FED
+{init}dynamics: {dynamics}
+derived:
+    conc = Central / v
+    DV ~ Proportional(conc, s)
+"""
+ONE_CPT = "\n    Central' = -cl / v * Central"
+
+
+@pytest.mark.parametrize("rule", ["nonmem", "locf"])
+@pytest.mark.parametrize("dynamics", ["OneCompartment", ONE_CPT])
+def test_dose_modifiers_come_from_each_dose_records_own_covariates(rule, dynamics):
+    """Bioavailability and lag from the dose record's covariates, as NONMEM evaluates F and
+    ALAG on the dose record: they were taken from the first covariate segment for every
+    dose (under NONMEM's rule that segment holds the value of the record that ends it)."""
+    df = pd.DataFrame(
+        {"ID": 1, "TIME": [0.0, 3.0, 4.0, 5.0], "DV": [np.nan, np.nan, np.nan, 1.0],
+         "AMT": [100.0, 0.0, 100.0, 0.0], "EVID": [1, 2, 1, 0], "MDV": [1, 1, 1, 0],
+         "CMT": 1, "WT": [70.0, 50.0, 50.0, 50.0], "FED": [0.0, 0.5, 0.5, 0.5]}
+    )  # fmt: skip
+    model = dn.load_model(DOSE_MODIFIERS.format(init="", dynamics=dynamics))
+    got = dn.model_predict(model, dn.read_data(df, covariate_rule=rule))["IPRED"].iloc[0]
+    k70, k50, v50 = 2 / 20, 2 / (20 * 50 / 70), 20 * 50 / 70
+    # first dose: F 0.7, no lag; second: F 0.5, lagged 0.5 h (enters at 4.5)
+    first = 70 * (np.exp(-k50 * 5) if rule == "nonmem" else np.exp(-k70 * 3 - k50 * 2))
+    assert got == pytest.approx((first + 50 * np.exp(-k50 * 0.5)) / v50, rel=1e-12)
+
+
+@pytest.mark.parametrize("rule", ["nonmem", "locf"])
+def test_the_initial_state_comes_from_the_first_records_covariates(rule):
+    df = pd.DataFrame(
+        {"ID": 1, "TIME": [0.0, 1.0, 2.0], "DV": [1.0, 1.0, 1.0], "AMT": 0.0, "EVID": 0,
+         "MDV": 0, "CMT": 1, "WT": 70.0, "FED": [0.0, 1.0, 1.0]}
+    )  # fmt: skip
+    text = DOSE_MODIFIERS.format(init="init:\n    Central = 10 + 40 * FED\n", dynamics=ONE_CPT)
+    got = dn.model_predict(dn.load_model(text), dn.read_data(df, covariate_rule=rule))
+    k = 2 / 20
+    np.testing.assert_allclose(got["IPRED"], 10 * np.exp(-k * np.array([0, 1, 2])) / 20,
+                               rtol=1e-10)  # fmt: skip

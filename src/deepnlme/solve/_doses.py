@@ -120,8 +120,15 @@ def resolve_doses(
     is_dose = mask & ((evid == 1) | (evid == 4))
     col_ok = (cmt >= 1) & (cmt <= n_states)
     col = jnp.clip(cmt - 1, 0, n_states - 1)
-    bioav = jnp.asarray(dosing.bioav, float)[col]
-    lag = jnp.asarray(dosing.lag, float)[col]
+
+    def of_record(field):
+        """A dose modifier at each record's compartment: ``[S]``, or ``[D, S]`` with a row
+        per record (a time-varying subject: each from the record's own covariates)."""
+        a = jnp.asarray(field, float)
+        return a[jnp.arange(col.shape[0]), col] if a.ndim == 2 else a[col]
+
+    bioav = of_record(dosing.bioav)
+    lag = of_record(dosing.lag)
 
     amount = jnp.where(is_dose, bioav * amt, 0.0)
     # a feature the data do not use (`DoseFeatures`) is left out of the program: its records'
@@ -130,8 +137,8 @@ def resolve_doses(
     is_ss = is_dose & (ss >= 1) if features.steady_state else none
     bad = ~col_ok
     if features.infusion:
-        m_rate = jnp.asarray(dosing.rate, float)[col]
-        m_dur = jnp.asarray(dosing.duration, float)[col]
+        m_rate = of_record(dosing.rate)
+        m_dur = of_record(dosing.duration)
         is_inf = is_dose & (rate_in != 0)
         is_const = is_ss & is_inf & (ii <= 0)  # steady state of a constant infusion
         use_mrate = is_inf & (rate_in == -1)

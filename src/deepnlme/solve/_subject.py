@@ -297,21 +297,45 @@ class SubjectPredictor:
         """The inputs of the closed form from the covariates `cov` (`_closed_form_covariates`):
         (closed-form parameters, dosing parameters) from ``[K]`` covariates; for a
         time-varying subject, from (``[C, K]`` segments, ``[D, K]`` dose records): (the
-        parameters of each segment, ``[C]`` each; the dose modifiers of the first segment, as
-        the ODE path takes them; the parameters of each dose record's own covariates, which
-        its steady state uses (NONMEM's rule), or None without steady states)."""
+        parameters of each segment, ``[C]`` each; the dose modifiers of each dose record from
+        its own covariates, ``[D, S]`` each; the parameters of each dose record's own
+        covariates, which its steady state uses (NONMEM's rule), or None without steady
+        states)."""
         cm = self.model.compiled
         cov0 = cov[0][0] if self.time_varying else cov
         ind0 = cm.pre(theta, eta, cov0)
-        dosing = cm.dosing(theta, eta, cov0, ind0)
         if not self.time_varying:
-            return cm.closed_form_params(ind0), dosing
+            return cm.closed_form_params(ind0), cm.dosing(theta, eta, cov0, ind0)
+        dosing = self._record_dosing(theta, eta, cov[1])
 
         def params(c):
             return cm.closed_form_params(cm.pre(theta, eta, c))
 
         records = jax.vmap(params)(cov[1]) if self.features.steady_state else None
         return jax.vmap(params)(cov[0]), dosing, records
+
+    def _initial_state(self, theta, eta, sd: SubjectData, cov0, ind0):
+        """The `init:` state from the covariates of the subject's first record (as NONMEM
+        computes A_0 there): the first segment's where they do not change; else the first
+        dose's or observation's own, whichever comes first (under NONMEM's covariate rule
+        the first segment takes the value of the record that ends it)."""
+        cm = self.model.compiled
+        if not self.time_varying:
+            return cm.init(theta, eta, cov0, ind0)
+        doses = sd.doses
+        t_dose = jnp.where(doses.mask[0], doses.time[0], jnp.inf)
+        t_obs = jnp.where(sd.obs_mask[0], sd.obs_time[0], jnp.inf)
+        first = jnp.where(t_dose <= t_obs, sd.dose_cov[0], sd.obs_cov[0])
+        first = jnp.where(jnp.isfinite(jnp.minimum(t_dose, t_obs)), first, cov0)
+        return cm.init(theta, eta, first, cm.pre(theta, eta, first))
+
+    def _record_dosing(self, theta, eta, dose_cov):
+        """The dose modifiers (lag, bioavailability, modelled rate and duration) of each dose
+        record from its own covariates (``[D, S]`` each), as NONMEM evaluates ALAG and F on
+        the dose record: for a subject whose covariates change, the first segment's serve
+        only the doses given under them."""
+        cm = self.model.compiled
+        return jax.vmap(lambda c: cm.dosing(theta, eta, c, cm.pre(theta, eta, c)))(dose_cov)
 
     def _closed_form_covariates(self, sd: SubjectData):
         """The covariates `_closed_form_inputs` reads: the first segment's, or (a time-varying
@@ -349,8 +373,12 @@ class SubjectPredictor:
         cm = self.model.compiled
         cov0 = sd.cov_value[0]
         ind0 = cm.pre(theta, eta, cov0)
-        dosing = cm.dosing(theta, eta, cov0, ind0)
-        x0 = cm.init(theta, eta, cov0, ind0)
+        dosing = (
+            self._record_dosing(theta, eta, sd.dose_cov)
+            if self.time_varying
+            else cm.dosing(theta, eta, cov0, ind0)
+        )
+        x0 = self._initial_state(theta, eta, sd, cov0, ind0)
 
         def seg_fn(cov):
             return cov, cm.pre(theta, eta, cov)
@@ -384,8 +412,12 @@ class SubjectPredictor:
         cm = self.model.compiled
         cov0 = sd.cov_value[0]
         ind0 = cm.pre(theta, eta, cov0)
-        dosing = cm.dosing(theta, eta, cov0, ind0)
-        x0 = jnp.asarray(cm.init(theta, eta, cov0, ind0), float)
+        dosing = (
+            self._record_dosing(theta, eta, sd.dose_cov)
+            if self.time_varying
+            else cm.dosing(theta, eta, cov0, ind0)
+        )
+        x0 = jnp.asarray(self._initial_state(theta, eta, sd, cov0, ind0), float)
         zero = jnp.zeros_like(x0)
         kind = self._linearity(theta, eta, sd)
         if kind is None:  # (binding refuses such a model first: `model_problem`)
