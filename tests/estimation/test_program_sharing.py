@@ -23,7 +23,6 @@ from deepnlme.likelihood._from_model import model_problem
 from deepnlme.workflows._bootstrap import resample_subjects
 from deepnlme.workflows._runner import padded_widths, renumbered
 
-
 # the names of the programs XLA compiles in this process
 _COMPILED: list[str] = []
 jax.monitoring.register_event_duration_secs_listener(
