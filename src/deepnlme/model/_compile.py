@@ -243,6 +243,16 @@ class CompiledModel:
         return self.ir.outputs
 
     @property
+    def has_dosing(self) -> bool:
+        """Whether the model's `dosing:` block sets any dose modifier (else the defaults)."""
+        return bool(self._fns["dosing"])
+
+    @property
+    def has_init(self) -> bool:
+        """Whether the model's `init:` block sets any initial amount (else zeros)."""
+        return bool(self._fns["init"])
+
+    @property
     def has_lag(self) -> bool:
         """True when the model gives any compartment a lag time (``lag[...]``)."""
         return any(kind == "lag" for kind, _, _ in self._fns["dosing"])

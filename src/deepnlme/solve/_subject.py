@@ -306,7 +306,11 @@ class SubjectPredictor:
         ind0 = cm.pre(theta, eta, cov0)
         if not self.time_varying:
             return cm.closed_form_params(ind0), cm.dosing(theta, eta, cov0, ind0)
-        dosing = self._record_dosing(theta, eta, cov[1])
+        dosing = (
+            self._record_dosing(theta, eta, cov[1])
+            if cm.has_dosing
+            else cm.dosing(theta, eta, cov0, ind0)
+        )
 
         def params(c):
             return cm.closed_form_params(cm.pre(theta, eta, c))
@@ -320,7 +324,7 @@ class SubjectPredictor:
         dose's or observation's own, whichever comes first (under NONMEM's covariate rule
         the first segment takes the value of the record that ends it)."""
         cm = self.model.compiled
-        if not self.time_varying:
+        if not (self.time_varying and cm.has_init):
             return cm.init(theta, eta, cov0, ind0)
         doses = sd.doses
         t_dose = jnp.where(doses.mask[0], doses.time[0], jnp.inf)
@@ -375,7 +379,7 @@ class SubjectPredictor:
         ind0 = cm.pre(theta, eta, cov0)
         dosing = (
             self._record_dosing(theta, eta, sd.dose_cov)
-            if self.time_varying
+            if self.time_varying and cm.has_dosing
             else cm.dosing(theta, eta, cov0, ind0)
         )
         x0 = self._initial_state(theta, eta, sd, cov0, ind0)
@@ -414,7 +418,7 @@ class SubjectPredictor:
         ind0 = cm.pre(theta, eta, cov0)
         dosing = (
             self._record_dosing(theta, eta, sd.dose_cov)
-            if self.time_varying
+            if self.time_varying and cm.has_dosing
             else cm.dosing(theta, eta, cov0, ind0)
         )
         x0 = jnp.asarray(self._initial_state(theta, eta, sd, cov0, ind0), float)
