@@ -23,6 +23,7 @@ from deepnlme.interfaces.report import (
     _endpoint_label,
     dense_predictions,
     eta_names,
+    report_html,
 )
 
 
@@ -393,3 +394,42 @@ def test_a_simulation_that_fails_leaves_the_rest_of_the_report(shared_fit, tmp_p
         assert parser.text[s].count("could not be simulated from the fitted model") == 1
         assert "subject 3 in 2 of 100 replicates {x}" in parser.text[s]
     assert "vpc-plot" not in parser.order
+
+
+PKPD = """
+param:
+    tka = Real(init=0.3)
+    tcl = Real(init=1.0)
+    tv = Real(init=3.0)
+    te0 = Real(init=4.6)
+    omega = PDiag(init=[0.1, 0.1, 0.1, 0.05])
+    sdp = Positive(init=0.15)
+    sde = Positive(init=5.0)
+random:
+    eta ~ MvNormal(omega)
+pre:
+    ka = exp(tka + eta[0])
+    cl = exp(tcl + eta[1])
+    v = exp(tv + eta[2])
+    e0 = exp(te0 + eta[3])
+dynamics: OneCompartmentOral
+derived:
+    cp = Central / v
+    eff = e0 * (1 - 0.5 * cp / (2 + cp))
+    CP ~ Proportional(cp, sdp)
+    EFF ~ Additive(eff, sde)
+"""
+
+
+def test_the_vpc_of_several_endpoints_has_a_panel_for_each():
+    """The percentiles of a PK endpoint (0-4 mg/L) and a PD one (50-120) pooled meant
+    nothing; the report's VPC is stratified by endpoint where there are several."""
+    model = dn.load_model(PKPD)
+    times = [0.5, 1, 2, 4, 8, 12]
+    dose = {"time": 0, "amt": 100}
+    design = dn.make_population(8, doses=dose, obs_times=times, endpoints=["CP", "EFF"])
+    data = dn.simulate(model, design, seed=3)
+    fit = dn.fit(model, data, dn.FOCEI(), max_iter=0, covariance=None, progress=False)
+    html = report_html(fit, vpc_sims=20, npde_sims=20, max_individual_pages=0)
+    assert "VPC, 20 simulated replicates - ENDPOINT = CP" in html
+    assert "VPC, 20 simulated replicates - ENDPOINT = EFF" in html

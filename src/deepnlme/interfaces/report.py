@@ -771,7 +771,10 @@ def _vpc_section(fit, table, reps, vpc_sims: int, seed: int, ep_label: str) -> s
     from ..results._vpc import vpc_of
     from . import plots
 
-    v = vpc_of(fit, table, reps.y[:vpc_sims], seed=seed)
+    # one panel per endpoint where there are several: percentiles of a PK and a PD pooled
+    # together would mean nothing
+    strata = "ENDPOINT" if len(fit.population.endpoints) > 1 else None
+    v = vpc_of(fit, table, reps.y[:vpc_sims], seed=seed, stratify=strata)
     body = [
         _chart_html(
             plots.vpc_chart(v, endpoint_label=ep_label), "visual predictive check", "vpc-plot"
@@ -784,7 +787,7 @@ def _vpc_section(fit, table, reps, vpc_sims: int, seed: int, ep_label: str) -> s
     if _multiple_doses(fit.population):
         # over the study's time a dosing interval's profile is spread out: binned on the time
         # after dose, the same replicates show it (PsN's -idv=TAD)
-        tad = vpc_of(fit, table, reps.y[:vpc_sims], seed=seed, x="TAD")
+        tad = vpc_of(fit, table, reps.y[:vpc_sims], seed=seed, x="TAD", stratify=strata)
         left = (
             f" {tad.n_excluded} observations before a subject's first dose are left out."
             if tad.n_excluded > v.n_excluded
