@@ -338,3 +338,15 @@ def test_pred_exponential_error_icall_and_zero_omega():
     imp = from_nonmem(text)
     assert "omega = PDiag(init=[0.03])" in imp.text and "V = TVV\n" in imp.text
     assert "CL = CL_1\n" in imp.text
+
+
+def test_theta_comments_stay_on_their_thetas_after_a_fix():
+    """The X standing for a bounded value matched the X in FIX: every comment after a FIX
+    moved to the next THETA."""
+    text = BASE.replace("$THETA (0,0.98) ; V", "$THETA 0.98 FIX ; V")
+    imp = from_nonmem(text)
+    lines = imp.text.splitlines()
+    assert any(ln.strip().startswith("theta2 = Fixed(0.98)") and ln.endswith(": V") for ln in lines)
+    assert any(
+        ln.strip().startswith("theta3 =") and ln.endswith(": APGR effect on V") for ln in lines
+    )

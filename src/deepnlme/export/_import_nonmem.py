@@ -711,8 +711,10 @@ def _theta_comments(records: Sequence[_Record]) -> list[str]:
         for k, raw in enumerate(r.lines):
             text = re.sub(r"^\s*\$\w+", "", raw) if k == 0 else raw
             code, _, comment = text.partition(";")
-            code = re.sub(r"\([^)]*\)", " X ", code)
-            items = re.findall(r"X|[-+]?(?:\d+\.?\d*|\.\d+)(?:[EDed][-+]?\d+)?", code)
+            # a bounded value (lo, x, hi) counts once; words (FIX) count not at all
+            code = re.sub(r"\([^)]*\)", " 0 ", code)
+            code = re.sub(r"\b[A-Za-z]+\b", " ", code)
+            items = re.findall(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[EDed][-+]?\d+)?", code)
             n = len(items)
             if n:
                 out += [comment.strip()] + [""] * (n - 1)
