@@ -10,10 +10,17 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError, check_keywords, check_range
-from ._runner import FitTask, build_for, check_seed, check_stratify, padded_widths, run_tasks
+from ._runner import (
+    FitTask,
+    build_for,
+    check_fit_options,
+    check_seed,
+    check_stratify,
+    padded_widths,
+    run_tasks,
+)
 from ._tables import (
     FIT_OPTIONS,
-    check_fit_options,
     element_names,
     estimates_row,
     outcome_table,

@@ -18,6 +18,7 @@ from ._runner import (
     FitOutcome,
     FitTask,
     _model,
+    check_fit_options,
     check_method,
     check_seed,
     check_stratify,
@@ -25,7 +26,7 @@ from ._runner import (
     renumbered,
     run_tasks,
 )
-from ._tables import FIT_OPTIONS, check_fit_options, element_names, estimates_row
+from ._tables import FIT_OPTIONS, element_names, estimates_row
 
 _MARGINAL = ("FO", "FOCE", "FOCEI", "LaplaceI", "NaivePooled")
 """Methods whose objective is a (approximate) marginal likelihood of a subject's data."""

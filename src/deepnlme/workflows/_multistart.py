@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError, check_keywords, check_range
-from ._runner import FitTask, build_for, check_method, check_seed, run_tasks
-from ._tables import FIT_OPTIONS, check_fit_options, element_names, outcome_table
+from ._runner import FitTask, build_for, check_fit_options, check_method, check_seed, run_tasks
+from ._tables import FIT_OPTIONS, element_names, outcome_table
 
 
 def perturbed_starts(

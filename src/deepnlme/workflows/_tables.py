@@ -25,54 +25,6 @@ FIT_OPTIONS = (
 progress are the workflow's own)."""
 
 
-def check_fit_options(owner: str, model, method, options: Mapping[str, Any]) -> None:
-    """The fit options a workflow passes to each of its fits, checked once before any fit
-    runs, as `fit` checks them: a bad value otherwise failed every replicate alike, each
-    with the same error in its row, and no exception."""
-    import math
-
-    from ..errors import OptionError
-    from ..estimation._covariance import resolve_covariance
-    from ..estimation._optimizers import resolve_optimizer
-    from ..estimation._options import check_build, check_stopping
-    from ..solve import OdeOptions
-
-    def named(err: OptionError) -> OptionError:
-        text = str(err)
-        return OptionError(f"{owner}: {text[5:] if text.startswith('fit: ') else text}")
-
-    try:
-        check_stopping(
-            options.get("max_iter", 500), options.get("time_limit", math.inf),
-            options.get("gtol", 1e-3), options.get("ftol", 1e-10), options.get("xtol", 1e-8),
-            False,
-        )  # fmt: skip
-        check_build(options.get("compile", "auto"))
-        optimizer = options.get("optimizer")
-        optimizer = resolve_optimizer(method.default_optimizer if optimizer is None else optimizer)
-        method.check_optimizer(optimizer)
-        resolve_covariance(options.get("covariance"))
-    except OptionError as err:
-        raise named(err) from None
-    ode = options.get("ode_options")
-    if ode is not None and not isinstance(ode, OdeOptions):
-        raise OptionError(
-            f"{owner}: option `ode_options` must be a deepnlme.OdeOptions; got {type(ode).__name__}"
-        )
-    fixed = options.get("fixed")
-    if fixed is not None:
-        names = {p.name for p in model.compiled.params}
-        given = list(fixed.keys()) if isinstance(fixed, Mapping) else list(fixed)
-        unknown = [str(n) for n in given if n not in names]
-        if unknown:
-            raise OptionError(
-                f"{owner}: option `fixed` names unknown parameter '{unknown[0]}'; the model's "
-                f"parameters are {', '.join(sorted(names))}"
-            )
-        if isinstance(fixed, Mapping):
-            model.compiled.checked_values(fixed, f"{owner}: option `fixed`")
-
-
 def element_names(reference: Mapping[str, Any]) -> list[tuple[str, str, tuple]]:
     """(column, parameter, index) for every element of the parameters of `reference` (a
     fit's estimates), named as `Fit.raw_table` names them: ``tcl``, ``NN[3]``,

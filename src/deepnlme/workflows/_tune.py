@@ -22,8 +22,8 @@ from ._crossval import (
     pooled_rmse,
     run_fold,
 )
-from ._runner import run_tasks
-from ._tables import FIT_OPTIONS, check_fit_options
+from ._runner import check_fit_options, run_tasks
+from ._tables import FIT_OPTIONS
 
 
 @dataclasses.dataclass(frozen=True)
