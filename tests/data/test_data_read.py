@@ -397,6 +397,18 @@ def test_make_population_and_with_dv():
         make_population(3, doses=dict(time=0, amt=[1, 2]), obs_times=[1])
     with pytest.raises(OptionError, match="unknown keys"):
         make_population(2, doses=dict(time=0, amount=1), obs_times=[1])
+    # said in make_population's own terms (a raw TypeError; a DataFrame's header; a
+    # covariate read as the censoring flag)
+    dose = dict(time=0, amt=1)
+    with pytest.raises(OptionError, match=r"obs_times mixes times and lists of times"):
+        make_population(2, doses=dose, obs_times=[1, [2, 3]])
+    for name in ("AMT", "cens", "DVID", "time"):
+        with pytest.raises(OptionError, match=rf"the covariate name '{name}' is a NONMEM data"):
+            make_population(2, doses=dose, obs_times=[1], covariates={name: 5})
+    with pytest.raises(OptionError, match=r"covariate 'WT' has more than one value a subject"):
+        make_population(2, doses=dose, obs_times=[1], covariates={"WT": [[70, 71], [80, 81]]})
+    varying = make_population(3, doses=dose, obs_times=[1], covariates={"WT": np.array([7, 8, 9])})
+    assert varying.covariate_names == ("WT",)
 
 
 def test_subset_for_resampling(theoph):

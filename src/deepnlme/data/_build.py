@@ -131,6 +131,13 @@ def _dose_column(j: int, dose: Mapping, n: int) -> dict[str, list]:
 def _sampling_times(obs_times: Sequence, n: int) -> list[list[float]]:
     """Each subject's sampling times: the same list for all, or one list per subject."""
     times = list(obs_times)
+    lists = [isinstance(t, Sequence | np.ndarray) and not isinstance(t, str) for t in times]
+    if any(lists) and not all(lists):
+        raise OptionError(
+            f"make_population: obs_times mixes times and lists of times ({obs_times!r:.80}); "
+            "give one list of times for all subjects, e.g. [0.5, 1, 2], or one list per "
+            "subject, e.g. [[0.5, 1], [2, 4]]."
+        )
     if times and all(np.ndim(t) == 1 for t in times):
         if len(times) != n:
             raise OptionError(
@@ -149,11 +156,37 @@ def _endpoint_labels(endpoints: Sequence[str] | None) -> list:
     return labels
 
 
+def _nested(v: object) -> bool:
+    """Whether `v` holds sequences (a value per time, or ragged lists), not numbers."""
+    if isinstance(v, str | bytes) or not isinstance(v, Sequence | np.ndarray):
+        return False
+    return any(isinstance(x, Sequence | np.ndarray) and not isinstance(x, str) for x in v)
+
+
 def _covariate_values(covariates: Mapping[str, object] | None, n: int) -> dict[str, list]:
-    """Each covariate's value for each subject."""
-    return {
-        name: _per_subject(v, n, f"covariate {name!r}") for name, v in (covariates or {}).items()
-    }
+    """Each covariate's value for each subject (constant within it): a name that is a NONMEM
+    data item, or a value per time, is refused naming make_population's own arguments."""
+    from ._population import INTERNAL_NAMES
+    from ._read import COLUMN_OPTIONS
+
+    items = {str(v).upper() for v in COLUMN_OPTIONS.values()} | {"DVID", "ENDPOINT", "ROW"}
+    out = {}
+    for name, v in (covariates or {}).items():
+        if str(name).upper() in items | INTERNAL_NAMES:
+            raise OptionError(
+                f"make_population: the covariate name {name!r} is a NONMEM data item (or a "
+                "name deepnlme uses itself); give the covariate another name, e.g. "
+                f"{str(name).upper()}_COV."
+            )
+        if _nested(v):
+            raise OptionError(
+                f"make_population: covariate {name!r} has more than one value a subject; "
+                "make_population takes covariates constant within a subject (one value for "
+                "all, or one per subject). For values that change over time, write the table "
+                "with a row per record and read it with read_data."
+            )
+        out[name] = _per_subject(v, n, f"covariate {name!r}")
+    return out
 
 
 def _table(
