@@ -594,8 +594,8 @@ def report_html(
         curves = pool.submit(dense_predictions, fit, shown, n_points=grid_points) if shown else None
         # the plots on the continuous clock of the dense curves (the table's TIME is as
         # written, which restarts at an EVID 3/4 reset that restarts the clock)
-        pop = fit.population
-        table = predict(fit).assign(TIME=pop.arrays().obs_time[pop.arrays().obs_mask])
+        a = fit.population.arrays()
+        table = predict(fit).assign(TIME=a.obs_time[a.obs_mask])
         return _report_html(
             fit, table, sims, shown, curves, title=title, name=name, vpc_sims=vpc_sims,
             npde_sims=npde_sims, seed=seed, max_individual_pages=max_individual_pages,

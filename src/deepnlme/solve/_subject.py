@@ -306,11 +306,7 @@ class SubjectPredictor:
         ind0 = cm.pre(theta, eta, cov0)
         if not self.time_varying:
             return cm.closed_form_params(ind0), cm.dosing(theta, eta, cov0, ind0)
-        dosing = (
-            self._record_dosing(theta, eta, cov[1])
-            if cm.has_dosing
-            else cm.dosing(theta, eta, cov0, ind0)
-        )
+        dosing = self._dosing(theta, eta, cov0, ind0, cov[1])
 
         def params(c):
             return cm.closed_form_params(cm.pre(theta, eta, c))
@@ -333,12 +329,14 @@ class SubjectPredictor:
         first = jnp.where(jnp.isfinite(jnp.minimum(t_dose, t_obs)), first, cov0)
         return cm.init(theta, eta, first, cm.pre(theta, eta, first))
 
-    def _record_dosing(self, theta, eta, dose_cov):
-        """The dose modifiers (lag, bioavailability, modelled rate and duration) of each dose
-        record from its own covariates (``[D, S]`` each), as NONMEM evaluates ALAG and F on
-        the dose record: for a subject whose covariates change, the first segment's serve
-        only the doses given under them."""
+    def _dosing(self, theta, eta, cov0, ind0, dose_cov):
+        """The dose modifiers (lag, bioavailability, modelled rate and duration): for a
+        subject whose covariates change and a model with a `dosing:` block, each dose
+        record's from its own covariates (``[D, S]`` each), as NONMEM evaluates ALAG and F on
+        the dose record; else from the first segment's covariates `cov0` (``[S]`` each)."""
         cm = self.model.compiled
+        if not (self.time_varying and cm.has_dosing):
+            return cm.dosing(theta, eta, cov0, ind0)
         return jax.vmap(lambda c: cm.dosing(theta, eta, c, cm.pre(theta, eta, c)))(dose_cov)
 
     def _closed_form_covariates(self, sd: SubjectData):
@@ -377,11 +375,7 @@ class SubjectPredictor:
         cm = self.model.compiled
         cov0 = sd.cov_value[0]
         ind0 = cm.pre(theta, eta, cov0)
-        dosing = (
-            self._record_dosing(theta, eta, sd.dose_cov)
-            if self.time_varying and cm.has_dosing
-            else cm.dosing(theta, eta, cov0, ind0)
-        )
+        dosing = self._dosing(theta, eta, cov0, ind0, sd.dose_cov)
         x0 = self._initial_state(theta, eta, sd, cov0, ind0)
 
         def seg_fn(cov):
@@ -416,11 +410,7 @@ class SubjectPredictor:
         cm = self.model.compiled
         cov0 = sd.cov_value[0]
         ind0 = cm.pre(theta, eta, cov0)
-        dosing = (
-            self._record_dosing(theta, eta, sd.dose_cov)
-            if self.time_varying and cm.has_dosing
-            else cm.dosing(theta, eta, cov0, ind0)
-        )
+        dosing = self._dosing(theta, eta, cov0, ind0, sd.dose_cov)
         x0 = jnp.asarray(self._initial_state(theta, eta, sd, cov0, ind0), float)
         zero = jnp.zeros_like(x0)
         kind = self._linearity(theta, eta, sd)
