@@ -198,3 +198,29 @@ def test_the_initial_state_comes_from_the_first_records_covariates(rule):
     k = 2 / 20
     np.testing.assert_allclose(got["IPRED"], 10 * np.exp(-k * np.array([0, 1, 2])) / 20,
                                rtol=1e-10)  # fmt: skip
+
+
+@pytest.mark.parametrize("solver", ["auto", "dopri8"])
+@pytest.mark.parametrize("rule", ["nonmem", "locf"])
+def test_a_reset_goes_back_to_the_initial_state_of_its_own_record(rule, solver):
+    """An EVID 3/4 record resets the amounts to `init:` computed from its own covariates, as
+    NONMEM computes A_0 at a reset record (a crossover period with its own baseline); they went
+    back to the first record's."""
+    df = pd.DataFrame(
+        {"ID": [1] * 5 + [2] * 4,
+         "TIME": [0.0, 1.0, 2.0, 3.0, 4.0, 0.0, 2.0, 3.5, 4.0],
+         "DV": [1.0, 1.0, np.nan, 1.0, 1.0, 1.0, np.nan, 1.0, 1.0],
+         "AMT": [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 100.0, 0.0, 0.0],
+         "EVID": [0, 0, 3, 0, 0, 0, 4, 0, 0], "MDV": [0, 0, 1, 0, 0, 0, 1, 0, 0], "CMT": 1,
+         "WT": 70.0, "FED": [0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0]}
+    )  # fmt: skip
+    text = DOSE_MODIFIERS.format(init="init:\n    Central = 10 + 40 * FED\n", dynamics=ONE_CPT)
+    options = dn.OdeOptions(solver, rtol=1e-11, atol=1e-13)
+    got = dn.model_predict(
+        dn.load_model(text), dn.read_data(df, covariate_rule=rule), ode_options=options
+    )["IPRED"].to_numpy()
+    e = np.exp(-2 / 20 * np.array([0.0, 1.0, 1.0, 2.0]))  # k = cl / v = 0.1
+    # subject 2: reset to 50 at 2 h, the dose (F 0.7) entering at 3 h (lag FED = 1 h)
+    second = [10.0, 50 * np.exp(-0.15) + 70 * np.exp(-0.05), 50 * np.exp(-0.2) + 70 * np.exp(-0.1)]
+    want = np.concatenate([[10, 10 * e[1], 50 * e[2], 50 * e[3]], second]) / 20
+    np.testing.assert_allclose(got, want, rtol=1e-8)

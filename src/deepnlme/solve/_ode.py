@@ -257,6 +257,7 @@ class _Problem(NamedTuple):
     record_cov: jax.Array | None  # [D, K]: each dose record's own covariates, for its SS
     merged: bool  # no lag: each record's administration is applied at the record's event
     infusion: bool  # any infusion in the data (else no infusion input or end events)
+    x_reset: jax.Array | None = None  # [D, S]: each record's reset state (default x0)
 
 
 class _SteadyStates(NamedTuple):
@@ -295,6 +296,7 @@ def ode_states(
     features: DoseFeatures | None = None,
     lag: bool = True,
     obs_late: jax.Array | None = None,
+    x_reset: jax.Array | None = None,
 ) -> OdeSolution:
     """States ``[T, S]`` of a general ODE model of one subject at the observation times.
 
@@ -303,6 +305,9 @@ def ode_states(
     - `rhs`: ``rhs(t, x, args) -> dx`` (``[S]``).
     - `x0`: initial state ``[S]`` at the subject's first event time; EVID 3/4 resets go back
       to it (NONMEM resets to the initial conditions).
+    - `x_reset`: ``[D, S]``, the state each dose record's reset goes back to and an SS=2
+      record's base, instead of `x0` (the initial conditions from the record's own
+      covariates, as NONMEM computes A_0 at a reset record). Default `x0` for every record.
     - `seg_fn`: ``seg_fn(cov[K]) -> args``, the arguments of `rhs` given the covariates that
       apply on a segment (covariates are piecewise constant between change points).
     - `cov_time`, `cov_value`, `cov_mask`: covariate change points ``[C]``, values ``[C, K]``
@@ -362,6 +367,7 @@ def ode_states(
         None if record_cov is None else jnp.asarray(record_cov, float),
         merged,
         infusion,
+        None if x_reset is None else jnp.asarray(x_reset, float),
     )
     n_ss = res.time.shape[0] if features.ss_records is None else features.ss_records
     table = _steady_states(prob, min(n_ss, res.time.shape[0]) if options.steady_state else 0)
@@ -559,8 +565,9 @@ def _record(prob: _Problem, table: _SteadyStates, is_rec, d, xb, ok, fail_t):
     rec_ok = ~is_rec | (ok_ss & ~res.bad[d])
     fail_t = jnp.where(ok & ~rec_ok, res.time[d], fail_t)
     ok = ok & rec_ok
-    x_new = jnp.where(is_rec & res.is_reset[d], x0, xb)
-    x_new = jnp.where(is_ss_rec, jnp.where(res.ss2[d], xb + x_ss - x0, x_ss), x_new)
+    back = x0 if prob.x_reset is None else prob.x_reset[d]  # the record's initial state
+    x_new = jnp.where(is_rec & res.is_reset[d], back, xb)
+    x_new = jnp.where(is_ss_rec, jnp.where(res.ss2[d], xb + x_ss - back, x_ss), x_new)
     return x_new, ok, fail_t
 
 

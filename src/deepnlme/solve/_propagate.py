@@ -345,6 +345,7 @@ def linear_ode_amounts(
     record_b: jax.Array | None = None,
     reverse: bool = True,
     obs_late: jax.Array | None = None,
+    x_reset: jax.Array | None = None,
 ) -> jax.Array:
     """States ``[T, S]`` of the linear ODE ``x' = K x + b`` (K, b constant between events),
     exactly, by matrix exponentials from event to event (NONMEM's ADVAN5/7 way, for any K).
@@ -354,7 +355,8 @@ def linear_ode_amounts(
     - `kmat`, `b`: ``[C, S, S]`` and ``[C, S]`` (None: no constant input), in force on each
       segment of constant covariates (`seg_time`, `seg_mask` as in `propagated_amounts`).
     - `x0`: the initial state ``[S]`` at the subject's first event; EVID 3/4 and SS=1 resets
-      go back to it, and an SS=2 record adds ``x_ss - x0`` (as `ode_states`).
+      go back to it, and an SS=2 record adds ``x_ss - x0`` (as `ode_states`); `x_reset`
+      ``[D, S]``, when given, in place of `x0` at each dose record (as `ode_states`).
     - `dosing`, `doses`, `obs_time`, `features`, `obs_late`: as `propagated_amounts`.
     - `record_k`, `record_b`: the system of each dose record's own covariates (``[D, S, S]``,
       ``[D, S]``), which its steady state uses; default the segment in force at the record.
@@ -385,6 +387,7 @@ def linear_ode_amounts(
         features or DoseFeatures(),
         None,
         obs_late,
+        x_reset,
     )
 
 
@@ -401,10 +404,12 @@ def _propagate(
     features: DoseFeatures,
     states: tuple[int, ...] | None,
     obs_late: jax.Array | None = None,
+    x_reset: jax.Array | None = None,
 ) -> jax.Array:
     """The event-to-event propagation of `propagated_amounts` and `linear_ode_amounts`:
     `system` gives the transitions of the segments (`record_system`, when given, the steady
-    states of the dose records); `x0` None is the zero initial state of a closed form."""
+    states of the dose records); `x0` None is the zero initial state of a closed form;
+    `x_reset` ``[D, S]`` (None: `x0`) the state each dose record's reset goes back to."""
     seg_time = jnp.asarray(seg_time, float)
     seg_mask = jnp.asarray(seg_mask, bool)
     obs_time = jnp.asarray(obs_time, float)
@@ -555,7 +560,7 @@ def _propagate(
             else:  # the record's own parameters
                 x_ss = record_system.steady(rows, steady, use_inf)
             if x0 is not None:  # an SS=1 record resets to x0 first, SS=2 adds x_ss - x0
-                x_ss = x_ss - x0
+                x_ss = x_ss - (x0 if x_reset is None else x_reset[rows])
             adds[_REC] = jnp.where((live & res.is_ss)[rows][:, None], x_ss, 0.0)
         if features.reset:
             reset_e = per_event({_REC: res.is_reset[rows]}, jnp.zeros((), bool))
@@ -566,7 +571,10 @@ def _propagate(
     add = jnp.where(valid_s[:, None], add, 0.0)
     keep = jnp.where(valid_s, keep, 1.0)
     if x0 is not None:
-        add = add + (1.0 - keep)[:, None] * x0
+        back = x0
+        if x_reset is not None and use_rec:  # each record's own initial state
+            back = per_event({_REC: jnp.asarray(x_reset, float)[rows]}, x0)[order]
+        add = add + (1.0 - keep)[:, None] * back
 
     def step(x, e):
         a, b, k, m = e

@@ -329,6 +329,22 @@ class SubjectPredictor:
         first = jnp.where(jnp.isfinite(jnp.minimum(t_dose, t_obs)), first, cov0)
         return cm.init(theta, eta, first, cm.pre(theta, eta, first))
 
+    def _reset_states(self, theta, eta, sd: SubjectData):
+        """The state each dose record's reset (EVID 3/4, SS=1) goes back to, and an SS=2
+        record's base (``[D, S]``): the `init:` state from the record's own covariates, as
+        NONMEM computes A_0 at a reset record. None (the first record's, for every record)
+        where the covariates do not change, the model has no `init:` or the data no such
+        record."""
+        cm = self.model.compiled
+        f = self.features
+        if not (self.time_varying and cm.has_init and (f.reset or f.steady_state)):
+            return None
+
+        def one(c):
+            return jnp.asarray(cm.init(theta, eta, c, cm.pre(theta, eta, c)), float)
+
+        return jax.vmap(one)(sd.dose_cov)
+
     def _dosing(self, theta, eta, cov0, ind0, dose_cov):
         """The dose modifiers (lag, bioavailability, modelled rate and duration): for a
         subject whose covariates change and a model with a `dosing:` block, each dose
@@ -400,6 +416,7 @@ class SubjectPredictor:
             features=self.features,
             lag=cm.has_lag,
             obs_late=sd.obs_late,
+            x_reset=self._reset_states(theta, eta, sd),
         )
         return sol.states, sol.ok, sol.fail_time
 
@@ -447,6 +464,7 @@ class SubjectPredictor:
             record_b=record_b,
             reverse=self.ode_options.adjoint != "forward",
             obs_late=sd.obs_late,
+            x_reset=self._reset_states(theta, eta, sd),
         )
         return x, self._solve_ok(x, sd), jnp.asarray(jnp.nan)
 
