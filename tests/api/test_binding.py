@@ -64,6 +64,21 @@ def test_numeric_endpoint_codes_follow_declaration_order():
     np.testing.assert_allclose(pred["PRED"], [2.0, 1.0])
 
 
+def test_cmt_numbers_are_not_taken_as_the_outputs_order():
+    """CMT 2 is a compartment, not the model's second output: a data set with only CMT 2
+    observations (the concentrations) was fitted to the second output (the effect)."""
+    text = (
+        "param:\n    a = Real(init=1.0)\n    b = Real(init=2.0)\n    s = Positive(init=1)\n"
+        "derived:\n    CP ~ Normal(a, s)\n    PD ~ Normal(b, s)\n"
+    )
+    df = _frame([[1, 0, 0, 1.0, 0, 0, 2], [1, 1, 0, 2.0, 0, 0, 2]])
+    model = dn.load_model(text)
+    with pytest.raises(dn.DataError, match=r"CMT numbers \(2\).*endpoints=\{2: 'CP'\}"):
+        dn.model_predict(model, dn.read_data(df, endpoint="CMT"))
+    named = dn.read_data(df, endpoint="CMT", endpoints={2: "CP"})
+    np.testing.assert_allclose(dn.model_predict(model, named)["PRED"], [1.0, 1.0])
+
+
 def test_failed_ode_solve_names_subject_and_time():
     text = (
         "param:\n    k = Real(init=1.0)\n    s = Positive(init=1)\n"
@@ -139,3 +154,18 @@ def test_the_ode_form_of_a_linear_model_fits_as_its_closed_form():
     for name in ("tka", "tcl", "tv", "sigma"):
         assert ode.estimates[name] == pytest.approx(closed.estimates[name], rel=1e-6)
     np.testing.assert_allclose(ode.estimates["omega"], closed.estimates["omega"], rtol=1e-6)
+
+
+def test_a_text_covariate_the_model_uses_is_named_as_text_not_as_missing():
+    # it said "the data has no such column" of a column that was there, holding M/F
+    df = pd.DataFrame(
+        {"ID": [1, 1, 2, 2], "TIME": [0, 1, 0, 1], "DV": [1, 2, 1, 2], "SEX": ["M", "M", "F", "F"]}
+    )
+    model = dn.load_model(
+        "param:\n    a = Real(init=1.0)\n    b = Real(init=0.1)\n    s = Positive(init=1)\n"
+        "covariates: SEX\nderived:\n    DV ~ Normal(a + b * SEX, s)\n"
+    )
+    with pytest.raises(dn.DataError, match="column 'SEX' was left out of the covariates"):
+        dn.model_predict(model, dn.read_data(df))
+    with pytest.raises(dn.DataError, match=r"row 1 .*column SEX: covariate values must be numbers"):
+        dn.read_data(df, model=model)

@@ -336,6 +336,12 @@ class Population:
         return self._time_varying
 
     @property
+    def endpoint_column(self) -> str | None:
+        """The data's column that said which endpoint each observation belongs to (as the
+        data names it; None without one)."""
+        return self._endpoint_column
+
+    @property
     def endpoints(self) -> tuple[str, ...]:
         """Endpoint labels in code order (`("DV",)` when the data has no endpoint column)."""
         return self._endpoints

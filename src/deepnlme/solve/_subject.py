@@ -82,6 +82,16 @@ def _match_covariates(model_covs, pop) -> tuple[int, ...]:
         elif c.upper() in upper:
             out.append(upper[c.upper()])
         else:
+            left = [n for n in getattr(pop, "ignored_columns", ()) if n.upper() == c.upper()]
+            if left:
+                raise DataError(
+                    f"the model declares covariate '{c}'; the data's column '{left[0]}' was "
+                    "left out of the covariates when the data were read (Population."
+                    "ignored_columns: its values are not all numbers, or it has missing "
+                    "values). Covariates must be numbers (for example SEX: 0 = female, 1 = "
+                    f"male); read_data(..., covariates=[..., '{left[0]}']) names the rows "
+                    "that are not."
+                )
             close = difflib.get_close_matches(c, names, n=1)
             hint = f" Did you mean '{close[0]}'?" if close else ""
             raise DataError(
@@ -92,7 +102,12 @@ def _match_covariates(model_covs, pop) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _match_outputs(outputs: tuple[str, ...], endpoints: tuple[str, ...]) -> tuple[int, ...]:
+def _match_outputs(
+    outputs: tuple[str, ...], endpoints: tuple[str, ...], column: str | None = None
+) -> tuple[int, ...]:
+    """The model output of each of the data's endpoint labels: by name; numeric codes of a
+    DVID-like `column` in declaration order, 1-based (nlmixr2's rule); never the numbers of a
+    CMT column, which are compartments, not the outputs' order."""
     if not outputs:
         raise ModelError(
             "the model has no observation statement (`NAME ~ Distribution(...)` in `derived:`), "
@@ -113,6 +128,16 @@ def _match_outputs(outputs: tuple[str, ...], endpoints: tuple[str, ...]) -> tupl
             "endpoint='DVID', endpoints={1: '" + outputs[0] + "', ...})."
         )
     index = []
+    numbers = [e for e in endpoints if e not in outputs and e.isdigit()]
+    if numbers and column is not None and column.upper() == "CMT":
+        codes = ", ".join(numbers)
+        example = ", ".join(f"{c}: '{o}'" for c, o in zip(numbers, outputs))
+        raise DataError(
+            f"the data's endpoints are CMT numbers ({codes}), compartments rather than the "
+            f"order of the model's outputs ({', '.join(outputs)}), and none is named like an "
+            "output: say which is which, read_data(..., endpoint='CMT', endpoints={"
+            f"{example}}})."
+        )
     for e in endpoints:
         if e in outputs:
             index.append(outputs.index(e))
@@ -132,7 +157,7 @@ def bind_population(model, population) -> Binding:
     cm = model.compiled
     a = population.arrays()
     cidx = _match_covariates(cm.covariates, population)
-    out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints))
+    out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints), population.endpoint_column)
     _check_dose_records(cm, a, tuple(population.ids))
     sel = np.asarray(cidx, dtype=int)
     tv = bool(any(population.time_varying[i] for i in cidx))
