@@ -270,6 +270,45 @@ def test_a_field_more_than_the_header_shifts_no_column(tmp_path):
         read_data(r)
 
 
+def test_a_field_fewer_than_the_header_is_refused_not_shifted(tmp_path):
+    # pandas fills the last column: `1,4,3.1,2` meant for `1,4,3.1,,2` became a dose of 2
+    # into CMT 1 and lost the observation 3.1 in CMT 2
+    text = "ID,TIME,DV,AMT,CMT\n1,0,.,100,1\n\nC a comment\n1,2,5.1,0,2\n1,4,3.1,2\n"
+    p = write(tmp_path, text)
+    with pytest.raises(DataError, match=r"fewer fields than the header's 5 columns .*line 6 has 4"):
+        read_data(p, ignore="C")
+    fixed = write(tmp_path, text.replace("3.1,2", "3.1,,2"), "fixed.csv")
+    assert read_data(fixed, ignore="C").n_observations == 2  # blank and comment lines pass
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ID   TIME   DV  AMT\n1  0  .  100\n1 1 2 0\n\n2 0 . 50\n2 2 1 0\n",
+        "ID\tTIME\tDV\tAMT\n1\t0\t.\t100\n1\t1\t2\t0\n\n2\t0\t.\t50\n2\t2\t1\t0\n",
+        "ID;TIME;DV;AMT\n1;0;.;100\n1;1;2;0\n\n2;0;.;50\n2;2;1;0\n",
+        "#ID,TIME,DV,AMT\n1,0,.,100\n1,1,2,0\n\n2,0,.,50\n2,2,1,0\n",
+        "# ID TIME DV AMT\n1 0 . 100\n1 1 2 0\n\n2 0 . 50\n2 2 1 0\n",
+    ],
+    ids=["whitespace", "tab", "semicolon", "hash", "hash-whitespace"],
+)
+def test_nonmem_files_separated_otherwise_read_as_their_csv(tmp_path, text):
+    # they said "no ID column" of a header read as one name, `ID   TIME   DV  AMT`
+    want = "ID,TIME,DV,AMT\n1,0,.,100\n1,1,2,0\n\n2,0,.,50\n2,2,1,0\n"
+    ref = read_data(write(tmp_path, want, "ref.csv")).to_dataframe()
+    pd.testing.assert_frame_equal(read_data(write(tmp_path, text)).to_dataframe(), ref)
+    if text.split("\n", 1)[0].count(" ") > 1:  # a whitespace row short of a field
+        bad = write(tmp_path, text + "2 3 1\n", "bad.csv")
+        with pytest.raises(DataError, match="line 7 has 3"):
+            read_data(bad)
+
+
+def test_clock_times_are_said_to_be_unread(tmp_path):
+    p = write(tmp_path, "ID,TIME,DV,AMT\n1,08:00,.,100\n1,09:00,2,0\n")
+    with pytest.raises(DataError, match=r"column TIME: .*'08:00'.*Clock times \(hh:mm\)"):
+        read_data(p)
+
+
 def test_missing_markers_in_the_first_column_are_no_comments(tmp_path):
     p = write(tmp_path, "WT,ID,TIME,DV\n70,1,0,1\nNA,1,1,2\n")
     with pytest.raises(DataError, match="covariate WT is missing"):

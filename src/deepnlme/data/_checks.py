@@ -98,7 +98,13 @@ class Reader:
                 if np.isinf(values[i]) and "inf" not in self.table.cell(i, column).lower()
                 else "not a finite number"
             ),
-            "Write a number here, or leave the cell empty (or '.') for a missing value.",
+            "Write a number here, or leave the cell empty (or '.') for a missing value."
+            + (
+                " Clock times (hh:mm) and DATE columns are not read: give TIME as the hours "
+                "since a reference (e.g. the subject's first dose)."
+                if bad.any() and ":" in self.table.cell(int(np.flatnonzero(bad)[0]), column)
+                else ""
+            ),
         )
         if integer:
             frac = ~missing & (values != np.round(values))

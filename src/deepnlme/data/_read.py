@@ -560,6 +560,11 @@ def _covariates(
     candidates = [c for c in cols if c not in used and c.upper() not in RESERVED]
     if selected is None:
         names, values, ignored = _numeric_covariates(rd, candidates)
+        if needed is not None:  # a column the model uses must be numbers: say where it is not
+            wanted = {str(n).upper() for n in needed}
+            for c in ignored:
+                if c.upper() in wanted and c.upper() not in INTERNAL_NAMES:
+                    _selected_covariates(rd, [c], used, candidates)
         if needed is not None and fill is None:
             wanted = {str(n).upper() for n in needed}
             gaps = [

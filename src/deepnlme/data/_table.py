@@ -233,7 +233,7 @@ def _merged(before: tuple, new: dict[str, list[int]]) -> tuple:
 def _csv_table(path: str, rules: RowRules) -> RawTable:
     """A CSV file's cells as text, with its line numbers; comment records are dropped before
     the file is split into fields, as NM-TRAN drops them, so they need not have its fields."""
-    text = _read_text(path)
+    text = _comma_separated(_read_text(path))
     header = _header(text)
     if header is not None:
         _check_names(header, repr(os.path.basename(path)))
@@ -243,6 +243,8 @@ def _csv_table(path: str, rules: RowRules) -> RawTable:
         for k in marked:
             lines[k - 1] = " "  # read as a blank row, so the rows after it keep their lines
         text = "\n".join(lines)
+    if header is not None:
+        _check_short_rows(text, header, path)
     frame = _cells(text, path)
     if not isinstance(frame.index, pd.RangeIndex):
         # every row has a field more than the header names, and pandas made the first field
@@ -342,6 +344,67 @@ def _read_text(path: str) -> str:
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return text
+
+
+def _comma_separated(text: str) -> str:
+    """The table's text with commas between its fields, line for line: NONMEM data files are
+    often separated by whitespace, tabs or semicolons, with NM-TRAN's comment mark `#` before
+    the header. The text itself where the header line (the first) has commas and no `#`."""
+    first, newline, rest = text.partition("\n")
+    head = first.lstrip()
+    commented = head.startswith("#")
+    if commented:
+        head = head[1:].lstrip()
+    if "," in head:
+        return head + newline + rest if commented else text
+    sep = next((c for c in ("\t", ";") if c in head), " " if len(head.split()) > 1 else None)
+    if sep is None:  # one column (or none): nothing to split
+        return head + newline + rest if commented else text
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    lines = [head, *rest.split("\n")] if newline else [head]
+    for k, line in enumerate(lines):
+        if not line.strip():
+            out.write("\n" if k < len(lines) - 1 else "")
+            continue
+        if sep == " ":
+            fields = line.split()
+        else:
+            fields = next(csv.reader([line], delimiter=sep, skipinitialspace=True), [])
+        writer.writerow(fields)
+    return out.getvalue()
+
+
+def _check_short_rows(text: str, header: list[str], path: str) -> None:
+    """A DataError naming the lines that have fewer fields than the header names columns
+    (blank and comment lines aside): pandas would fill the last columns with empty values and
+    shift what was meant for the missing field's column into the wrong ones (`1,4,3.1,2` for
+    `1,4,3.1,,2` made a dose of 2 in CMT 1 out of an observation of 3.1 in CMT 2)."""
+    need = len(header) - 1
+    if need < 1:
+        return
+    lines = text.split("\n")
+    # commas counted first (a quoted comma only adds one); csv splits only where they fall short
+    if all(line.count(",") >= need or not line.strip() for line in lines[1:]):
+        return
+    short = []
+    try:
+        reader = csv.reader(io.StringIO(text), skipinitialspace=True)
+        next(reader, None)
+        for fields in reader:
+            if fields and any(f.strip() for f in fields) and len(fields) <= need:
+                short.append((reader.line_num, len(fields)))
+    except csv.Error:  # (pandas says what it cannot split)
+        return
+    if short:
+        where = ", ".join(f"line {n} has {k}" for n, k in short[:5])
+        more = f" (and {len(short) - 5} more lines)" if len(short) > 5 else ""
+        raise DataError(
+            f"{path!r}: fewer fields than the header's {len(header)} columns "
+            f"({', '.join(header)}): {where}{more}, so values would land in the wrong columns. "
+            "Write each missing value as an empty field between commas (`1,4,3.1,,2`) or as "
+            "`.`."
+        )
 
 
 def _header(text: str) -> list[str] | None:
