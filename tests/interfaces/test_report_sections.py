@@ -144,6 +144,23 @@ def test_in_memory_data_and_a_mismatched_file(shared_fit):
     assert "not from the file given" in other["note"]
 
 
+def test_a_data_file_given_for_data_in_memory_is_checked_against_them():
+    # `deepnlme report FIT --data FILE` recorded any file, with its hash, as the fit's data
+    import warnings
+
+    from deepnlme.data import DataWarning
+
+    path = dn.datasets.path("theophylline")
+    pop = dn.read_data(dn.read_data(path).to_dataframe())  # as a loaded fit's: no file name
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        same = _data_source(pop, path)
+    assert same["name"] == "theoph_nm.csv" and same["note"] is None and same["sha256"]
+    with pytest.warns(DataWarning, match="does not hold the fitted data"):
+        other = _data_source(pop, dn.datasets.path("phenobarbital"))
+    assert "59 subjects" in other["note"] and "(12, 132)" in other["note"]
+
+
 @pytest.mark.slow  # the session's fit, made through the command line
 def test_dense_curves_pass_through_the_predictions(shared_fit):
     table = dn.predict(shared_fit)

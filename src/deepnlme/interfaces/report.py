@@ -188,10 +188,11 @@ def _versions() -> dict[str, str]:
     }
 
 
-def _data_source(pop, data_file) -> dict[str, str | None]:
+def _data_source(pop, data_file, model=None) -> dict[str, str | None]:
     """The data's file name (as the population records it), the SHA-256 of the file when it
     is known (the `data_file` given, or one the population records) and the digest of the
-    data as read (`estimation._persist.data_fingerprint`)."""
+    data as read (`estimation._persist.data_fingerprint`). A `data_file` that the population
+    was not read from by name is read and compared (`_other_data`)."""
     from ..estimation._persist import data_fingerprint
 
     name = getattr(pop, "source_name", None) or getattr(pop, "_source_name", None)
@@ -203,6 +204,8 @@ def _data_source(pop, data_file) -> dict[str, str | None]:
         given = os.path.basename(os.fspath(data_file))
         if not in_memory and given != name:
             note = f"the population was read from {name!r}, not from the file given ({given!r})"
+        elif in_memory:
+            note = _other_data(pop, data_file, model)
         name = name if not in_memory else given
         in_memory = False
     elif sha is None and not in_memory:
@@ -227,6 +230,34 @@ def _data_source(pop, data_file) -> dict[str, str | None]:
     }
 
 
+def _other_data(pop, data_file, model) -> str | None:
+    """Why the file `data_file` is not the fitted population `pop` (its records, read with
+    `read_data`'s defaults for `model`, differ: IDs, times, DV, doses), said as a warning
+    too; None where they are the same. The covariates are left out of the comparison, which
+    read options such as `fill` change."""
+    import warnings
+
+    from ..data import DataWarning, read_data
+    from ..estimation._persist import data_fingerprint
+
+    given = os.path.basename(os.fspath(data_file))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            other = read_data(data_file, model=model)
+    except Exception as err:  # noqa: BLE001 (any reason it cannot be read is said)
+        return f"{given!r} could not be read to check that it holds the fitted data: {err}"
+    if data_fingerprint(other, covariates=False) == data_fingerprint(pop, covariates=False):
+        return None
+    why = (
+        f"{given!r} does not hold the fitted data: its records (IDs, times, DV, doses as "
+        f"read_data reads them: {len(other)} subjects, {other.n_observations} "
+        f"observations) differ from the fit's ({len(pop)}, {pop.n_observations})"
+    )
+    warnings.warn(f"report: {why}; check the data file given", DataWarning, stacklevel=5)
+    return why
+
+
 def _method_text(method) -> str:
     name = getattr(method, "name", type(method).__name__)
     if dataclasses.is_dataclass(method):
@@ -241,7 +272,7 @@ def _seconds(v) -> str:
 
 def _run_record(fit, data_file, report_seconds: str) -> list[str]:
     pop = fit.population
-    src = _data_source(pop, data_file)
+    src = _data_source(pop, data_file, fit.model)
     v = _versions()
     t = fit.timings or {}
     known = ("compile", "run", "covariance", "total")
