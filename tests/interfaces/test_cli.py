@@ -50,6 +50,16 @@ def test_report_vpc_simulate_on_saved_fit(fitted, tmp_path):
     assert sim.n_observations == 132
 
 
+@pytest.mark.slow
+def test_vpc_options_are_checked_before_the_simulation_is_announced(fitted, tmp_path, capsys):
+    # it said "simulating 200 replicates for the VPC ... failed" before naming the option
+    folder = str(fitted / "fit")
+    for bad, said in [(["--stratify", "FOO"], "stratify"), (["--n-sim", "1"], "n_sim")]:
+        assert main(["vpc", folder, "--out", str(tmp_path), *bad]) == 2
+        out, err = capsys.readouterr()
+        assert "simulating" not in out + err and said in err, (out, err)
+
+
 def test_user_errors_are_one_line_without_traceback(tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("ID,TIME,AMT\n1,0,100\n")

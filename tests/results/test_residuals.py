@@ -200,3 +200,9 @@ def test_vpc_bad_options(linear_fit):
         dn.vpc(fit, n_sim=10, bins="weekly")
     with pytest.raises(dn.OptionError, match="n_sim"):
         dn.npde(fit, n_sim=1)
+    with pytest.raises(dn.OptionError, match="n_sim"):
+        dn.vpc(fit, n_sim=1)
+    top = float(dn.predict(fit)["TIME"].max())
+    with pytest.warns(UserWarning, match=r"do not cover .* the last ends at"):
+        v = dn.vpc(fit, n_sim=10, bins=[0.0, 0.5 * top, 0.9 * top])
+    assert v.summary["x_hi"].max() == pytest.approx(top)

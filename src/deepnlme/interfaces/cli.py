@@ -739,6 +739,9 @@ def _vpc(args) -> None:
 
     bins = args.bins if args.bins == "unique" else _int_option("--bins", args.bins)
     fit = _load_fit_arg(args.fit)
+    from ..results._vpc import check_vpc_options
+
+    check_vpc_options(fit, n_sim=args.n_sim, bins=bins, stratify=args.stratify, x=args.x)
     with Progress(enabled=not args.quiet) as display:
         # one vectorised simulation of every replicate: a phase, with the count
         display.start(f"simulating {args.n_sim} replicates for the VPC")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -53,8 +54,9 @@ _SUMMARY_COLUMNS = (
 )  # fmt: skip
 
 
-def _edges(x: np.ndarray, bins) -> np.ndarray:
-    """Bin edges for `x` (sorted, unique, covering every value)."""
+def _edges(x: np.ndarray, bins, quiet: bool = False) -> np.ndarray:
+    """Bin edges for `x` (sorted, unique, covering every value: edges given that do not cover
+    them are widened to the first and last value, with a warning unless `quiet`)."""
     lo, hi = float(np.min(x)), float(np.max(x))
     if isinstance(bins, str):
         if bins != "unique":
@@ -79,6 +81,14 @@ def _edges(x: np.ndarray, bins) -> np.ndarray:
         ) from None
     if e.ndim != 1 or e.size < 2 or np.any(np.diff(e) <= 0):
         raise OptionError(f"vpc: bin edges must be increasing, at least two; got {bins!r}")
+    if not quiet and (lo < e[0] or hi > e[-1]):
+        warnings.warn(
+            f"vpc: the bin edges {e.tolist()!r} do not cover the observations' x ({lo:g} to "
+            f"{hi:g}): the first bin starts at {min(lo, e[0]):g} and the last ends at "
+            f"{max(hi, e[-1]):g}",
+            UserWarning,
+            stacklevel=4,
+        )
     return np.concatenate([[min(lo, e[0])], e[1:-1], [max(hi, e[-1])]])
 
 
@@ -122,7 +132,8 @@ def vpc(
     censored alike (a censored VPC), and a percentile that falls among censored values is
     NaN. A pcVPC leaves censored records out.
     """
-    _check_options(fit, ci, percentiles, x)
+    check_vpc_options(fit, n_sim=n_sim, bins=bins, percentiles=percentiles, ci=ci,
+                      stratify=stratify, x=x)  # fmt: skip
     sims = simulate_replicates(fit, n_sim, seed)
     return vpc_of(
         fit, predict(fit), sims, seed=seed, bins=bins, percentiles=percentiles, ci=ci,
@@ -196,6 +207,31 @@ def vpc_of(
         n_excluded=int((~keep).sum()),
         limits=stratum_limits,
     )
+
+
+def check_vpc_options(
+    fit,
+    *,
+    n_sim: int = 200,
+    bins: int | Sequence[float] | str = 8,
+    percentiles: Sequence[float] = (5.0, 50.0, 95.0),
+    ci: float = 0.95,
+    stratify: str | None = None,
+    x: str = "TIME",
+) -> None:
+    """Every `vpc` option checked before anything is simulated (an OptionError naming the
+    first that is wrong): the command line checks them before it says it simulates."""
+    _check_options(fit, ci, percentiles, x)
+    if isinstance(n_sim, bool) or not isinstance(n_sim, int | np.integer) or n_sim < 2:
+        raise OptionError(f"vpc: option `n_sim` must be an integer >= 2; got {n_sim!r}")
+    _edges(np.array([0.0, 1.0]), bins, quiet=True)  # (its form; the data's range comes later)
+    if stratify is not None and stratify != "ENDPOINT":
+        names = list(fit.population.covariate_names)
+        if stratify not in names:
+            raise OptionError(
+                f"vpc: option `stratify` must be None, 'ENDPOINT' or a covariate column "
+                f"({', '.join(names) or 'none in this data'}); got {stratify!r}"
+            )
 
 
 def _check_options(fit, ci, percentiles: Sequence[float], x: str) -> tuple[float, ...]:
