@@ -242,3 +242,39 @@ def test_a_start_from_another_models_fit_is_checked_against_this_model():
         match=r"fit: option `init` \(a Fit\): 'omega' is PDiag.*shape \(3, 3\).*got shape \(2, 2\)",
     ):
         dn.fit(dn.load_model(three), pop, dn.FOCEI(), init=first, **opts)
+
+
+TWO_BLOCKS = """
+param:
+    tka = Real(init=0.45)
+    tcl = Real(init=1.0)
+    tv = Real(init=3.45)
+    omega1 = PDiag(init=[0.4, 0.07])
+    omega2 = PDiag(init=[0.02]{fixed})
+    sigma = Positive(init=0.7)
+random:
+    eta1 ~ MvNormal(omega1)
+    eta2 ~ MvNormal(omega2)
+pre:
+    ka = exp(tka + eta1[0])
+    cl = exp(tcl + eta1[1])
+    v  = exp(tv + eta2[0])
+dynamics: OneCompartmentOral
+derived:
+    conc = Central / v
+    DV ~ Additive(conc, sigma)
+"""
+
+
+def test_a_random_effect_block_fixed_in_the_model_fits_as_one_fixed_by_option():
+    # `$OMEGA 0.02 FIX` as `deepnlme import` writes it: the fit stopped at a KeyError
+    # ('omega2', the report's Omega Jacobian), where fixed=["omega2"] fitted
+    pop = dn.datasets.load("theophylline")
+    in_model = dn.load_model(TWO_BLOCKS.format(fixed=", fixed=True"))
+    by_option = dn.load_model(TWO_BLOCKS.format(fixed=""))
+    a = dn.fit(in_model, pop, dn.FOCE(), progress=False, max_iter=5)
+    b = dn.fit(by_option, pop, dn.FOCE(), progress=False, max_iter=5, fixed=["omega2"])
+    assert a.ofv == pytest.approx(b.ofv, rel=1e-9)
+    ta, tb = a.table(), b.table()
+    assert ta["estimate"].tolist() == pytest.approx(tb["estimate"].tolist(), rel=1e-7)
+    assert a.shrinkage["eta2[0]"] == pytest.approx(b.shrinkage["eta2[0]"], rel=1e-9)

@@ -579,7 +579,10 @@ def post_functions(problem: Problem):
             return jax.jacfwd(lambda zc: flat(u.at[cols].set(zc)))(u[cols])
 
         def omega_jac(var_vals, other):
-            return jax.jacfwd(lambda vv: problem.omega({**other, **vv}))(var_vals)
+            # the model's fixed parameters (`fixed=True`, no entries in `u`) from `unpack`
+            held = problem.unpack(jnp.zeros(problem.n_unconstrained))
+            held = {k: v for k, v in held.items() if k not in var_vals and k not in other}
+            return jax.jacfwd(lambda vv: problem.omega({**held, **other, **vv}))(var_vals)
 
         cache["post"] = _shared(
             (problem.cache_token, "post"),
