@@ -491,6 +491,24 @@ CASES = [
         20,
         ["'NN' is a network and can only be called", "NN(x)[0]"],
     ),
+    (
+        "network-misnamed",
+        _sub("    sigma =", "    NN = MLP(1, 4, (1, identity), seed=1)\n    sigma =").replace(
+            "exp(tcl + eta[1])", "exp(tcl + NN9(WT)[0] + eta[1])"
+        ),
+        13,
+        20,
+        ["unknown function 'NN9'", "Did you mean 'NN'?", "Networks of this model: NN."],
+    ),
+    (
+        "network-activation-signature",
+        _sub("    sigma =", "    NN = MLP(1, 4, (1, relu6), seed=1)\n    sigma =").replace(
+            "exp(tcl + eta[1])", "exp(tcl + NN(WT)[0] + eta[1])"
+        ),
+        6,
+        10,
+        ["unknown activation 'relu6'", "MLP(n_in, *layers, act=tanh, bias=True"],
+    ),
 ]
 
 

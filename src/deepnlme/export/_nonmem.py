@@ -255,8 +255,9 @@ def _data_frame(fit: Any, target: str = "NONMEM"):
     pop = getattr(fit, "population", None)
     if pop is None:
         raise ExportError(
-            f"export to {target}: the fit holds no data (a fit loaded without its population); "
-            "load it with deepnlme.load_fit(path, population=...)"
+            f"export to {target}: the fit holds no data (a Fit made without its population, "
+            "e.g. by fit_problem); export a fit from deepnlme.fit, or one saved and loaded "
+            "with deepnlme.load_fit, which keeps its data"
         )
     varying = varying_covariates(fit)
     if target == "NONMEM" and pop.covariate_rule != "nonmem" and varying:

@@ -742,12 +742,13 @@ class _Parser:
                 f"'{fname}' is not a function",
                 "Only the built-in functions and declared networks can be called.",
             )
-        raise self.err(
-            st,
-            node.func,
-            f"unknown function '{fname}'",
-            _suggest(fname, FUNCTIONS, "Allowed functions: " + ", ".join(FUNCTIONS) + "."),
-        )
+        networks = [n for n, d in self.domains.items() if getattr(d, "callable", False)]
+        held = [n for n, v in scope.items() if v[0] == "fixnet"]
+        known = [*FUNCTIONS, *networks, *held]
+        listed = "Allowed functions: " + ", ".join(FUNCTIONS) + "."
+        if networks or held:
+            listed += " Networks of this model: " + ", ".join(networks + held) + "."
+        raise self.err(st, node.func, f"unknown function '{fname}'", _suggest(fname, known, listed))
 
     def network_call(self, st, node, fname, held, scope) -> tuple[Expr, tuple]:
         """A call of a callable parameter (a network); vector arguments are flattened."""
@@ -1189,7 +1190,8 @@ class _Parser:
         args = [self.literal(st, a) for a in node.args]
         kwargs = {k.arg: self.literal(st, k.value) for k in node.keywords}
         sig = inspect.signature(factory)
-        sig_text = f"{dname}{sig}".split(" ->")[0]
+        # (a default symbol, `act=tanh`, as the model writes it)
+        sig_text = re.sub(r"Symbol\(name='(\w+)'\)", r"\1", f"{dname}{sig}".split(" ->")[0])
         try:
             sig.bind(*args, **kwargs)
         except TypeError as e:
