@@ -138,6 +138,9 @@ def test_non_finite_start_names_an_observation_the_transform_cannot_take():
     assert not fit.converged
     assert "the observation DV = 0 of subject ID 2 at TIME 4 cannot be transformed" in fit.message
     assert "CENS = 1" in fit.message
+    # a logit needs 0 < DV < 1 (it said only "needs DV > 0" of a DV of 2.8)
+    logit = _oral_fit("LogitNormal(conc / 100, sigma)", _oral_data())
+    assert "cannot be transformed" in logit.message and "0 < DV < 1" in logit.message
 
 
 def test_finite_start_with_a_non_finite_gradient_names_the_parameter():

@@ -123,8 +123,8 @@ def test_unknown_method_names_the_methods_before_reading_anything(in_tmp, capsys
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err == (
-        f"deepnlme: error: --method: unknown estimation method 'FOCI'; use one of {METHODS} "
-        "(in any case)\n"
+        "deepnlme: error: --method: unknown estimation method 'FOCI'; did you mean 'FOCEI'? "
+        f"use one of {METHODS} (in any case)\n"
     )
     assert not (in_tmp / "o").exists()
 

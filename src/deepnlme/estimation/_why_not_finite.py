@@ -157,8 +157,9 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
                     return (
                         f"the observation DV = {_fmt(dv[i, j])} of {at} cannot be transformed "
                         "by the error model (a log or Box-Cox transform of both sides needs "
-                        "DV > 0): leave such records out, or mark them censored below the "
-                        "limit of quantification (CENS = 1, DV the limit)"
+                        "DV > 0, LogitNormal's logit 0 < DV < 1): leave such records out, or "
+                        "mark them censored beyond the limit of quantification (CENS = 1 below "
+                        "it, -1 above it, DV the limit)"
                     )
             elif not np.isfinite(other[i, j]):
                 return (

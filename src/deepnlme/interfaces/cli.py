@@ -353,12 +353,13 @@ def _method(text: str):
     """The method that `--method` names, in any case (FOCEI, focei, FoCeI); an OptionError
     naming the methods otherwise."""
     from ..likelihood import method_named, method_names
+    from ..likelihood.methods._base import _closest_method
 
     try:
         return method_named(text)()
     except OptionError:
         raise OptionError(
-            f"--method: unknown estimation method {text!r}; use one of "
+            f"--method: unknown estimation method {text!r};{_closest_method(text)} use one of "
             f"{', '.join(method_names())} (in any case)"
         ) from None
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import gammaln, xlog1py, xlogy
 from jax.scipy.stats import norm
 
@@ -198,6 +199,10 @@ class FamilySpec:
     logpdf: Callable[[ObsDist, jax.Array], jax.Array]
     draw: Callable[[ObsDist, jax.Array, tuple], jax.Array]
     formula: str
+    # the observations a discrete family can have (NumPy, elementwise) and how to say so;
+    # None where any number is one (the normal family's transforms check their own domain)
+    support: Callable[[np.ndarray], np.ndarray] | None = None
+    support_text: str = ""
 
 
 FAMILIES: dict[str, FamilySpec] = {
@@ -212,6 +217,8 @@ FAMILIES: dict[str, FamilySpec] = {
             lambda d, y: xlogy(y, d.rate) - d.rate - gammaln(y + 1.0),
             lambda d, key, shape: jax.random.poisson(key, d.rate, shape).astype(jnp.float64),
             "y log(rate) - rate - log(y!)",
+            lambda y: (y >= 0) & (y == np.round(y)),
+            "a count (0, 1, 2, ...)",
         ),
         FamilySpec(
             "bernoulli",
@@ -219,6 +226,8 @@ FAMILIES: dict[str, FamilySpec] = {
             lambda d, y: xlogy(y, d.p) + xlog1py(1.0 - y, -d.p),
             lambda d, key, shape: jax.random.bernoulli(key, d.p, shape).astype(jnp.float64),
             "y log(p) + (1 - y) log(1 - p)",
+            lambda y: (y == 0) | (y == 1),
+            "0 or 1 (1 for the event, 0 for its absence)",
         ),
     ]
 }

@@ -152,6 +152,33 @@ def _match_outputs(
     return tuple(index)
 
 
+def _check_discrete_observations(cm, a, out_of_ep, population) -> None:
+    """A DataError naming the first observation of a count or binary output (Poisson,
+    Bernoulli) whose DV that output cannot take: its log-mass formula gives a finite number
+    for any DV (a binary endpoint coded 0/2 fitted p twice the share of events)."""
+    from ..model._distributions import DISTRIBUTIONS, FAMILIES
+    from ..model._ir import Observation
+
+    observations = [st for st in cm.ir.derived if isinstance(st, Observation)]
+    output = np.asarray(out_of_ep, dtype=int)[a.obs_endpoint]
+    for k, st in enumerate(observations):
+        family = FAMILIES[DISTRIBUTIONS[st.dist].family]
+        if family.support is None:
+            continue
+        mine = a.obs_mask & (output == k) & np.isfinite(a.obs_dv)
+        bad = mine & ~family.support(np.where(mine, a.obs_dv, 0.0))
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            n = int(bad.sum())
+            raise DataError(
+                f"subject {population.ids[i]}, time {population.written_obs_time()[i, j]:g}: "
+                f"the {st.dist} output '{cm.outputs[k]}' takes {family.support_text}, but DV "
+                f"is {a.obs_dv[i, j]:g}"
+                + (f" ({n} observations are such)" if n > 1 else "")
+                + ". Recode DV, or give the output a distribution for such values."
+            )
+
+
 def bind_population(model, population) -> Binding:
     """Check that `model` fits `population` and build the model-ordered subject arrays."""
     cm = model.compiled
@@ -159,6 +186,7 @@ def bind_population(model, population) -> Binding:
     cidx = _match_covariates(cm.covariates, population)
     out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints), population.endpoint_column)
     _check_dose_records(cm, a, tuple(population.ids))
+    _check_discrete_observations(cm, a, out_of_ep, population)
     sel = np.asarray(cidx, dtype=int)
     tv = bool(any(population.time_varying[i] for i in cidx))
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731

@@ -180,8 +180,20 @@ def method_named(name: str) -> type[Method]:
     """The method class called `name`, in any case (``"focei"`` is `FOCEI`)."""
     found = [cls for key, cls in _REGISTRY.items() if key.lower() == str(name).lower()]
     if not found:
-        raise OptionError(f"unknown estimation method {name!r}; expected one of {method_names()}")
+        raise OptionError(
+            f"unknown estimation method {name!r};{_closest_method(name)} expected one of "
+            f"{method_names()}"
+        )
     return found[0]
+
+
+def _closest_method(name) -> str:
+    """' Did you mean 'FOCEI'?' for a misspelt method name ("foci"), or ''."""
+    from ...model._errors import closest
+
+    low = {key.lower(): key for key in _REGISTRY}
+    match = closest(str(name).lower(), low)
+    return f" did you mean {low[match]!r}?" if match else ""
 
 
 # options older saved fits carry that no method has any more (the Adam learning rate is now
