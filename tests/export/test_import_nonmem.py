@@ -222,6 +222,31 @@ def test_advan2_trans1_rate_constants_predict_as_theophylline():
     np.testing.assert_allclose(got.IPRED, want.IPRED, rtol=TOL, atol=TOL)
 
 
+def test_the_compartment_observation_records_name_is_the_one_f_is_of(tmp_path):
+    # without DEFOBS, $MODEL's first compartment is the default; the data's observation
+    # records said CMT 2, as NONMEM reads them, and F was the depot's amount: PRED 320 mg/L
+    import shutil
+
+    shutil.copy(dn.datasets.path("theophylline"), tmp_path / "theoph_nm.csv")
+    text = (DATA / "advan13.mod").read_text()
+    text = text.replace("COMP=(CENTRAL DEFOBS)", "COMP=(CENTRAL)")
+    text = text.replace("K  = CL/V\n", "K  = CL/V\nS2 = V\n").replace("A(2)/V", "F")
+    (tmp_path / "run.mod").write_text(text)
+    imp = from_nonmem(tmp_path / "run.mod")
+    assert "F = Central/S2" in imp.text
+    assert any("the data's observation records name (CMT = 2)" in n for n in imp.notes)
+    pop = imp.read_data()
+    eta = _etas(len(pop), 3)
+    got = dn.model_predict(imp.model, pop, etas=eta)
+    want = dn.model_predict(dn.load_model(ROOT / "examples" / "theophylline.model"), pop, etas=eta)
+    np.testing.assert_allclose(got.IPRED, want.IPRED, rtol=1e-6, atol=1e-6)
+    frame = pd.read_csv(tmp_path / "theoph_nm.csv")
+    frame.loc[frame.index[frame["EVID"] == 0][:3], "CMT"] = 1  # observations of two compartments
+    frame.to_csv(tmp_path / "theoph_nm.csv", index=False)
+    with pytest.raises(NonmemImportError, match=r"name compartments 1 \(Depot\), 2 \(Central\)"):
+        from_nonmem(tmp_path / "run.mod")
+
+
 def test_advan13_des_reads_as_odes():
     imp = from_nonmem(DATA / "advan13.mod")
     text = imp.text
@@ -301,6 +326,12 @@ def test_an_if_without_a_value_before_it_is_refused():
     text = BASE.replace("TVV=THETA(2)*WGT\n", "").replace("V=TVV*EXP", "V=THETA(2)*TVV*EXP")
     msg = _error(text)
     assert "TVV, assigned inside an IF without a value before it" in msg and "line 9" in msg
+    # the IF's value not used by itself: it failed later, "internal error: a branch without a
+    # default", with no line
+    text = BASE.replace("IF(APGR.LT.5) TVV=TVV*(1+THETA(3))", "IF(APGR.LT.5) TVX=1+THETA(3)")
+    msg = _error(text.replace("V=TVV*EXP", "V=TVV*TVX*EXP"))
+    assert "TVX, assigned inside an IF without a value before it on line 10" in msg, msg
+    assert "or an ELSE" in msg
 
 
 # -- the command line -------------------------------------------------------------------------

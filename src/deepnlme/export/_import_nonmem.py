@@ -644,6 +644,14 @@ class _Translator:
                 raise _refuse(f"an assignment to {name} in ${record}", *where)
             try:
                 e = self.expr(s.expression, record, where, name)
+                if isinstance(e, sp.Piecewise) and e.args[-1].cond is not sp.true:
+                    # `IF (c) X = 2` with no ELSE and no value of X before it
+                    raise _refuse(
+                        f"{name}, assigned inside an IF without a value before it",
+                        *where,
+                        f"give {name} a value before the IF, or an ELSE (NONMEM keeps the "
+                        "previous record's)",
+                    )
             except NonmemImportError as err:
                 if not lazy:
                     raise
@@ -1093,6 +1101,64 @@ def _without_data_file(text: str, records: Sequence[_Record]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _observed_compartment(tr: _Translator, records, base: Path, default: int) -> int:
+    """The compartment whose amount F is: the one the data's observation records name in CMT
+    (NONMEM computes F from it; `$MODEL`'s DEFOBS, or the first compartment, and a closed
+    form's central one are defaults for records that name none), else `default`. Where the
+    records name several, a NonmemImportError (F would be one compartment's for all)."""
+    seen = _observed_cmts(records, base, tr.columns.order)
+    usable = sorted(c for c in seen if 1 <= c <= len(tr.states))
+    if len(usable) > 1:
+        names = ", ".join(f"{c} ({tr.states[c - 1]})" for c in usable)
+        raise NonmemImportError(
+            f"from_nonmem: the data's observation records name compartments {names} in CMT; "
+            "the imported model computes F from one compartment for every observation. "
+            "Observations of several compartments are not imported: give each its own output "
+            "in the deepnlme model (one `NAME ~ ...` per compartment, with endpoint='CMT')."
+        )
+    if usable and usable[0] != default:
+        c = usable[0]
+        tr.notes.append(
+            f"F is the amount in {tr.states[c - 1]} (compartment {c}), the compartment the "
+            f"data's observation records name (CMT = {c}), not {tr.states[default - 1]}"
+        )
+        return c
+    return default
+
+
+def _observed_cmts(records, base: Path, columns: Sequence[str | None]) -> set[int]:
+    """The nonzero CMT values of the data's observation records (EVID 0, or no EVID and no
+    amount; MDV not 1); empty where `$DATA`'s file cannot be read or has no CMT. Records a
+    `$DATA` IGNORE/ACCEPT condition leaves out are counted too; comment lines are not."""
+    import pandas as pd
+
+    name = _data_file(records)[0]
+    if name is None or "CMT" not in columns or "ID" not in columns:
+        return set()
+    path = Path(name) if Path(name).is_absolute() else base / name
+    if not path.is_file():
+        return set()
+    try:
+        frame = nonmem_frame(path, columns)
+    except (OSError, ValueError):
+        return set()
+
+    def number(column: str) -> Any:
+        if column not in frame:
+            return None
+        return pd.to_numeric(frame[column], errors="coerce")
+
+    ident, cmt, evid, mdv, amt = (number(c) for c in ("ID", "CMT", "EVID", "MDV", "AMT"))
+    obs = ident.notna() & cmt.notna() & (cmt > 0)
+    if evid is not None:
+        obs &= evid.fillna(0) == 0
+    elif amt is not None:
+        obs &= amt.fillna(0) == 0
+    if mdv is not None:
+        obs &= mdv.fillna(0) != 1
+    return {int(c) for c in cmt[obs].unique()}
+
+
 def _translate(records, pm, text: str, base: Path, origin: str | None) -> NonmemImport:
     from ..model import load_model
 
@@ -1198,6 +1264,7 @@ def _translate(records, pm, text: str, base: Path, origin: str | None) -> Nonmem
     derived = _Code()
     ys: list[tuple[sp.Expr, tuple[int, str]]] = []
     if tr.states and any(_uses_f(s) for s in err_st):
+        obs_cmt = _observed_compartment(tr, records, base, obs_cmt)
         scale = pk_env.get(f"S{obs_cmt}")
         central = sp.Symbol(tr.states[obs_cmt - 1])
         f_sym = tr.assign("F", (0, ""))
