@@ -6,13 +6,14 @@ counts rows), the column, the value as written and the fix.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import DataError
-from ._table import RawTable, parse_numeric
+from ._table import DataWarning, RawTable, parse_numeric
 
 EVID_MEANING = (
     "EVID must be 0 (observation), 1 (dose), 2 (other event, e.g. a covariate change), "
@@ -279,6 +280,18 @@ def _observation_flags(
         )
     implicit_mdv = np.where(evid != 0, 1, np.where(dv_missing & ~allow_missing_dv, 1, 0))
     mdv = np.where(items.mdv_missing, implicit_mdv, items.mdv).astype(np.int64)
+    unread = np.flatnonzero(
+        items.mdv_missing & (evid != 0) & ~dv_missing & (np.nan_to_num(items.dv) != 0)
+    )
+    if len(unread):
+        warnings.warn(
+            f"a DV on {len(unread)} dose or reset record(s) is not an observation (a dose "
+            "record's DV is not read, as NONMEM sets MDV=1 there): "
+            f"{rd.table.where_many(unread)}. Put an observation at a dose's time on a record "
+            "of its own (EVID 0), or write MDV=1 on the dose records to silence this.",
+            DataWarning,
+            stacklevel=5,  # the caller of read_data
+        )
     rd.reject(
         (mdv == 0) & (evid != 0),
         column,
