@@ -303,6 +303,19 @@ def test_nonmem_files_separated_otherwise_read_as_their_csv(tmp_path, text):
             read_data(bad)
 
 
+def test_a_dv_on_a_dose_record_without_mdv_is_warned_of(tmp_path):
+    from deepnlme.data import DataWarning
+
+    p = write(tmp_path, "ID,TIME,DV,AMT,CMT\n1,0,5,100,1\n1,1,4,0,1\n1,2,3,0,1\n")
+    with pytest.warns(DataWarning, match=r"a DV on 1 dose .*row 1 \(line 2 of d.csv\)"):
+        pop = read_data(p)
+    assert pop.n_observations == 2  # (as NONMEM reads it)
+    q = write(tmp_path, "ID,TIME,DV,AMT,CMT,MDV\n1,0,5,100,1,1\n1,1,4,0,1,0\n", "q.csv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_data(q)  # MDV=1 written: said, so nothing to warn of
+
+
 def test_clock_times_are_said_to_be_unread(tmp_path):
     p = write(tmp_path, "ID,TIME,DV,AMT\n1,08:00,.,100\n1,09:00,2,0\n")
     with pytest.raises(DataError, match=r"column TIME: .*'08:00'.*Clock times \(hh:mm\)"):
