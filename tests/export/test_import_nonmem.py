@@ -6,12 +6,14 @@ deepnlme models predict; constructs with no translation are refused naming their
 from __future__ import annotations
 
 import pathlib
+import warnings
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import deepnlme as dn
+from deepnlme.data import DataWarning
 from deepnlme.export import NonmemImportError, from_nonmem
 from deepnlme.interfaces.cli import main
 
@@ -320,6 +322,18 @@ def test_unsupported_constructs_are_named_with_their_line(old, new, message):
     msg = _error(text)
     assert message in msg, msg
     assert "Supported:" in msg
+
+
+def test_data_conditions_take_either_name_of_a_synonym_and_need_parentheses():
+    data = dn.datasets.path("phenobarbital")
+    by_dv = BASE.replace("IGNORE=@", "IGNORE=@ IGNORE=(DV.GT.30)")
+    by_conc = by_dv.replace("AMT DV EVID", "AMT CONC=DV EVID").replace("(DV.GT", "(CONC.GT")
+    with warnings.catch_warnings():  # (subjects left without observations are warned of)
+        warnings.simplefilter("ignore", DataWarning)
+        n = from_nonmem(by_dv).read_data(data).n_observations
+        assert n < 155 and from_nonmem(by_conc).read_data(data).n_observations == n
+    msg = _error(BASE.replace("IGNORE=@", "IGNORE=@ IGNORE=APGR.LT.5"))
+    assert "NM-TRAN takes conditions in parentheses, IGNORE=(APGR.LT.5)" in msg, msg
 
 
 def test_an_if_without_a_value_before_it_is_refused():

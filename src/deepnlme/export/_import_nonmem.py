@@ -1069,8 +1069,15 @@ def from_nonmem(path_or_text: str | os.PathLike) -> NonmemImport:
     try:  # (pharmpy is not given the data file: `read_data` reads it)
         pm = read_model_from_string(_without_data_file(text, records))
     except Exception as e:  # pharmpy's parse errors are of many kinds
+        bare = re.search(r"\b(IGNORE|ACCEPT)\s*=\s*([A-Z]\w*\s*\.[A-Z]+\.[^\s)]*)", text, re.I)
+        hint = (
+            f" ({bare.group(1)}={bare.group(2)} in $DATA: NM-TRAN takes conditions in "
+            f"parentheses, {bare.group(1)}=({bare.group(2)}))"
+            if bare
+            else ""
+        )
         raise NonmemImportError(
-            f"from_nonmem: pharmpy could not read the control stream: {e}"
+            f"from_nonmem: pharmpy could not read the control stream{hint}: {e}"
         ) from e
     return _translate(records, pm, text, base, origin)
 
@@ -1301,7 +1308,7 @@ def _translate(records, pm, text: str, base: Path, origin: str | None) -> Nonmem
     text_out = _model_text(tr, origin, pre_lines, dosing, init, closed, dyn_lines, der_lines)
     model = load_model(text_out)
     method, evaluation, notes = _method(pm, records)
-    data_path, options = _data(pm, records, base, tr.covariates)
+    data_path, options = _data(pm, records, base, tr.covariates, tr.columns.aliases)
     return NonmemImport(
         text=text_out,
         model=model,
@@ -1354,8 +1361,21 @@ def _model_text(tr, origin, pre_lines, dosing, init, closed, dyn_lines, der_line
     return "\n".join(out) + "\n"
 
 
+def _by_column(condition: str, aliases: Mapping[str, str]) -> str:
+    """An IGNORE/ACCEPT condition on the column's name where it names the other of a synonym
+    pair (`CONC.GT.4` of `$INPUT CONC=DV` is `DV.GT.4`: NONMEM takes either name)."""
+    m = re.match(r"^\s*([A-Za-z_]\w*)", condition)
+    if m and m.group(1) in aliases and aliases[m.group(1)] in _DATA_ITEMS:
+        return aliases[m.group(1)] + condition[m.end(1) :]
+    return condition
+
+
 def _data(
-    pm: Any, records: Sequence[_Record], base: Path, covariates: list[str]
+    pm: Any,
+    records: Sequence[_Record],
+    base: Path,
+    covariates: list[str],
+    aliases: Mapping[str, str] = {},  # noqa: B006 (read only)
 ) -> tuple[Path | None, dict[str, Any]]:
     recs = pm.internals.control_stream.get_records("DATA")
     if not recs:
@@ -1369,8 +1389,8 @@ def _data(
     char = d.ignore_character
     if char is not None:
         ignore.append(str(char))
-    ignore += [str(c) for c in d.ignore]
-    accept = [str(c) for c in d.accept]
+    ignore += [_by_column(str(c), aliases) for c in d.ignore]
+    accept = [_by_column(str(c), aliases) for c in d.accept]
     if ignore:
         options["ignore"] = ignore
     if accept:
