@@ -301,3 +301,20 @@ def test_a_fixed_parameter_keeps_its_own_value():
     np.testing.assert_array_equal(_obs(same), _obs(dn.simulate(model, design, {"mu": 4.0}, seed=2)))
     with pytest.raises(dn.OptionError, match=r"'k' \(3.\) .* fixed in the model at 2.0; edit"):
         dn.simulate(model, design, {"k": 3.0}, seed=2)
+
+
+def test_a_naive_pooled_fit_simulates_no_random_effects(theo):
+    """NaivePooled estimates no Omega: its simulations, VPC and NPDE drew random effects from
+    the model's initial Omega, variability counted twice (its sigma holds all of it)."""
+    from deepnlme.results._diagnostics import simulate_replicates
+
+    model, pop = theo
+    fit = dn.fit(model, pop, dn.NaivePooled(), progress=False)
+    sim = dn.simulate(fit, seed=1, include=["eta"])
+    assert (sim.filter(like="eta").to_numpy() == 0).all()
+    pred = dn.predict(fit)["PRED"].to_numpy()
+    mask = np.asarray(fit.population.arrays().obs_mask)
+    y = simulate_replicates(fit, 50, seed=2)[:, mask]
+    sigma = float(fit.estimates["sigma"])
+    assert np.std(y - pred) == pytest.approx(sigma, rel=0.05)  # (with Omega drawn: 1.36 sigma)
+    assert "between-subject variability" not in set(fit.table()["block"])

@@ -242,6 +242,9 @@ def test_network_has_one_row_and_its_weights_their_own_table(small_net):
     # the covariance step left the weights out: so do its diagnostics
     assert list(fit.correlation.index) == ["tcl", "log(om[1,1])", "log(sigma)"]
     assert _rows(fit, "between-subject variability")["label"].tolist() == ["eta[0] -> cl"]
+    # cl = exp(tcl + eta + NN(WT / 70)[0]): exp(tcl) is no typical cl (it said it was)
+    note = _rows(fit, "fixed effects").loc["tcl", "note"]
+    assert "exp(tcl): cl where NN is 0 (no typical value)" in note and "typical cl" not in note
 
 
 @pytest.mark.slow
@@ -388,6 +391,14 @@ def test_reading_the_expression_tree_not_the_names():
     )
     assert r.eta_exp == set()
     assert r.eta_targets == {0: ["cl", "v"], 1: ["v (through NN)"]}
+    # exp(tcl) is no typical cl beside a network or another fixed effect in the exponent (a
+    # covariate's effect is 0 at its reference value: typical there)
+    r = _reading(
+        "    cl = exp(tcl + NN(WT)[0] + eta[0])\n    v = exp(tv + tv2 + eta[1])\n"
+        "    q = exp(tcl + 0.75 * log(WT / 70))\n",
+        "    NN = MLP(1, 3, (1, identity), seed=1)\n    tv2 = Real(init=0.1)\n",
+    )
+    assert r.shifted == {("tcl", "cl"): ["NN"], ("tv", "v"): ["tv2"], ("tv2", "v"): ["tv"]}
     # a Normal(0, sd) random effect, and residual roles of a combined error model
     text = (
         "param:\n    tcl = Real(init=1.0)\n    om = Positive(init=0.3)\n"

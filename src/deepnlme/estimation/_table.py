@@ -200,6 +200,9 @@ class _Reading:
     eta_targets: dict[int, list[str]]  # flat eta index -> where it enters
     eta_exp: set[int]  # random effects that enter only through exp(...)
     residual_roles: dict[str, tuple[str, bool]]  # label -> (role, positive scale)
+    # (label, pre name) -> the other terms of the exponent that no covariate's reference value
+    # sets to 0 (a network, another fixed effect): exp(label) is no typical value of the name
+    shifted: dict[tuple[str, str], list[str]] = dataclasses.field(default_factory=dict)
 
 
 def _eta_offsets(ir) -> dict[str, tuple[int, int]]:
@@ -350,6 +353,7 @@ def read_model(model) -> _Reading:
     theta_targets: dict[str, list[str]] = {}
     eta_targets: dict[int, list[str]] = {}
     log_scale: dict[str, list[str]] = {}
+    shifted: dict[tuple[str, str], list[str]] = {}
     exp_etas: set[int] = set()
     aliases: set[str] = set()
     direct_exp: dict[str, set[int]] = {}
@@ -361,10 +365,14 @@ def read_model(model) -> _Reading:
             if not (isinstance(f, Call) and f.kind == "function" and f.func == "exp"):
                 continue
             direct = f in _factors(expr, {}, [0])
-            for sign, t in _terms(f.args[0], pre, budget, aliases):
+            terms = _terms(f.args[0], pre, budget, aliases)
+            for sign, t in terms:
                 th = _theta_ref(t, shapes)
                 if th is not None and sign > 0:
                     log_scale.setdefault(th, []).append(name)
+                    others = [_shift_of(o) for _, o in terms if o is not t]
+                    if any(others):
+                        shifted[th, name] = [x for x in others if x]
                 j = _eta_ref(t, offsets)
                 if j is not None:
                     exp_etas.add(j)
@@ -415,7 +423,20 @@ def read_model(model) -> _Reading:
                 continue
             for th in sorted(_scale_mentions(arg, derived_vars, offsets, shapes)):
                 roles.setdefault(th, (f"in the {argname} of {s.name}: {to_source(arg)}", False))
-    return _Reading(theta_targets, log_scale, eta_targets, exp_etas - other, roles)
+    return _Reading(theta_targets, log_scale, eta_targets, exp_etas - other, roles, shifted)
+
+
+def _shift_of(term) -> str:
+    """What a term beside a fixed effect in `exp(...)` moves it by where it is not 0 at the
+    covariates' reference values: a network's output (its name) or a term of parameters
+    alone (its text); '' for a random effect, a covariate's effect or a constant."""
+    nets = [n.func for n in walk(term) if isinstance(n, Call) and n.kind == "param"]
+    if nets:
+        return ", ".join(dict.fromkeys(nets))
+    names = [n for n in walk(term) if isinstance(n, Name)]
+    if any(n.kind in ("covariate", "random") for n in names):
+        return ""
+    return to_source(term) if any(n.kind == "param" for n in names) else ""
 
 
 def _scale_mentions(arg, derived_vars, offsets, shapes) -> set[str]:
@@ -462,8 +483,8 @@ def presentation_table(fit) -> pd.DataFrame:
     reading = read_model(fit.model) if fit.model is not None else None
     rows: list[dict] = []
     rows += _fixed_rows(raw, reading)
-    if fit.problem is not None:
-        rows += _bsv_rows(fit, raw, reading)
+    if fit.problem is not None and getattr(fit.method, "random_effects", True):
+        rows += _bsv_rows(fit, raw, reading)  # (NaivePooled fits no Omega: no rows of it)
     rows += _residual_rows(raw, reading)
     rows += _network_rows(fit, raw)
     known = {"fixed effect", "variance", "residual", "network"}
@@ -502,8 +523,13 @@ def _fixed_rows(raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
             row["back-transformed"] = math.exp(est)
             row["back_ci_2.5%"] = math.exp(lo) if np.isfinite(lo) else math.nan
             row["back_ci_97.5%"] = math.exp(hi) if np.isfinite(hi) else math.nan
-            typical = ", ".join(dict.fromkeys(where))
-            row["note"] = _join(row["note"], f"exp({name}): typical {typical}")
+            plain = [w for w in dict.fromkeys(where) if (name, w) not in reading.shifted]
+            notes = [f"exp({name}): typical {', '.join(plain)}"] if plain else []
+            for w in dict.fromkeys(where):
+                if (name, w) in reading.shifted:
+                    at = ", ".join(reading.shifted[name, w])
+                    notes.append(f"exp({name}): {w} where {at} is 0 (no typical value)")
+            row["note"] = _join(row["note"], *notes)
         out.append(row)
     return out
 

@@ -745,7 +745,7 @@ def _report_html(
         sections.append(_section("npde", "NPDE", body))
     ebes = ebe_table(fit)
     labels = list(fit.model.compiled.eta_labels)
-    if labels:
+    if labels and getattr(fit.method, "random_effects", True):  # (NaivePooled: none fitted)
         sections.append(_section("random-effects", "Random effects", _eta_body(fit, ebes)))
     if vpc_reps is None:
         sections.append(_section("vpc", "Visual predictive check", [unsimulated]))

@@ -436,6 +436,9 @@ def replicates(fit, n_sim: int, seed: int, population=None) -> _Replicates:
     poisson = families[output] == "poisson"
     ys, hs, oks = [], [], []
     y_obs = use = None
+    # a fit whose method holds the random effects at 0 (NaivePooled) estimated no Omega: its
+    # replicates have none (the model's initial Omega would add variability never fitted)
+    held = not getattr(getattr(fit, "method", None), "random_effects", True)
     for start in range(0, n_sim, _CHUNK):
         size = min(_CHUNK, n_sim - start)
         gens = [replicate_generator(seed, start + j) for j in range(size)]
@@ -443,7 +446,9 @@ def replicates(fit, n_sim: int, seed: int, population=None) -> _Replicates:
         z_eta = np.zeros((_CHUNK, n, q))
         z = np.zeros((_CHUNK, n, t))
         for j, g in enumerate(gens):
-            z_eta[j] = g.standard_normal((n, q))
+            z_eta[j] = 0.0 if held else g.standard_normal((n, q))
+            if held:
+                g.standard_normal((n, q))  # (drawn all the same: the stream's later numbers)
             z[j] = g.standard_normal((n, t))
             if uniform.any():
                 z[j][uniform] = g.random(int(uniform.sum()))

@@ -116,6 +116,18 @@ def _arguments(model, population, params, fname: str):
     return model, population, params
 
 
+def _held_etas(params, population, model, etas):
+    """Zeros ``[N, q]`` for a Fit whose method estimated no random effects (NaivePooled: its
+    Omega is the model's initial value, never fitted), where no `etas` are given; else
+    `etas`."""
+    from ..estimation._result import Fit
+
+    method = getattr(params, "method", None) if isinstance(params, Fit) else None
+    if etas is None and method is not None and not getattr(method, "random_effects", True):
+        return np.zeros((len(population), model.compiled.eta_size))
+    return etas
+
+
 def _given_etas(model, n: int, etas) -> np.ndarray:
     """The user's random effects ``[N, q]``, checked."""
     q = model.compiled.eta_size
@@ -194,7 +206,8 @@ def simulate(
       population, `simulate(fit, other_population, seed=1)` on another design.
     - `seed`: the seed of the random draws (random effects, then residual errors). The same
       seed gives the same data; no global random state is read or advanced.
-    - `etas`: `[N, q]` random effects to use instead of drawing them.
+    - `etas`: `[N, q]` random effects to use instead of drawing them (the default for a Fit
+      whose method estimated none, NaivePooled: 0, not the model's initial Omega).
     - `residual`: False gives the noise-free individual predictions as DV.
     - `include`: None (default: the `Population`), or a list of any of "eta", "ipred",
       "params": then a DataFrame with one row per observation (as Pumas's `simobs`): ID,
@@ -208,6 +221,7 @@ def simulate(
     """
     wanted = _include(include)
     model, population, params = _arguments(model, population, params, "simulate")
+    etas = _held_etas(params, population, model, etas)
     sim = _simulate(model, population, params, seed, etas, residual, ode_options)
     _warn_other_scale(model, params, "simulate")
     if wanted is None:
@@ -309,6 +323,7 @@ def simulate_with_etas(
 ):
     """Like `simulate`, and also returns the random effects used (``[N, q]`` array)."""
     model, population, params = _arguments(model, population, params, "simulate_with_etas")
+    etas = _held_etas(params, population, model, etas)
     sim = _simulate(model, population, params, seed, etas, residual, ode_options)
     return sim.population, sim.eta
 
