@@ -242,8 +242,17 @@ def test_covariance_failure_is_reported_with_eigenvalues(linear):
     )
     fit = fit_problem(prob, FOCE(), progress=False)
     assert fit.covariance is None
-    assert "not positive definite; eigenvalues" in fit.covariance_status
+    assert "not positive definite; eigenvalues smallest " in fit.covariance_status
+    assert "\n" not in fit.covariance_status and "largest" in fit.covariance_status  # one line
     assert np.isnan(fit.table()["se"]).all()
+
+
+def test_standard_errors_of_an_unconverged_fit_say_so(linear):
+    # NONMEM skips $COV after a failed minimisation; it was "ok" beside "NOT converged"
+    fit = fit_problem(linear, FOCE(), progress=False, max_iter=2)
+    assert not fit.converged and fit.covariance is not None
+    assert fit.covariance_status.startswith("ok (")
+    assert "did not converge: the standard errors describe that point" in fit.covariance_status
 
 
 def test_progress_display(linear, capsys):

@@ -416,6 +416,7 @@ def test_compare_with_the_library(cheap_fit, tmp_path, capsys):
     assert main(["compare", str(out), str(tmp_path / "a")]) == 0
     printed = capsys.readouterr().out
     assert "theo" in printed and "a" in printed
+    assert "0.0000" in printed and "e+0" not in printed and "e-0" not in printed  # dOFV fixed
 
 
 @pytest.mark.parametrize("cmd", ["compare"])

@@ -28,6 +28,13 @@ def _not_positive_definite(m: np.ndarray) -> np.ndarray | None:
     return eig if eig[0] <= 1e-10 * max(abs(eig[-1]), 1e-300) else None
 
 
+def _eigenvalues(eig: np.ndarray) -> str:
+    """The smallest eigenvalues and the largest, on one line (a status line is one line; a
+    network's hundred eigenvalues were printed in full, over several)."""
+    low = ", ".join(f"{x:.4g}" for x in eig[:3])
+    return f"smallest {low}, largest {eig[-1]:.4g} (of {eig.size})"
+
+
 @dataclasses.dataclass(frozen=True)
 class Covariance:
     """Base class of the covariance estimators: `needs_r` (differences of the gradient are
@@ -77,8 +84,8 @@ class Covariance:
             if eig is not None:
                 return None, (
                     "failed: the R matrix (Hessian) is not positive definite; eigenvalues "
-                    f"{np.array2string(eig, precision=4)} (a parameter may be unidentifiable "
-                    "or at a boundary)"
+                    f"{_eigenvalues(eig)} (a parameter may be unidentifiable or at a "
+                    "boundary)"
                 )
         cov, failed = self.estimate(r_mat, s_mat)
         if cov is None:
@@ -165,8 +172,7 @@ class SMatrix(Covariance):
         eig = _not_positive_definite(s)
         if eig is not None:
             return None, (
-                "failed: the S matrix is not positive definite; eigenvalues "
-                f"{np.array2string(eig, precision=4)}"
+                f"failed: the S matrix is not positive definite; eigenvalues {_eigenvalues(eig)}"
             )
         return np.linalg.inv(s), ""
 

@@ -161,6 +161,11 @@ def fit_problem(
             display.start(f"covariance step ({type(covariance).__name__})")
         z_hat = res.x[: len(start.free)]
         cov_u, cov_status = _covariance(run, method, covariance, cov_pos, z_hat, ev)
+        if cov_u is not None and not res.converged:  # (NONMEM skips $COV after a failure)
+            cov_status += (
+                ", at the last iterate of an optimisation that did not converge: the standard "
+                "errors describe that point, not an optimum"
+            )
         display.end()
         t_cov = time.perf_counter() - t_cov0
 

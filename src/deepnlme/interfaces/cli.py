@@ -800,8 +800,12 @@ def _compare(args) -> None:
     table = compare(fits)
     import pandas as pd
 
+    # OFVs and their differences to 4 decimals: a difference of 1e-8 beside 3.3 turned the
+    # whole column into scientific notation
+    fixed = {c: "{:.4f}".format for c in table.columns if c in ("OFV", "AIC", "BIC")}
+    fixed.update({c: "{:.4f}".format for c in table.columns if c.startswith("dOFV")})
     with pd.option_context("display.width", 200, "display.max_columns", None):
-        print(table.to_string(index=not isinstance(table.index, pd.RangeIndex)))
+        print(table.to_string(index=not isinstance(table.index, pd.RangeIndex), formatters=fixed))
     if args.out:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
