@@ -450,3 +450,11 @@ def test_the_vpc_of_several_endpoints_has_a_panel_for_each():
     html = report_html(fit, vpc_sims=20, npde_sims=20, max_individual_pages=0)
     assert "VPC, 20 simulated replicates - ENDPOINT = CP" in html
     assert "VPC, 20 simulated replicates - ENDPOINT = EFF" in html
+    # goodness of fit and NPDE too: one axis and one smoother for both pooled them
+    for what in ("goodness-of-fit panel", "NPDE panel"):
+        assert f'aria-label="{what} of CP"' in html, what
+        assert f'aria-label="{what} of EFF"' in html, what
+    parser = _ById()
+    parser.feed(html)
+    assert {"gof-plot", "gof-plot-2", "npde-plot", "npde-plot-2"} <= set(parser.order)
+    assert "CP" in parser.text["npde-stats"] and "EFF" in parser.text["npde-stats"]

@@ -716,15 +716,19 @@ def _report_html(
             "gof",
             "Goodness of fit",
             [
-                _chart_html(
-                    plots.gof_chart(
-                        _with_tad(fit, table), log_scale=log_scale, endpoint_label=ep_label
-                    ),
-                    "goodness-of-fit panel",
-                    "gof-plot",
-                ),  # fmt: skip
+                *(
+                    _chart_html(
+                        plots.gof_chart(part, log_scale=log_scale, endpoint_label=label),
+                        f"goodness-of-fit panel{of}",
+                        "gof-plot" if k == 0 else f"gof-plot-{k + 1}",
+                    )
+                    for k, (part, label, of) in enumerate(
+                        _by_endpoint(_with_tad(fit, table), pop, ep_label)
+                    )
+                ),
                 '<p class="note">Red: LOWESS smoother (f = 2/3, 3 robustness iterations)'
                 + ("; DV, PRED and IPRED on log scales." if log_scale else ".")
+                + (" One panel per endpoint." if len(pop.endpoints) > 1 else "")
                 + "</p>",
             ],
         )
@@ -794,6 +798,19 @@ def _report_html(
         "</body></html>",
     ]
     return "\n".join(parts)
+
+
+def _by_endpoint(frame: pd.DataFrame, pop, label: str):
+    """(rows, axis label, alt-text suffix) of `frame` per endpoint where the data has several
+    (a concentration and an effect on one axis, under one smoother, mean nothing); the whole
+    frame once otherwise."""
+    if len(pop.endpoints) < 2 or "ENDPOINT" not in frame:
+        return [(frame, label, "")]
+    return [
+        (frame[frame["ENDPOINT"] == ep], str(ep), f" of {ep}")
+        for ep in pop.endpoints
+        if (frame["ENDPOINT"] == ep).any()
+    ]
 
 
 def _vpc_section(fit, table, reps, vpc_sims: int, seed: int, ep_label: str) -> str:
@@ -875,16 +892,27 @@ def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[s
     pred = table["PRED"].to_numpy(dtype=float) if same else None
     if same:
         nd = nd.assign(TIME=table["TIME"].to_numpy())
-    v = nd["NPDE"].to_numpy(dtype=float)
-    v = v[np.isfinite(v)]
-    stats = pd.DataFrame(
-        {
-            "statistic": ["records", "mean (0 expected)", "variance (1 expected)"],
-            "value": [float(v.size), float(np.mean(v)), float(np.var(v, ddof=1))],
-        }
-    )
+    parts = _by_endpoint(nd.assign(_PRED=pred) if same else nd, fit.population, ep_label)
+    stats = pd.DataFrame({"statistic": ["records", "mean (0 expected)", "variance (1 expected)"]})
+    for part, label, _ in parts if len(parts) > 1 else [(nd, "value", "")]:
+        v = part["NPDE"].to_numpy(dtype=float)
+        v = v[np.isfinite(v)]
+        mean = float(np.mean(v)) if v.size else math.nan
+        stats[label] = [float(v.size), mean, float(np.var(v, ddof=1)) if v.size > 1 else math.nan]
+    charts = [
+        _chart_html(
+            plots.npde_chart(
+                part.drop(columns="_PRED", errors="ignore"),
+                part["_PRED"].to_numpy() if same else None,
+                endpoint_label=label,
+            ),
+            f"NPDE panel{of}",
+            "npde-plot" if k == 0 else f"npde-plot-{k + 1}",
+        )
+        for k, (part, label, of) in enumerate(parts)
+    ]
     return [
-        _chart_html(plots.npde_chart(nd, pred, endpoint_label=ep_label), "NPDE panel", "npde-plot"),
+        *charts,
         _table(stats, table_id="npde-stats"),
         f'<p class="note">{n_sim} replicates simulated (seed {seed}); decorrelated NPDE '
         "(Brendel 2006, Comets 2008).</p>",
