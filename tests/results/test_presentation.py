@@ -399,6 +399,15 @@ def test_reading_the_expression_tree_not_the_names():
         "    NN = MLP(1, 3, (1, identity), seed=1)\n    tv2 = Real(init=0.1)\n",
     )
     assert r.shifted == {("tcl", "cl"): ["NN"], ("tv", "v"): ["tv2"], ("tv2", "v"): ["tv"]}
+    # a parameter of `derived:` or `dynamics:` is labelled with the variable it enters
+    r = read_model(
+        dn.load_model(
+            "param:\n    tk = Real(init=0.1)\n    emax = Real(init=1.0)\n"
+            "    s = Positive(init=1.0)\ndynamics:\n    A' = -exp(tk) * A\n"
+            "derived:\n    eff = emax * A\n    DV ~ Additive(eff, s)\n"
+        )
+    )
+    assert r.theta_targets == {"tk": ["A'"], "emax": ["eff"]}
     # a Normal(0, sd) random effect, and residual roles of a combined error model
     text = (
         "param:\n    tcl = Real(init=1.0)\n    om = Positive(init=0.3)\n"
@@ -476,3 +485,24 @@ def test_additive_random_effects_and_fixed_variances():
     # the printed table marks them, as NONMEM's FIX (the note column is not printed)
     assert "omega[1,1] FIX" in str(fit) and "tA1 FIX" not in str(fit)
     assert _rows(fit, "fixed effects")["back-transformed"].isna().all()
+
+
+def test_individual_parameters_per_time_name_the_endpoint_where_there_are_several():
+    # a PK and a PD observation at one time were two rows no column told apart
+    model = dn.load_model(
+        "param:\n    tcl = Real(init=1.0)\n    e0 = Positive(init=50.0)\n"
+        "    om = PDiag(init=[0.1])\n    s1 = Positive(init=0.1)\n    s2 = Positive(init=5.0)\n"
+        "random:\n    eta ~ MvNormal(om)\npre:\n    cl = exp(tcl + eta[0])\n    v = 10\n"
+        "dynamics: OneCompartment\nderived:\n    cp = Central / v\n"
+        "    CP ~ Proportional(cp, s1)\n    EFF ~ Additive(e0 - cp, s2)\n"
+    )
+    design = dn.make_population(
+        2, doses={"time": 0, "amt": 100}, obs_times=[1, 2], endpoints=["CP", "EFF"]
+    )
+    data = dn.simulate(model, design, seed=1)
+    fit = dn.fit(model, data, dn.FOCE(), max_iter=0, covariance=None, progress=False)
+    per = fit.individual_parameters(per_time=True)
+    assert list(per.columns[:4]) == ["ID", "TIME", "EVID", "ENDPOINT"]
+    obs = per[per["EVID"] == 0]
+    assert sorted(obs["ENDPOINT"]) == ["CP"] * 4 + ["EFF"] * 4
+    assert (per.loc[per["EVID"] != 0, "ENDPOINT"] == "").all()

@@ -184,8 +184,9 @@ class Fit:
         `per_time=False`: one row per subject (column ID, then the `pre:` variables), at the
         subject's baseline (first-record) covariates, as `deepnlme.ebe_table` gives them.
         `per_time=True`: one row per observation and dose event (ID, TIME, EVID (0 for an
-        observation), the model's covariates on that record, then the `pre:` variables at
-        them): what a time-varying covariate does to the parameters. Doses implied by ADDL are
+        observation), ENDPOINT where the data has several, the model's covariates on that
+        record, then the `pre:` variables at them): what a time-varying covariate does to the
+        parameters. Doses implied by ADDL are
         included; TIME is the time the model sees (continuous across EVID 3/4 resets).
         """
         if not isinstance(per_time, bool):

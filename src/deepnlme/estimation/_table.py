@@ -311,11 +311,13 @@ def _other_blocks(ir):
     for s in ir.init:
         yield f"init {s.name}", s.expr
     for s in ir.dynamics:
-        if isinstance(s, Assign | Derivative):
-            yield "dynamics", s.expr
+        if isinstance(s, Assign):
+            yield s.name, s.expr
+        elif isinstance(s, Derivative):
+            yield f"{s.state}'", s.expr
     for s in ir.derived:
         if isinstance(s, Assign):
-            yield "derived", s.expr
+            yield s.name, s.expr  # (`emax -> eff`: the variable it enters)
 
 
 _ROLES = {
@@ -863,8 +865,9 @@ def individual_frame(
     `per_time=False`: one row per subject (ID), at its baseline covariates (the first
     record's). `per_time=True`: one row per observation and dose event of each subject, in the
     order of the events (ID, TIME, EVID: 0 for an observation, else the dose's EVID; doses
-    implied by ADDL included; TIME is the time the model sees, continuous across resets), with
-    the model's covariates on that record, then the individual parameters.
+    implied by ADDL included; TIME is the time the model sees, continuous across resets; with
+    several endpoints ENDPOINT, empty on doses), with the model's covariates on that record,
+    then the individual parameters.
     """
     ids = list(binding.ids)
     if not per_time:
@@ -894,6 +897,12 @@ def individual_frame(
             "EVID": evid[mask][order].astype(np.int64),
         }
     )
+    if len(population.endpoints) > 1:  # (two observations at one time: which is which)
+        labels = np.asarray(population.endpoints, dtype=object)
+        endpoint = np.concatenate(
+            [labels[a.obs_endpoint], np.full(a.dose_evid.shape, "", dtype=object)], axis=1
+        )
+        frame.insert(3, "ENDPOINT", endpoint[mask][order])
     for k, c in enumerate(cm.covariates):
         frame[c] = cov[..., k][mask][order]
     for name, v in values.items():
