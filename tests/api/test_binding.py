@@ -92,7 +92,24 @@ def test_failed_ode_solve_names_subject_and_time():
     pop = dn.read_data(df)
     with pytest.raises(dn.SolveError, match="subject 7") as err:
         dn.model_predict(model, pop, ode_options=dn.OdeOptions(max_steps=200))
-    assert "at time" in str(err.value)
+    # the piece of the solve that failed, from the observation at 0.5 (it said "at time 0.5",
+    # where the prediction was fine), and what else it may be than stiffness or steps
+    assert "in the solve from time 0.5 on" in str(err.value)
+    assert "grown without bound" in str(err.value)
+
+
+def test_a_negative_bioavailability_is_no_dose():
+    # F = -0.5 drained the compartment: IPRED -17.5, with no word
+    text = (
+        "param:\n    tcl = Real(init=1.0)\n    fb = Real(init=-0.5)\n    s = Positive(init=0.1)\n"
+        "pre:\n    cl = exp(tcl)\n    v = 10\ndosing:\n    bioav[Central] = fb\n"
+        "dynamics: {}\nderived:\n    DV ~ Proportional(Central / v, s)\n"
+    )
+    df = _frame([[3, 0, 10, np.nan, 1, 1, 1], [3, 0.5, 0, 1.0, 0, 0, 1], [3, 2, 0, 1.0, 0, 0, 1]])
+    for dynamics in ("OneCompartment", "\n    Central' = -cl / v * Central"):
+        model = dn.load_model(text.format(dynamics))
+        with pytest.raises(dn.SolveError, match="bioavailability is below 0"):
+            dn.model_predict(model, dn.read_data(df))
 
 
 # linear dynamics: solved exactly, or refused where the exact solution is asked of others

@@ -492,6 +492,13 @@ CASES = [
         ["'NN' is a network and can only be called", "NN(x)[0]"],
     ),
     (
+        "state-named-like-a-covariate",
+        _sub("    Central' =", "    WT' = -WT\n    Central' ="),
+        16,
+        5,
+        ["'WT' is already declared as a covariate", "Give this state another name."],
+    ),
+    (
         "network-misnamed",
         _sub("    sigma =", "    NN = MLP(1, 4, (1, identity), seed=1)\n    sigma =").replace(
             "exp(tcl + eta[1])", "exp(tcl + NN9(WT)[0] + eta[1])"

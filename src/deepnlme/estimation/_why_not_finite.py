@@ -127,7 +127,11 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
                     f"the amounts of {who} are not finite, and it has SS dose records. "
                     f"{NO_STEADY_STATE.rstrip('.')}{hint}"
                 )
-            return f"the solve of {who}'s dynamics failed (non-finite amounts){hint}"
+            return (
+                f"the solve of {who}'s dynamics failed (non-finite amounts; a dose whose "
+                "bioavailability is below 0, or whose modelled rate or duration is not above "
+                f"0, cannot be given){hint}"
+            )
         for j in np.flatnonzero(mask[i]):
             at = f"{who} at TIME {_fmt(times[i, j])}"
             what = "the prediction"

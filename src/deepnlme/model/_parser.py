@@ -894,6 +894,16 @@ class _Parser:
             )
         if name in self.declared:
             blk, first, _ = self.declared[name]
+            if blk in ("covariates", "param", "random"):  # a declaration, not a value
+                kind = {"covariates": "a covariate", "param": "a parameter"}.get(
+                    blk, "a random effect"
+                )
+                raise self.err(
+                    st,
+                    node,
+                    f"'{name}' is already declared as {kind} (line {first.line}, in '{blk}:')",
+                    f"Give this {'variable' if what == 'var' else what} another name.",
+                )
             raise self.err(
                 st,
                 node,

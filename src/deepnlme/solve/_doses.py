@@ -135,7 +135,8 @@ def resolve_doses(
     # flags are all False and their rates and durations 0
     none = jnp.zeros_like(is_dose)
     is_ss = is_dose & (ss >= 1) if features.steady_state else none
-    bad = ~col_ok
+    # a negative (or non-finite) bioavailability is no dose (it drained the compartment)
+    bad = ~col_ok | ~(bioav >= 0.0)
     if features.infusion:
         m_rate = of_record(dosing.rate)
         m_dur = of_record(dosing.duration)

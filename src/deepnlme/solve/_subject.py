@@ -839,8 +839,11 @@ def raise_failed_solves(ok, fail_time, ids, what: str = "the prediction", data=N
             f"SS dose records. {NO_STEADY_STATE} Otherwise check the parameter values of that "
             "subject."
         )
+    since = f" (in the solve from time {t:g} on)" if np.isfinite(t) else ""
     raise SolveError(
-        f"{what} failed for subject {ids[i]}{when}: the ODE solve did not finish or gave "
-        f"non-finite amounts{more}. Check the parameter values and the dosing of that subject; "
-        "for a stiff model use OdeOptions(solver='kvaerno5'), or raise OdeOptions.max_steps."
+        f"{what} failed for subject {ids[i]}: its amounts are not finite{since}{more}. Check "
+        "the parameter values and the doses of that subject: a dose whose bioavailability is "
+        "below 0, or whose modelled rate or duration is not above 0, cannot be given. An "
+        "integrated ODE may also have run out of steps (raise OdeOptions.max_steps), met "
+        "stiff dynamics (OdeOptions(solver='kvaerno5')) or grown without bound."
     )
