@@ -474,9 +474,10 @@ def test_simulate_include_gives_etas_ipred_and_parameters():
 
 @pytest.mark.slow
 def test_additive_random_effects_and_fixed_variances():
-    # indomethacin: A1 = tA1 + eta[0] (SD only); NaivePooled holds Omega at its start
+    # indomethacin: A1 = tA1 + eta[0] (SD only); Omega fixed at its start
     model = dn.load_model("examples/indomethacin.model")
-    fit = dn.fit(model, dn.datasets.load("indomethacin"), dn.NaivePooled(), progress=False)
+    pop = dn.datasets.load("indomethacin")
+    fit = dn.fit(model, pop, dn.FOCE(), fixed=["omega"], max_iter=0, progress=False)
     bsv = _rows(fit, "between-subject variability")
     assert list(bsv.index) == ["omega[1,1]", "omega[2,2]", "omega[3,3]"]
     assert list(bsv["estimate"]) == [0.3, 0.025, 0.012]  # exactly as given
@@ -485,6 +486,10 @@ def test_additive_random_effects_and_fixed_variances():
     # the printed table marks them, as NONMEM's FIX (the note column is not printed)
     assert "omega[1,1] FIX" in str(fit) and "tA1 FIX" not in str(fit)
     assert _rows(fit, "fixed effects")["back-transformed"].isna().all()
+    # NaivePooled fits no Omega: its table has no between-subject rows (they showed the
+    # model's start, 70% CV of a variability never estimated)
+    naive = dn.fit(model, pop, dn.NaivePooled(), progress=False)
+    assert "between-subject variability" not in set(naive.table()["block"])
 
 
 def test_individual_parameters_per_time_name_the_endpoint_where_there_are_several():

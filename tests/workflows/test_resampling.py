@@ -121,6 +121,8 @@ def test_percentile_intervals_and_converged_share_come_from_the_table():
     assert every.loc["a", "ci_95%"] == np.percentile(a, 95)
     with pytest.raises(dn.OptionError, match="level"):
         boot.ci(95)
+    with pytest.raises(dn.OptionError, match=r"`level` must be in \(0, 1\)"):
+        boot.ci(0.0)  # (both bounds the 50th percentile, one column)
 
 
 def test_optima_are_grouped_by_ofv_within_tol():
@@ -177,3 +179,32 @@ def test_fit_options_are_checked_before_any_fit_runs():
         dn.cross_validate(model, pop, dn.FO(), folds=3, seed=1, compile="fast")
     with pytest.raises(dn.OptionError, match=r"bootstrap: option `fixed`: the value of 'tka'"):
         dn.bootstrap(fit, 5, seed=1, fixed={"tka": "x"})
+    # a start every fold would fail alike (each with the error in its row, no exception)
+    with pytest.raises(dn.OptionError, match=r"cross_validate: option `init` names unknown"):
+        dn.cross_validate(model, pop, dn.FO(), folds=3, seed=1, init={"nope": 1.0})
+    with pytest.raises(dn.OptionError, match=r"tune: option `init`: the value of 'sigma'"):
+        text = dn.datasets.example_path("theophylline.model").read_text()
+        dn.tune(text.replace("init=3.45", "init={v0}"), {"v0": [3.4, 3.5]}, pop, dn.FO(),
+                folds=3, seed=1, init={"sigma": -1.0})  # fmt: skip
+
+
+def test_a_replicate_that_cannot_start_is_an_error_not_its_start_values():
+    """Resamples holding a subject whose parameters cannot be evaluated came back with the
+    fit's start values as estimates, no error, and counted in ci(converged_only=False)."""
+    model = dn.load_model(
+        dn.datasets.example_path("theophylline.model")
+        .read_text()
+        .replace("dynamics:", "covariates: WT\ndynamics:")
+        .replace("cl = exp(tcl + eta[1])", "cl = exp(tcl + eta[1]) * (WT / 70) ** 0.75")
+    )
+    frame = dn.datasets.load("theophylline").to_dataframe()
+    fit = dn.fit(model, dn.read_data(frame), dn.FO(), max_iter=0, covariance=None, progress=False)
+    frame.loc[frame["ID"] == 3, "WT"] = -5.0  # cl is NaN for subject 3
+    boot = dn.bootstrap(fit, 4, seed=0, population=dn.read_data(frame), workers=1, max_iter=0)
+    drew = np.array([3 in s for s in boot.samples])
+    assert drew.any() and not drew.all()
+    rows = boot.replicates
+    assert rows["error"].notna().tolist() == drew.tolist()
+    assert rows.loc[drew, "error"].str.startswith("the fit did not start: ").all()
+    assert rows.loc[drew, "tka"].isna().all()
+    assert (boot.ci(converged_only=False)["n"] == int((~drew).sum())).all()

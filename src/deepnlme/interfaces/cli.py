@@ -900,7 +900,7 @@ def _cross_validate(args) -> None:
     space = _space(args.space)
     template = Path(args.template).read_text(encoding="utf-8")
     t = tune(template, space, pop, method, trials=args.trials, **common)
-    t.trials.to_csv(out / "trials.csv", index=False)
+    t.trials.sort_values("rank", kind="stable").to_csv(out / "trials.csv", index=False)
     t.folds.to_csv(out / "folds.csv", index=False)
     (out / "best.model").write_text(str(t.best_model), encoding="utf-8")
     with show:

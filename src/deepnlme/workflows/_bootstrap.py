@@ -111,6 +111,8 @@ class Bootstrap:
         (for `level` 0.95) and `n`, the replicates they come from (the converged ones by
         default; failed fits never count)."""
         check_range("Bootstrap.ci", "level", level, 0.0, 1.0)
+        if not 0.0 < level < 1.0:  # (0 or 1: both bounds one percentile, one column name)
+            raise OptionError(f"Bootstrap.ci: option `level` must be in (0, 1); got {level!r}")
         rows = self.replicates
         if converged_only:
             rows = rows[rows["converged"]]

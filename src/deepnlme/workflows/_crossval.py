@@ -19,6 +19,7 @@ from ._runner import (
     FitTask,
     _model,
     check_fit_options,
+    check_init,
     check_method,
     check_seed,
     check_stratify,
@@ -170,7 +171,10 @@ class CrossValidation:
 def pooled_rmse(folds: pd.DataFrame, column: str) -> float:
     """The RMSE over all held-out observations from the folds' RMSEs `column` and their
     ``n_obs`` (a failed fold has none)."""
-    return float(math.sqrt((folds[column] ** 2 * folds["n_obs"]).sum() / folds["n_obs"].sum()))
+    n = folds["n_obs"].sum()
+    if not n > 0:  # (every fold failed)
+        return math.nan
+    return float(math.sqrt((folds[column] ** 2 * folds["n_obs"]).sum() / n))
 
 
 def check_score_method(owner: str, method, score_method):
@@ -310,6 +314,7 @@ def cross_validate(
     score = check_score_method("cross_validate", method, score_method)
     check_folds("cross_validate", population, folds, seed, stratify)
     check_fit_options("cross_validate", model, method, options)
+    check_init("cross_validate", model, init)
     fit_options = {"covariance": None, "progress": False, **options}
     text = scaled_text(model, population, options.get("ode_options"))
     tasks, where = fold_tasks(

@@ -194,6 +194,11 @@ def fit_task(task: FitTask, population, widths: Mapping[str, int] | None = None)
             task.key, np.nan, np.nan, False, "", 0, {}, time.perf_counter() - t0,
             error=f"{type(err).__name__}: {err}",
         )  # fmt: skip
+    if not np.isfinite(f.ofv):  # a fit that could not start: an error, not its start values
+        return None, FitOutcome(
+            task.key, np.nan, np.nan, False, str(f.message), 0, {}, time.perf_counter() - t0,
+            error=f"the fit did not start: {f.message}",
+        )  # fmt: skip
     estimates = {k: _plain(v) for k, v in f.estimates.items()}
     return f, FitOutcome(
         task.key,
@@ -316,6 +321,20 @@ def check_seed(owner: str, seed) -> None:
     """`seed` is a whole number >= 0 (the workflows derive every draw from it)."""
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise OptionError(f"{owner}: `seed` must be an integer >= 0; got {seed!r}")
+
+
+def check_init(owner: str, model, init) -> None:
+    """A workflow's `init` (the start of each fit) checked once before any fit runs: names
+    and values against the model's parameters and their domains (every fold failed alike
+    with the same error in its row, and no exception)."""
+    if init is None:
+        return
+    if not isinstance(init, Mapping):
+        raise OptionError(
+            f"{owner}: option `init` must be a dict of values by parameter name; got "
+            f"{type(init).__name__}"
+        )
+    model.compiled.checked_values(dict(init), f"{owner}: option `init`")
 
 
 def check_fit_options(owner: str, model, method, options: Mapping[str, Any]) -> None:

@@ -22,7 +22,7 @@ from ._crossval import (
     pooled_rmse,
     run_fold,
 )
-from ._runner import check_fit_options, run_tasks
+from ._runner import check_fit_options, check_init, run_tasks
 from ._tables import FIT_OPTIONS
 
 
@@ -268,8 +268,10 @@ def tune(
     check_fit_options("tune", models[0], method, options)
     fit_options = {"covariance": None, "progress": False, **options}
     tasks, per_trial = [], []
-    for t, (v, m) in enumerate(zip(values, models)):
-        start = init(**v) if callable(init) else init
+    starts = [init(**v) if callable(init) else init for v in values]
+    for t, (start, m) in enumerate(zip(starts, models)):
+        check_init(f"tune (trial {t})" if callable(init) else "tune", m, start)
+    for t, (start, m) in enumerate(zip(starts, models)):
         text = scaled_text(m, population, options.get("ode_options"))
         these, _ = fold_tasks(
             text, population, method, score, int(folds), int(seed), stratify, fit_options,
