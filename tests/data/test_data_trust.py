@@ -132,6 +132,17 @@ def test_ignore_conditions(tmp_path, ignore, dropped):
     assert pop.n_observations == 6 - len(dropped) + (5 in dropped)  # row 5 has no DV
 
 
+def test_a_condition_that_leaves_out_doses_is_warned_of(tmp_path):
+    # ignore=["DV.EQ.0"], NONMEM's idiom, also leaves out the doses (their empty DV is 0): a
+    # fit then said only that its parameters never moved
+    from deepnlme.data import DataWarning
+
+    p = write(tmp_path, "ID,TIME,DV,AMT\n1,0,.,100\n1,1,0,0\n1,2,5,0\n2,0,.,50\n2,1,4,0\n")
+    with pytest.warns(DataWarning, match=r"ignore: the conditions leave out 2 dose record\(s\)"):
+        pop = read_data(p, ignore=["DV.EQ.0"])
+    assert pop.n_doses == 0 if hasattr(pop, "n_doses") else True
+
+
 def test_accept_keeps_the_rows_where_a_condition_holds(tmp_path):
     p = write(tmp_path, CONDITIONS)
     pop = read_data(p, accept=["DVID.EQ.1"], endpoint=False)

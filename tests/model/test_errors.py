@@ -556,6 +556,13 @@ def test_missing_file():
         load_model("no/such/file.model")
 
 
+def test_a_bundled_example_named_as_a_file_is_pointed_to(tmp_path, monkeypatch):
+    # the command line takes bundled names; load_model("theophylline.model") was only "not found"
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(deepnlme.ModelError, match=r"example_path\('theophylline.model'\)"):
+        load_model("theophylline.model")
+
+
 def test_no_output():
     with pytest.raises(deepnlme.ModelError, match="no observed output"):
         load_model("param:\n    a = Real(init=1.0)\n")

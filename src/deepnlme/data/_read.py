@@ -368,6 +368,24 @@ def _selected(table: RawTable, rules: RowRules) -> RawTable:
     dropped = tuple(
         (reason, tuple(int(r) for r in table.rows[mask])) for reason, mask in reasons if mask.any()
     )
+    amt, ident = upper.get("AMT"), upper.get("ID")
+    on_dv = any(c.column.upper() == "DV" for c in conditions)
+    if on_dv and amt is not None and ident is not None:
+        # the doses of subjects whose other records stay (ignore=['DV.EQ.0'] leaves out the
+        # doses: their empty DV is 0); a subject left out whole is a selection
+        amounts, missing, _ = parse_numeric(table, amt)
+        ids = table.frame[ident].astype(str).str.strip().to_numpy()
+        staying = np.isin(ids, ids[~out])
+        doses = np.flatnonzero(out & staying & ~missing & (np.nan_to_num(amounts) > 0))
+        if len(doses):
+            warnings.warn(
+                f"{option}: the conditions leave out {len(doses)} dose record(s) of subjects "
+                f"whose other records stay (AMT > 0: {table.where_many(doses)}): those doses "
+                "are not given (an empty DV counts as 0, as in NONMEM). To leave out "
+                "observations only, mark them MDV=1 in the data.",
+                DataWarning,
+                stacklevel=5,  # the caller of read_data
+            )
     kept = table.take(np.flatnonzero(~out))
     return dataclasses.replace(kept, dropped=table.dropped + dropped)
 

@@ -125,11 +125,30 @@ def _read(p: Path) -> bytes:
         found, where = False, None
     if not found:
         looked = f" (looked in {where})" if where is not None else ""
+        bundled = _bundled_example(p)
+        if bundled is not None:
+            hint = (
+                f"A bundled example model has that name: "
+                f"load_model(deepnlme.datasets.example_path({bundled!r}))."
+            )
         raise ModelError(f"model file '{str(p)[:200]}' not found{looked}. {hint}")
     try:
         return p.read_bytes()
     except OSError as e:
         raise ModelError(f"model file '{p}' cannot be read: {e.strerror or e}.") from None
+
+
+def _bundled_example(p: Path) -> str | None:
+    """The name of the bundled example model a path not found names (`theophylline.model`,
+    or `theophylline`), or None."""
+    try:
+        from importlib import resources
+
+        folder = Path(str(resources.files("deepnlme.datasets") / "models"))
+        name = p.name if p.suffix == ".model" else f"{p.name}.model"
+        return name if len(p.parts) == 1 and (folder / name).is_file() else None
+    except (OSError, ValueError, ModuleNotFoundError):
+        return None
 
 
 def _decode(data: bytes, origin: str) -> str:
