@@ -360,9 +360,14 @@ def _comma_separated(text: str) -> str:
     sep = next((c for c in ("\t", ";") if c in head), " " if len(head.split()) > 1 else None)
     if sep is None:  # one column (or none): nothing to split
         return head + newline + rest if commented else text
+    return lines_as_csv([head, *rest.split("\n")] if newline else [head], sep)
+
+
+def lines_as_csv(lines: Sequence[str], sep: str) -> str:
+    """`lines` split at `sep` (" ": any run of blanks) as comma-separated text, line for line
+    (a blank line stays one, so that messages name the file's own lines)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    lines = [head, *rest.split("\n")] if newline else [head]
     for k, line in enumerate(lines):
         if not line.strip():
             out.write("\n" if k < len(lines) - 1 else "")

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
-import io
 import json
 import os
 import re
@@ -232,7 +230,7 @@ def _readable(source: str, sep: str | None) -> Iterator[str]:
     line's): `source` itself when it is comma-separated with its header on line 1; else a
     comma-separated copy of the same name in a temporary folder, line for line (so that
     messages name the file's own lines), its header without a leading '#' and first."""
-    from ..data._table import _read_text
+    from ..data._table import _read_text, lines_as_csv
 
     head = _head(source)
     if head is None:  # not readable: read_data says why
@@ -257,25 +255,14 @@ def _readable(source: str, sep: str | None) -> Iterator[str]:
         yield source
         return
     lines = _read_text(source).split("\n")
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    rows = [header] + [""] * at + lines[at + 1 :]
-    for k, line in enumerate(rows):
-        if not line.strip():
-            out.write("\n" if k < len(rows) - 1 else "")
-            continue
-        if sep == " ":
-            fields = line.split()
-        else:
-            fields = next(csv.reader([line], delimiter=sep, skipinitialspace=True))
-        writer.writerow(fields)
+    text = lines_as_csv([header] + [""] * at + lines[at + 1 :], sep)
     name = os.path.basename(source)
     for ext in _COMPRESSED:
         if name.lower().endswith(ext):
             name = name[: -len(ext)]
     with tempfile.TemporaryDirectory(prefix="deepnlme-data-") as folder:
         copy = Path(folder) / name
-        copy.write_text(out.getvalue(), encoding="utf-8")
+        copy.write_text(text, encoding="utf-8")
         try:
             yield str(copy)
         except DataError as err:  # its message names the user's file, not the copy
