@@ -392,11 +392,13 @@ class SubjectPredictor:
         f = self.features
         if not (self.time_varying and cm.has_init and (f.reset or f.steady_state)):
             return None
+        return jnp.asarray(self._per_record(cm.init, theta, eta, sd.dose_cov), float)
 
-        def one(c):
-            return jnp.asarray(cm.init(theta, eta, c, cm.pre(theta, eta, c)), float)
-
-        return jax.vmap(one)(sd.dose_cov)
+    def _per_record(self, fn, theta, eta, dose_cov):
+        """`fn(theta, eta, cov, individual parameters)` from each dose record's own
+        covariates ``[D, K]`` (a leading axis of D on what `fn` gives)."""
+        pre = self.model.compiled.pre
+        return jax.vmap(lambda c: fn(theta, eta, c, pre(theta, eta, c)))(dose_cov)
 
     def _dosing(self, theta, eta, cov0, ind0, dose_cov):
         """The dose modifiers (lag, bioavailability, modelled rate and duration): for a
@@ -406,7 +408,7 @@ class SubjectPredictor:
         cm = self.model.compiled
         if not (self.time_varying and cm.has_dosing):
             return cm.dosing(theta, eta, cov0, ind0)
-        return jax.vmap(lambda c: cm.dosing(theta, eta, c, cm.pre(theta, eta, c)))(dose_cov)
+        return self._per_record(cm.dosing, theta, eta, dose_cov)
 
     def _closed_form_covariates(self, sd: SubjectData):
         """The covariates `_closed_form_inputs` reads: the first segment's, or (a time-varying
