@@ -221,6 +221,21 @@ def test_addl_expansion_ss_then_additional_and_reset_cancels():
     assert pop.n_doses == 3
 
 
+def test_an_ss1_dose_cancels_the_additional_doses_still_to_come():
+    # NONMEM's SS=1 zeroes the amounts and cancels pending additional doses, as a reset does;
+    # SS=2 adds to them and cancels nothing
+    rows = [
+        [1, 0, np.nan, 100, 1, 1, 1, 0, 12, 3, 0],  # implied doses at 12, 24, 36
+        [1, 5, np.nan, 10, 1, 1, 1, 0, 24, 0, 1],  # SS=1 at 5: those three are cancelled
+        [1, 13, 1.0, 0, 0, 0, 1, 0, 0, 0, 0],
+    ]
+    a = read_data(frame(rows)).arrays()
+    np.testing.assert_array_equal(a.dose_time[0], [0, 5])
+    rows[1][-1] = 2  # SS=2: the additional doses stay
+    a = read_data(frame(rows)).arrays()
+    np.testing.assert_array_equal(a.dose_time[0], [0, 5, 12, 24, 36])
+
+
 def test_evid_2_and_mdv_1_records_are_covariate_records_only():
     df = frame(
         [

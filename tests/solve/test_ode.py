@@ -80,6 +80,10 @@ def _scenarios(n, depot):
             doses([0.0, 4.0], [100.0, 60.0], [dcmt, dcmt], ss=[0, 2], ii=[0.0, 8.0]),
             dosing(n),
         ),
+        "reset_ss2": (  # EVID 4 with SS=2: the reset first, then the steady state added
+            doses([0.0, 4.0], [100.0, 60.0], [dcmt, dcmt], ss=[0, 2], ii=[0.0, 8.0], evid=[1, 4]),
+            dosing(n),
+        ),
         "lag_bioav": (
             doses([0.0, 12.0], [100.0, 100.0], [dcmt, dcmt]),
             dosing(n, lag=[0.7] + z[1:], bioav=[0.6] + [1.0] * (n - 1)),

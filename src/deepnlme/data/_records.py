@@ -72,8 +72,9 @@ def _implied_doses(
     rep = np.repeat(origin, rec.addl[origin])
     k = np.concatenate([np.arange(1, m + 1) for m in rec.addl[origin]])
     t_imp = t_cont[rep] + k * rec.ii[rep]
-    # a later reset (EVID 3 or 4) cancels the additional doses still to come
-    resets = np.flatnonzero(np.isin(evid, (3, 4)))
+    # a later reset cancels the additional doses still to come: EVID 3 or 4, and a dose with
+    # SS=1, which zeroes the amounts and cancels pending additional doses (NONMEM's SS help)
+    resets = np.flatnonzero(np.isin(evid, (3, 4)) | (np.isin(evid, (1, 4)) & (rec.ss == 1)))
     nxt = np.searchsorted(resets, rep, side="right")
     has = nxt < len(resets)
     reset_pos = resets[np.minimum(nxt, len(resets) - 1)] if len(resets) else rep

@@ -567,7 +567,9 @@ def _record(prob: _Problem, table: _SteadyStates, is_rec, d, xb, ok, fail_t):
     ok = ok & rec_ok
     back = x0 if prob.x_reset is None else prob.x_reset[d]  # the record's initial state
     x_new = jnp.where(is_rec & res.is_reset[d], back, xb)
-    x_new = jnp.where(is_ss_rec, jnp.where(res.ss2[d], xb + x_ss - back, x_ss), x_new)
+    # SS=2 adds the steady state's amounts to the state in force: after an EVID 4 record's
+    # reset, that is the reset state
+    x_new = jnp.where(is_ss_rec, jnp.where(res.ss2[d], x_new + x_ss - back, x_ss), x_new)
     return x_new, ok, fail_t
 
 
