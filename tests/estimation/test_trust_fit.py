@@ -3,13 +3,16 @@ start says why."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
 
 import deepnlme as dn
+from deepnlme.data import DataWarning
 from deepnlme.datasets import example_path
-from deepnlme.errors import DataError
+from deepnlme.errors import DataError, SolveError
 
 LINEAR = """
 param:
@@ -122,13 +125,23 @@ def test_non_finite_start_names_the_negative_volume_and_the_subject():
     assert "v = " in fit.message and "not positive" in fit.message
 
 
-def test_non_finite_start_names_a_zero_sd_of_a_proportional_error():
+def test_non_finite_start_names_a_zero_sd_of_a_proportional_error(tmp_path):
     fit = _oral_fit("Proportional(conc, sigma)", _oral_data(obs_at_zero_for=3))
     assert not fit.converged
     assert "InnerOptions" not in fit.message
     assert "subject ID 3 at TIME 0" in fit.message
     assert "residual SD" in fit.message and "is 0" in fit.message
     assert "combined error model" in fit.message
+    # no covariance step, and what needs estimates says the fit did not start (not a solve)
+    assert fit.covariance_status == "not computed: the fit did not start"
+    for call in (dn.predict, dn.ebe_table, dn.write_report):
+        args = (fit, tmp_path / "report.html") if call is dn.write_report else (fit,)
+        with pytest.raises(
+            SolveError,
+            match=r"no estimates to (predict from|report) \(it did not start\): the objective is "
+            "not finite",
+        ):
+            call(*args)
 
 
 def test_non_finite_start_names_an_observation_the_transform_cannot_take():
@@ -281,3 +294,59 @@ def test_a_random_effect_block_fixed_in_the_model_fits_as_one_fixed_by_option():
     ta, tb = a.table(), b.table()
     assert ta["estimate"].tolist() == pytest.approx(tb["estimate"].tolist(), rel=1e-7)
     assert a.shrinkage["eta2[0]"] == pytest.approx(b.shrinkage["eta2[0]"], rel=1e-9)
+
+
+def _no_bsv_data() -> pd.DataFrame:
+    # every subject the same (residuals summing to 0 within each): no variability between
+    # subjects, so the variance of eta collapses to its boundary 0
+    rows = [
+        (i, t, 2.0 + 0.3 * t + 0.1 * e)
+        for i in range(1, 13)
+        for t, e in zip((0.0, 1.0, 2.0, 4.0), (1, -1, -1, 1), strict=True)
+    ]
+    return pd.DataFrame(rows, columns=["ID", "TIME", "DV"])
+
+
+def test_a_variance_collapsing_to_0_is_named_near_its_boundary(tmp_path):
+    model = dn.load_model(LINEAR.format(slope="b1"))
+    fit = dn.fit(model, dn.read_data(_no_bsv_data()), dn.FOCEI(), progress=False)
+    assert fit.estimates["omega"][0, 0] < 1e-4 * 0.5
+    assert fit.near_boundary == ("var(eta[0])",)
+    assert "estimates near a boundary: var(eta[0]) = " in fit.message
+    assert "(from 0.5 at the start)" in fit.message
+    row = fit.table().set_index("parameter").loc["omega[1,1]"]
+    assert row["note"].startswith("near its boundary")
+    again = dn.load_fit(fit.save(tmp_path / "fit"))
+    assert again.near_boundary == fit.near_boundary and again.message == fit.message
+    # an ordinary fit names nothing
+    assert _fit("b1").near_boundary == ()
+
+
+def test_zero_dv_under_a_proportional_error_is_warned_before_fitting():
+    model = dn.load_model(LINEAR.format(slope="b1").replace("Additive", "Proportional"))
+    df = _data()
+    df.loc[(df["ID"] == 3) & (df["TIME"] == 4.0), "DV"] = 0.0
+    pop = dn.read_data(df)
+    with pytest.warns(
+        DataWarning,
+        match=r"1 observation of the Proportional output 'DV' has DV = 0 \(the first: subject 3, "
+        r"time 4\)",
+    ):
+        dn.fit(model, pop, dn.FOCEI(), max_iter=1, progress=False, covariance=None)
+    df.loc[(df["ID"] == 3) & (df["TIME"] == 4.0), "CENS"] = 1  # censored (M3): no warning
+    df["CENS"] = df["CENS"].fillna(0).astype(int)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dn.fit(model, dn.read_data(df), dn.FOCEI(), max_iter=1, progress=False, covariance=None)
+
+
+def test_a_start_on_a_plateau_is_not_converged_and_names_the_parameter_left_behind():
+    # ka 100 times too high: the fit settles where the variance of eta on ka has no say
+    model = dn.load_model(example_path("theophylline.model"))
+    pop = dn.datasets.load("theophylline")
+    fit = dn.fit(
+        model, pop, dn.FOCEI(), init={"tka": 0.45 + np.log(100.0)}, progress=False, covariance=None
+    )
+    assert not fit.converged
+    assert fit.message.startswith("parameter 'omega (entry 1 of 3)' stayed at its start (to 1e-6)")
+    assert "Fit again from other initial values" in fit.message

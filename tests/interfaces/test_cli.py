@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -72,6 +73,23 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, capsys):
     assert err.startswith("deepnlme: error: load_fit:") and "fit.json" in err
     assert main(["vpc", str(tmp_path / "no-such-fit"), "--out", str(tmp_path), "--bins", "x"]) == 2
     assert "--bins must be an integer" in capsys.readouterr().err
+
+
+@pytest.mark.filterwarnings("default::deepnlme.data.DataWarning")
+def test_a_fit_that_cannot_start_writes_its_record_and_no_tables(tmp_path, capsys):
+    # proportional error: the observations at TIME 0 have a prediction (and an SD) of 0
+    text = Path(THEO).read_text().replace("Additive(conc, sigma)", "Proportional(conc, sigma)")
+    model = tmp_path / "prop.model"
+    model.write_text(text.replace("Positive(init=0.7)", "Positive(init=0.2)"))
+    out = tmp_path / "o"
+    assert main(["fit", str(model), "theophylline", "--out", str(out), "--quiet"]) == 2
+    warned, err = capsys.readouterr().err.splitlines()
+    assert warned.startswith("deepnlme: warning: 9 observations of the Proportional output")
+    assert err.startswith("deepnlme: error: the objective is not finite at the initial estimates")
+    assert "no EBEs, predictions or report" in err
+    assert json.loads((out / "fit.json").read_text())["converged"] is False
+    assert (out / "estimates.csv").is_file() and (out / "fit").is_dir()
+    assert not (out / "predictions.csv").exists() and not (out / "report.html").exists()
 
 
 @pytest.mark.parametrize("cmd", ["fit", "simulate", "vpc", "report", "demo", "data"])

@@ -13,6 +13,8 @@ from ..errors import OptionError, check_keywords
 from ..likelihood import Method
 from ..likelihood._from_model import model_problem, resolved_options
 from ..solve._ode import OdeOptions
+from ..solve._subject import warn_zero_dv_proportional
+from ._boundary import with_boundary
 from ._outer import fit_problem
 from ._result import Fit
 
@@ -96,6 +98,7 @@ def fit(
         except OptionError as err:
             raise OptionError(f"fit: `method`: {err}") from None
     check_model_and_population(model, population)
+    warn_zero_dv_proportional(model, population)
     ode_options = ode_options or OdeOptions()
     problem, predictor = model_problem(model, population, ode_options=ode_options)
     ode_options = resolved_options(ode_options, predictor)  # the solver "auto" chose
@@ -115,7 +118,10 @@ def fit(
         fixed = model.compiled.checked_values(fixed, "fit: option `fixed`")
         options["fixed"] = {k: v for k, v in fixed.items() if k in problem.init}
     result = fit_problem(problem, method, init=init, init_eta=init_eta, **options)
-    return dataclasses.replace(result, model=model, population=population, ode_options=ode_options)
+    result = dataclasses.replace(
+        result, model=model, population=population, ode_options=ode_options
+    )
+    return with_boundary(result, model, init)
 
 
 def _fit_start(model, problem, init: Fit) -> dict:

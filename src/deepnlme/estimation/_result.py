@@ -21,7 +21,8 @@ class Fit:
     Statistics and status:
 
     - `ofv`: -2LL without the N*log(2*pi) constant (NONMEM's OFV; N = uncensored Gaussian
-      observations); `m2ll`: -2LL with it. For JointMAP both are -2 log p(y, eta | theta).
+      observations); `m2ll`: -2LL with it. For JointMAP both are -2 log p(y, eta | theta), `ofv`
+      without the observations' N*log(2*pi) (the random effects' n*q*log(2*pi) is in both).
     - `aic`, `bic`: from `m2ll`, with `n_params` estimated parameters (variance parameters
       included, etas of JointMAP not) and log(`n_obs`) for BIC.
     - `converged`, `message`, `n_iter`, `n_eval`, `history`, `timings` (compile, run,
@@ -85,6 +86,7 @@ class Fit:
     ode_options: Any = dataclasses.field(repr=False, default=None)
     _table: pd.DataFrame = dataclasses.field(repr=False, default=None)
     options: dict | None = dataclasses.field(repr=False, default=None)
+    near_boundary: tuple[str, ...] = dataclasses.field(repr=False, default=())
 
     # ------------------------------------------------------------------ tables
 

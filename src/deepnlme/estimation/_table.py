@@ -487,7 +487,7 @@ def presentation_table(fit) -> pd.DataFrame:
     rows += _fixed_rows(raw, reading)
     if fit.problem is not None and getattr(fit.method, "random_effects", True):
         rows += _bsv_rows(fit, raw, reading)  # (NaivePooled fits no Omega: no rows of it)
-    rows += _residual_rows(raw, reading)
+    rows += _residual_rows(raw, reading, fit.near_boundary)
     rows += _network_rows(fit, raw)
     known = {"fixed effect", "variance", "residual", "network"}
     for r in raw[~raw["kind"].isin(known)].to_dict("records"):
@@ -534,6 +534,10 @@ def _fixed_rows(raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
             row["note"] = _join(row["note"], *notes)
         out.append(row)
     return out
+
+
+# the note of a row whose estimate is near a boundary (`estimation._boundary`)
+BOUNDARY_NOTE = "near its boundary: hardly informed by the data"
 
 
 def _variance_elements(problem) -> list[tuple[str, str, tuple]]:
@@ -618,7 +622,10 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
                 sd=math.sqrt(w) if w >= 0 else math.nan,
                 **{"cv%": cv, "shrinkage%": float(shrink)},
                 note=_join(
-                    "fixed" if fixed else "", how, "CI on the log scale" if se == se else ""
+                    "fixed" if fixed else "",
+                    BOUNDARY_NOTE if f"var({labels[j]})" in fit.near_boundary else "",
+                    how,
+                    "CI on the log scale" if se == se else "",
                 ),
             )
         )
@@ -646,6 +653,9 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
                     **{"rse%": _rse(r, se), "ci_2.5%": lo, "ci_97.5%": hi},
                     note=_join(
                         "fixed" if fixed else "",
+                        BOUNDARY_NOTE
+                        if f"corr({labels[k]}, {labels[j]})" in fit.near_boundary
+                        else "",
                         f"from {source or 'Omega'}: omega_jk / sqrt(omega_jj omega_kk)",
                         "CI by Fisher's z" if se == se else "",
                     ),
@@ -654,7 +664,7 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
     return out
 
 
-def _residual_rows(raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
+def _residual_rows(raw: pd.DataFrame, reading: _Reading | None, boundary=()) -> list[dict]:
     out = []
     for r in raw[raw["kind"] == "residual"].to_dict("records"):
         name = r["parameter"]
@@ -662,6 +672,8 @@ def _residual_rows(raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
         if reading is not None:
             role, positive = reading.residual_roles.get(name, (role, positive))
         row = _raw_row(BLOCK_RESIDUAL, r, f"{name}: {role}")
+        if name in boundary:
+            row["note"] = _join(row["note"], BOUNDARY_NOTE)
         if positive and row["estimate"] > 0 and np.isfinite(row["se"]):
             row["ci_2.5%"], row["ci_97.5%"] = _log_ci(row["estimate"], row["se"])
             row["note"] = _join(row["note"], "CI on the log scale")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import sys
@@ -572,6 +573,17 @@ def _write_fit(
     save_fit(fit, out / "fit", overwrite=force)
     timings = dict(fit.timings)
     timings.update(extra_timings)
+    if not math.isfinite(fit.ofv):  # nothing to predict from (NONMEM writes no tables then)
+        path = _write_record(fit, out, timings)
+        why = (
+            fit.message
+            if "did not start" in fit.message
+            else f"the fit did not start: {fit.message}"
+        )
+        raise SolveError(
+            f"{why}. Wrote {path}, the saved fit and estimates.csv (the start values); no EBEs, "
+            "predictions or report"
+        )
     try:
         if report:
             from .report import write_report

@@ -606,6 +606,10 @@ def report_html(
     started = time.perf_counter()
     if getattr(fit, "model", None) is None or getattr(fit, "population", None) is None:
         raise OptionError("report: the Fit has no model or population attached")
+    if not math.isfinite(fit.ofv):
+        raise SolveError(
+            f"report: this fit has no estimates to report (it did not start): {fit.message}"
+        )
     if not isinstance(max_individual_pages, int) or max_individual_pages < 0:
         raise OptionError(
             f"report: `max_individual_pages` must be an integer >= 0; got {max_individual_pages!r}"

@@ -5,6 +5,7 @@ Definitions, formulas and references: `docs/diagnostics.md`.
 
 from __future__ import annotations
 
+import math
 import statistics
 import weakref
 from typing import Any, NamedTuple
@@ -68,6 +69,10 @@ def _check_fit(fit, what: str) -> None:
         raise OptionError(
             f"{what}: this Fit has no model or population attached (it came from fit_problem); "
             "diagnostics need a fit made by deepnlme.fit(model, population, method)"
+        )
+    if not math.isfinite(fit.ofv):
+        raise SolveError(
+            f"{what}: this fit has no estimates to predict from (it did not start): {fit.message}"
         )
 
 

@@ -179,6 +179,45 @@ def _check_discrete_observations(cm, a, out_of_ep, population) -> None:
             )
 
 
+def warn_zero_dv_proportional(model, population) -> None:
+    """A DataWarning for observations with DV = 0 of a `Proportional` output: its SD is
+    sd_prop * f, so the likelihood of DV = 0 grows without bound as f goes to 0 (the fit can
+    buy any OFV by driving a subject's prediction to 0 there). NONMEM stops on such records
+    (a residual variance of 0); below-quantification values coded 0 are the usual cause."""
+    import warnings
+
+    from ..data import DataWarning
+    from ..model._ir import Observation
+
+    cm = model.compiled
+    observations = [st for st in cm.ir.derived if isinstance(st, Observation)]
+    prop = [k for k, st in enumerate(observations) if st.dist == "Proportional"]
+    if not prop:
+        return
+    a = population.arrays()
+    out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints), population.endpoint_column)
+    output = np.asarray(out_of_ep, dtype=int)[a.obs_endpoint]
+    for k in prop:
+        zero = np.asarray(a.obs_mask, bool) & (output == k) & (np.asarray(a.obs_dv) == 0.0)
+        zero &= np.asarray(a.obs_cens) == 0
+        if not zero.any():
+            continue
+        i, j = np.argwhere(zero)[0]
+        n = int(zero.sum())
+        warnings.warn(
+            f"{n} observation{'s' if n > 1 else ''} of the Proportional output "
+            f"'{cm.outputs[k]}' ha{'ve' if n > 1 else 's'} DV = 0 (the first: subject "
+            f"{population.ids[i]}, time {population.written_obs_time()[i, j]:g}). Its SD is "
+            "sd_prop * prediction, so the likelihood of DV = 0 has no upper bound as the "
+            "prediction goes to 0, and the fit can pull predictions there at any cost to the "
+            "estimates. If these are values below the limit of quantification, give them MDV = "
+            "1, or flag them censored (CENS = 1, the limit in DV or LLOQ: NONMEM's M3 method); "
+            "otherwise use Combined(f, sd_add, sd_prop).",
+            DataWarning,
+            stacklevel=3,
+        )
+
+
 def bind_population(model, population) -> Binding:
     """Check that `model` fits `population` and build the model-ordered subject arrays."""
     cm = model.compiled

@@ -1,0 +1,83 @@
+"""Estimates near a boundary of their domain, as NONMEM's "PARAMETER ESTIMATE IS NEAR ITS
+BOUNDARY": a variance of the random effects or a residual error SD that fell towards 0, a
+correlation of two random effects towards +-1. Such an estimate is one the data hardly
+inform; its SE and CI (on the log scale) mean little."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+
+from ._compiled import post_functions
+from ._result import Fit
+from ._start import resolve_init
+
+# A variance (a residual SD) is near 0 below this fraction of its start: an SD below 1% of
+# the start's (a residual SD below 0.01%). Relative to the start, since variances have the
+# units of their random effects; a fall this steep is a collapse, not an estimate.
+BOUNDARY_FRACTION = 1e-4
+# A correlation of two random effects is near +-1 past this magnitude.
+BOUNDARY_CORRELATION = 0.99
+
+
+def near_boundary(fit: Fit, model, init) -> dict[str, str]:
+    """The estimates of `fit` near a boundary, by their `Fit.table()` name, each with its value
+    and start as text. `init`: the fit's start as `fit_problem` took it (None or values)."""
+    problem = fit.problem
+    if problem is None or not np.all(np.isfinite(fit.u)):
+        return {}
+    from ._table import read_model
+
+    u0, _ = resolve_init(problem, init)
+    post = post_functions(problem)[0]
+    values0, omega0 = post(jax.device_put(u0))
+    omega0 = np.asarray(omega0)
+    omega = np.asarray(post(jax.device_put(np.asarray(fit.u, np.float64)))[1])
+    fixed = set(fit.fixed)
+    out: dict[str, str] = {}
+    labels = problem.eta_labels
+    if getattr(fit.method, "random_effects", True):
+        for j, lab in enumerate(labels):
+            w0, w = float(omega0[j, j]), float(omega[j, j])
+            if w0 > 0 and 0 <= w < BOUNDARY_FRACTION * w0:
+                out[f"var({lab})"] = f"{w:.3g} (from {w0:.3g} at the start)"
+        for j in range(len(labels)):
+            for k in range(j):
+                s, s0 = omega[j, j] * omega[k, k], omega0[j, j] * omega0[k, k]
+                if s <= 0 or s0 <= 0:
+                    continue
+                r, r0 = omega[j, k] / math.sqrt(s), omega0[j, k] / math.sqrt(s0)
+                if abs(r) > BOUNDARY_CORRELATION >= abs(r0):
+                    out[f"corr({labels[k]}, {labels[j]})"] = f"{r:.4f} (from {r0:.3g})"
+    roles = read_model(model).residual_roles if model is not None else {}
+    for pi in problem.param_info:
+        positive = roles.get(pi.name, ("", False))[1]
+        if pi.kind != "residual" or pi.name in fixed or pi.size != 1 or not positive:
+            continue
+        v0 = float(np.asarray(values0[pi.name]).reshape(()))
+        v = float(np.asarray(fit.estimates[pi.name]).reshape(()))
+        if v0 > 0 and 0 <= v < BOUNDARY_FRACTION * v0:
+            out[pi.name] = f"{v:.3g} (from {v0:.3g} at the start)"
+    return out
+
+
+def with_boundary(fit: Fit, model, init) -> Fit:
+    """`fit` with its estimates near a boundary named (`Fit.near_boundary`) and explained in
+    its message."""
+    found = near_boundary(fit, model, init)
+    if not found:
+        return fit
+    items = "; ".join(f"{k} = {v}" for k, v in found.items())
+    message = (
+        f"{fit.message}; estimates near a boundary: {items}. A variance or residual SD near 0, "
+        "or a correlation near +-1, is one these data hardly inform: its SE and CI mean "
+        "little, and the model is better without it (remove the random effect or the error "
+        "term, or fix it)"
+    )
+    return dataclasses.replace(fit, message=message, near_boundary=tuple(found))
+
+
+__all__ = ["near_boundary", "with_boundary"]
