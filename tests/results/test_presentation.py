@@ -492,6 +492,28 @@ def test_additive_random_effects_and_fixed_variances():
     assert "between-subject variability" not in set(naive.table()["block"])
 
 
+def test_parameters_the_model_fixes_are_listed_as_fix(tmp_path):
+    # `Real(..., fixed=True)` and `Fixed(...)` are constants of the model, not in the fit's
+    # vector: they were missing from every table (NONMEM lists a FIX theta)
+    text = pathlib.Path("examples/theophylline.model").read_text()
+    text = text.replace("tka   = Real(init=0.45)", "tka   = Real(init=0.45, fixed=True)")
+    text = text.replace("sigma = Positive(init=0.7)", "sigma = Fixed(0.7)")
+    model = dn.load_model(text)
+    fit = dn.fit(model, dn.datasets.load("theophylline"), dn.FOCEI(), max_iter=0, progress=False)
+    fixed = _rows(fit, "fixed effects")
+    assert list(fixed.index) == ["tka", "tcl", "tv"]
+    assert fixed.loc["tka", "estimate"] == 0.45 and np.isnan(fixed.loc["tka", "se"])
+    assert fixed.loc["tka", "note"].startswith("fixed; exp(tka): typical ka")
+    assert fixed.loc["tka", "back-transformed"] == pytest.approx(np.exp(0.45), rel=1e-15)
+    residual = _rows(fit, "residual error")
+    assert list(residual.index) == ["sigma"] and residual.loc["sigma", "estimate"] == 0.7
+    assert "tka FIX" in str(fit) and "sigma FIX" in str(fit) and "tcl FIX" not in str(fit)
+    raw = fit.raw_table().set_index("parameter")
+    assert raw.loc["tka", "note"] == "fixed" and raw.loc["sigma", "estimate"] == 0.7
+    again = dn.load_fit(fit.save(tmp_path / "fit"))
+    pd.testing.assert_frame_equal(again.table(), fit.table())
+
+
 def test_individual_parameters_per_time_name_the_endpoint_where_there_are_several():
     # a PK and a PD observation at one time were two rows no column told apart
     model = dn.load_model(

@@ -220,7 +220,7 @@ def save_fit(fit, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
             "index": [str(i) for i in fit.covariance.index],
             "columns": [str(c) for c in fit.covariance.columns],
         },
-        "table": _frame_to_json(fit.raw_table()),
+        "table": _frame_to_json(fit._table),
     }
     payload["checksum"] = {"algorithm": "sha256", "value": _checksum(payload, arrays)}
     buf = io.BytesIO()

@@ -135,8 +135,12 @@ class Fit:
         Columns: parameter, kind, estimate, se, rse%, ci_2.5%, ci_97.5%, shrinkage%, note.
         Shrinkage (NONMEM's SD-based 100 (1 - SD(EBE_j)/sqrt(Omega_jj)), in %) is given on the
         rows of the diagonal elements of Omega and on rows named `eta-shrinkage(label)`.
+        Fixed effects and residual parameters the model fixes (`Fixed(...)`, `fixed=True`)
+        have rows too, noted "fixed".
         """
-        return self._table.copy()
+        from ._table import with_model_fixed
+
+        return with_model_fixed(self, self._table)
 
     def network_weights(self) -> pd.DataFrame:
         """The weights of every network, one row per weight.

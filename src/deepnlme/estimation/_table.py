@@ -480,8 +480,7 @@ def _join(*parts: str) -> str:
 
 def presentation_table(fit) -> pd.DataFrame:
     """`Fit.table()` (its docstring describes the columns)."""
-    raw = fit._table
-    raw = raw[raw["kind"] != "shrinkage"].reset_index(drop=True)
+    raw = with_model_fixed(fit, fit._table[fit._table["kind"] != "shrinkage"])
     reading = read_model(fit.model) if fit.model is not None else None
     rows: list[dict] = []
     rows += _fixed_rows(raw, reading)
@@ -497,6 +496,30 @@ def presentation_table(fit) -> pd.DataFrame:
         if c not in ("block", "parameter", "label", "note"):
             table[c] = table[c].astype(np.float64)
     return table
+
+
+def with_model_fixed(fit, raw: pd.DataFrame) -> pd.DataFrame:
+    """The developer table's rows with rows for the fixed effects and residual parameters the
+    model fixes (`Fixed(...)`, `fixed=True`: constants of the model, not in the fit's vector),
+    in the model's order, noted "fixed" as NONMEM lists a FIX theta."""
+    if fit.model is None:
+        return raw.reset_index(drop=True)
+    names = raw["parameter"].astype(str).str.replace(r"\[.*", "", regex=True)
+    by_name = dict(tuple(raw.groupby(names, sort=False)))
+    parts, seen = [], set()
+    for p in fit.model.compiled.params:
+        if p.size == 0 and p.kind in ("fixed effect", "residual") and p.name not in by_name:
+            value = np.asarray(fit.estimates.get(p.name, p.init), dtype=np.float64)
+            rows = [
+                {"parameter": label, "kind": p.kind, "estimate": float(value[idx]), "note": "fixed"}
+                for label, idx in flat_names(p.name, p.kind, tuple(value.shape))
+            ]
+            parts.append(pd.DataFrame(rows))
+        elif p.name in by_name:
+            parts.append(by_name[p.name])
+            seen.add(p.name)
+    parts += [part for n, part in by_name.items() if n not in seen]
+    return pd.concat(parts, ignore_index=True) if parts else raw.reset_index(drop=True)
 
 
 def _raw_row(block: str, r: dict, label: str) -> dict:
