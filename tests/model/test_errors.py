@@ -585,3 +585,20 @@ def test_multiline_statement_error_location():
     text = BASE.replace("    conc = Central / v\n", "    conc = (Central /\n       vv)\n")
     with pytest.raises(deepnlme.ModelError, match="line 19, column 8: undefined name 'vv'"):
         load_model(text)
+
+
+def test_a_random_effect_declared_and_never_used():
+    # its variance would be "estimated" with nothing depending on it (the fit said converged)
+    text = _sub(
+        "    sigma = Real(lower=0, init=0.7)\n",
+        "    sigma = Real(lower=0, init=0.7)\n    om_q = Positive(init=0.2)\n",
+    )
+    text = text.replace(
+        "    eta ~ MvNormal(omega)\n", "    eta ~ MvNormal(omega)\n    eta_q ~ Normal(0, om_q)\n"
+    )
+    with pytest.raises(
+        deepnlme.ModelError,
+        match=r"line 10, column 5: the random effect 'eta_q' is declared but never used\. Use it "
+        r"where it belongs \(e\.g\. cl = exp\(tcl \+ eta_q\)\), or delete its line",
+    ):
+        load_model(text)

@@ -961,7 +961,31 @@ class _Parser:
             derived=tuple(derived),
             states=tuple(states),
         )
+        self.check_all_used(ir)
         return ParsedModel(ir, param_kinds(ir))
+
+    def check_all_used(self, ir: ModelIR) -> None:
+        """A random effect that no expression reads is an error: the fit could not estimate its
+        variance, and a random effect declared and forgotten is a slip (an eta written into
+        one line and not the next). (An estimated parameter that nothing reads is left to
+        the fit, which says it never moved: models written for several data sets keep
+        such parameters.)"""
+        if not ir.outputs:
+            return  # (a model without an observed output is an error of its own, later)
+        exprs = [s.expr for s in (*ir.pre, *ir.dynamics, *ir.dosing, *ir.init)]
+        for s in ir.derived:
+            exprs += list(s.args) if isinstance(s, Observation) else [s.expr]
+        exprs += [r.sd for r in ir.random]
+        used = {n for e in exprs for n, _ in names_in(e)} | {r.cov for r in ir.random}
+        for r in ir.random:
+            if r.name not in used:
+                raise self.err_at(
+                    r.loc,
+                    f"the random effect '{r.name}' is declared but never used",
+                    f"Use it where it belongs (e.g. cl = exp(tcl + {r.name}"
+                    f"{'[0]' if r.is_vector else ''})), or delete its line: its variance "
+                    "would be estimated with nothing in the model depending on it.",
+                )
 
     def statements(self) -> dict[str, list[_Stmt]]:
         """The parsed statements of every block (an empty list for a block that is absent)."""
