@@ -377,7 +377,17 @@ def test_reading_the_expression_tree_not_the_names():
     # an intermediate sum used inside exp
     r = _reading("    lcl = tcl + eta[0]\n    cl = exp(lcl)\n    v = tv + eta[1]\n")
     assert r.log_scale == {"tcl": ["cl"]} and r.eta_exp == {0}
-    assert r.eta_targets == {0: ["lcl"], 1: ["v"]}
+    # (labelled with what the back-transformed value's note names: cl, not lcl)
+    assert r.eta_targets == {0: ["cl"], 1: ["v"]} and r.theta_targets["tcl"] == ["cl"]
+    # inter-occasion variability: one of two random effects by occasion, inside exp(...)
+    r = _reading(
+        "    iov = kap1 if WT == 1 else kap2\n    cl = exp(tcl + eta[0] + iov)\n"
+        "    v = exp(tv + eta[1])\n",
+        "    om_iov = Positive(init=0.2)\n",
+        "    eta ~ MvNormal(omega)\n    kap1 ~ Normal(0, om_iov)\n    kap2 ~ Normal(0, om_iov)\n",
+    )
+    assert r.eta_exp == {0, 1, 2, 3}
+    assert r.eta_targets == {0: ["cl"], 1: ["v"], 2: ["cl"], 3: ["cl"]}
     # names do not matter: 'log_cl' on the natural scale, 'x' on the log scale
     r = _reading(
         "    cl = log_cl * exp(eta[0])\n    v = exp(x + eta[1])\n",

@@ -19,8 +19,10 @@ from ..model._ir import (
     BinOp,
     Call,
     Derivative,
+    IfElse,
     Index,
     Name,
+    Num,
     Observation,
     Unary,
     to_source,
@@ -235,6 +237,20 @@ def _eta_ref(e, offsets) -> int | None:
     return None
 
 
+def _plain_etas(e, offsets) -> list[int]:
+    """The random effects a term is, plainly: `eta[1]`; also each branch of a conditional whose
+    branches are such terms or constants (`kap1 if OCC == 1 else kap2`: inter-occasion
+    variability), which add to the sum they stand in as a plain term would."""
+    j = _eta_ref(e, offsets)
+    if j is not None:
+        return [j]
+    if isinstance(e, IfElse):
+        branches = [_plain_etas(b, offsets) for b in (e.then, e.orelse)]
+        if all(b or isinstance(x, Num) for b, x in zip(branches, (e.then, e.orelse), strict=True)):
+            return [j for b in branches for j in b]
+    return []
+
+
 def _mentions(e, offsets, shapes) -> tuple[set[int], set[str], dict[int, set[str]]]:
     """The random effects and parameter elements an expression names (whole vectors count as
     all their elements), and for random effects the networks whose inputs they are."""
@@ -375,8 +391,7 @@ def read_model(model) -> _Reading:
                     others = [_shift_of(o) for _, o in terms if o is not t]
                     if any(others):
                         shifted[th, name] = [x for x in others if x]
-                j = _eta_ref(t, offsets)
-                if j is not None:
+                for j in _plain_etas(t, offsets):
                     exp_etas.add(j)
                     if direct:
                         direct_exp[name].add(j)
@@ -393,9 +408,7 @@ def read_model(model) -> _Reading:
         neutral = set(direct_exp[name])
         if name in aliases:  # a sum used inside exp(...): its plain terms are neutral
             for _, t in _terms(expr, {}, [0], set()):
-                j = _eta_ref(t, offsets)
-                if j is not None:
-                    neutral.add(j)
+                neutral.update(_plain_etas(t, offsets))
         other |= (etas - neutral) | set(through)
     for where, expr in _other_blocks(ir):
         etas, thetas, through = _mentions(expr, offsets, shapes)
@@ -408,6 +421,7 @@ def read_model(model) -> _Reading:
             if text not in eta_targets.setdefault(j, []):
                 eta_targets[j].append(text)
         other |= etas
+    _through_aliases(theta_targets, eta_targets, aliases, statements)
     roles: dict[str, tuple[str, bool]] = {}
     derived_vars = {s.name: s.expr for s in ir.derived if isinstance(s, Assign)}
     for s in ir.derived:
@@ -426,6 +440,26 @@ def read_model(model) -> _Reading:
             for th in sorted(_scale_mentions(arg, derived_vars, offsets, shapes)):
                 roles.setdefault(th, (f"in the {argname} of {s.name}: {to_source(arg)}", False))
     return _Reading(theta_targets, log_scale, eta_targets, exp_etas - other, roles, shifted)
+
+
+def _through_aliases(theta_targets, eta_targets, aliases, statements) -> None:
+    """Targets that are intermediate sums used inside exp(...) (`lcl = tcl + eta[1]`, `cl =
+    exp(lcl)`) replaced by the individual parameters that use them (`tcl -> cl`), as the
+    back-transformed value's note names them."""
+    users: dict[str, list[str]] = {}
+    for name, expr in statements:
+        for n in walk(expr):
+            if isinstance(n, Name) and n.kind == "pre" and name not in users.setdefault(n.id, []):
+                users[n.id].append(name)
+
+    def final(name: str, depth: int = 0) -> list[str]:
+        if name not in aliases or not users.get(name) or depth >= _MAX_ALIASES:
+            return [name]
+        return [r for u in users[name] for r in final(u, depth + 1)]
+
+    for targets in (theta_targets, eta_targets):
+        for key, names in targets.items():
+            targets[key] = list(dict.fromkeys(r for n in names for r in final(n)))
 
 
 def _shift_of(term) -> str:
