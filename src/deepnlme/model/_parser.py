@@ -187,6 +187,19 @@ class _Block:
     stmts: list[_Stmt] = field(default_factory=list)
 
 
+def _operator_of(st: _Stmt, node: ast.BinOp) -> ast.AST:
+    """A node at the operator of `node` (after its left operand and that operand's closing
+    brackets), for the caret of an error about the operator; `node` where it cannot tell."""
+    k, c = node.left.end_lineno, node.left.end_col_offset
+    lines = st.text.split("\n")
+    if k is None or c is None or not 1 <= k <= len(lines):
+        return node
+    line = lines[k - 1]
+    while c < len(line) and line[c] in " )]":
+        c += 1
+    return ast.Constant(value=None, lineno=k, col_offset=c)
+
+
 def _strip_comment(s: str) -> str:
     i = s.find("#")
     return (s if i < 0 else s[:i]).rstrip()
@@ -293,6 +306,17 @@ class _Parser:
                     if current is not None:
                         what = "this statement is not indented"
                     word = text.strip().rstrip(":").strip()
+                    if m := re.match(r"@([A-Za-z_]\w*)", word):  # Pumas's @param begin ... end
+                        raise self.src.error(
+                            start + 1,
+                            0,
+                            f"'@{m[1]}' is Pumas's block syntax",
+                            "Blocks are written as a header at column 0 with their statements "
+                            "indented below, without begin/end: "
+                            + ", ".join(b + ":" for b in BLOCKS)
+                            + " (Pumas's @param is param:, @random is random:, @pre is pre:, "
+                            "@dynamics is dynamics:, @derived is derived:).",
+                        )
                     if word in BLOCKS:  # a block header without its colon
                         raise self.src.error(
                             start + 1,
@@ -353,6 +377,9 @@ class _Parser:
         try:
             tree = ast.parse(text)
         except SyntaxError as e:
+            known = self.known_slip(st)
+            if known is not None:
+                raise self.src.error(st.line, st.col, *known) from None
             k = e.lineno or 1
             off = max((e.offset or 1) - 1, 0)
             line = st.line + k - 1
@@ -362,7 +389,18 @@ class _Parser:
                 sugg = "A derivative is written on the left only: Central' = expression."
             if "too many nested" in e.msg:
                 sugg = _TOO_DEEP
-            raise self.src.error(line, col, f"syntax error: {e.msg}", sugg) from None
+            last = st.line + st.text.count("\n")
+            if "was never closed" in e.msg and last < len(self.src.lines):
+                nxt = _strip_comment(self.src.lines[last])  # (the line after the statement)
+                if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= st.col:
+                    sugg = (
+                        f"If the statement goes on on line {last + 1}, indent that line deeper "
+                        f"than line {st.line}: continuation lines are indented deeper than the "
+                        "statement's first line."
+                    )
+            # Python numbers the lines of this statement from 1: say the model's line
+            msg = re.sub(r"on line (\d+)", lambda m: f"on line {st.line + int(m[1]) - 1}", e.msg)
+            raise self.src.error(line, col, f"syntax error: {msg}", sugg) from None
         except (RecursionError, MemoryError):  # Python's parser gives up on deep nesting
             raise self.src.error(
                 st.line, st.col, "this statement is nested too deeply to be parsed", _TOO_DEEP
@@ -404,6 +442,35 @@ class _Parser:
                 "A statement is 'name = expression' or 'name ~ Distribution(...)'.",
             )
         st.node = node
+
+    @staticmethod
+    def known_slip(st: _Stmt) -> tuple[str, str] | None:
+        """What a statement that does not parse was written as, when it is the syntax of
+        another tool or a Python statement: (what is wrong, how to write it here)."""
+        text = st.text.strip()
+        if m := re.match(r"(if|elif|else|for|while|def|return|with|try)\b", text):
+            return (
+                f"'{m[1]}' statements are not allowed",
+                "Write a conditional expression instead: x = a if cond else b (both sides are "
+                "evaluated), or min(...), max(...) and comparisons (th * (WT > 70)).",
+            )
+        if m := re.match(r"d\s*/\s*dt\s*\(\s*([A-Za-z_]\w*)\s*\)\s*(=|<-)", text):
+            return (
+                f"'d/dt({m[1]})' (nlmixr2's derivative) is written {m[1]}' = ... here",
+                f"Write {m[1]}' = expression in 'dynamics:'.",
+            )
+        if re.match(r"[A-Za-z_]\w*\s*:=", text):
+            return (
+                "':=' is not an assignment here (Pumas writes ':=' in @pre)",
+                "Write name = expression.",
+            )
+        if text.split("\n")[-1].rstrip().endswith("\\"):
+            return (
+                "a backslash does not continue a line here",
+                "Break a long expression inside brackets instead; continuation lines are "
+                "indented deeper than the statement's first line.",
+            )
+        return None
 
     # ------------------------------------------------------------------ whole-tree checks
     def check_tree(self, st: _Stmt, constants: bool) -> None:
@@ -578,7 +645,13 @@ class _Parser:
                 "A block sees param, random, covariates and pre names; dynamics and "
                 "derived also see the states, t and the dynamics variables.",
             )
-        sugg = did_you_mean(name, list(scope) + list(FUNCTIONS))
+        sugg = did_you_mean(name, list(scope))  # (a value: not the functions' names)
+        if not sugg and b in ("dynamics", "derived", "init", "dosing"):
+            sugg = (
+                f"If '{name}' is a compartment, give it an equation in 'dynamics:' "
+                f"({name}' = ...); otherwise declare it in 'param:' or 'covariates:', or "
+                "assign it before this line."
+            )
         raise self.err(
             st,
             node,
@@ -676,7 +749,7 @@ class _Parser:
         left: ast.AST = node
         while isinstance(left, ast.BinOp):
             if type(left.op) in _BAD_BINOPS:
-                raise self.err(st, left, *_BAD_BINOPS[type(left.op)])
+                raise self.err(st, _operator_of(st, left), *_BAD_BINOPS[type(left.op)])
             spine.append(left)
             left = left.left
         e = self.scalar(st, left, scope)
