@@ -549,6 +549,11 @@ class Population:
         observations in time order, i.e. the order of `arrays().obs_dv[arrays().obs_mask]`), or
         is an `[N, T]` array shaped like `arrays().obs_dv` (padding entries are ignored). Used
         by simulation to fill in the observations of a population from `make_population`.
+
+        A censored record (CENS 1: below the limit its DV holds; CENS -1: above it) stays
+        censored at its limit where its new value is beyond the limit, and becomes an
+        observation of the new value (CENS 0) otherwise, as a simulation of a design with BLQ
+        records is censored again in NONMEM and PsN.
         """
         a = self.arrays()
         values = np.asarray(dv, dtype=float)
@@ -564,7 +569,16 @@ class Population:
             )
         r = self._records.copy()
         col = r["DV"].to_numpy(dtype=float, copy=True)
-        col[_is_obs(r)] = flat
+        obs = _is_obs(r)
+        if "CENS" in r.columns:
+            cens = r["CENS"].to_numpy(copy=True)
+            limit = col[obs]
+            c = cens[obs]
+            beyond = ((c == 1) & (flat < limit)) | ((c == -1) & (flat > limit))
+            flat = np.where(beyond, limit, flat)
+            cens[obs] = np.where(beyond, c, 0)
+            r["CENS"] = cens
+        col[obs] = flat
         r["DV"] = col
         return self._replace(r, self._ids)
 
