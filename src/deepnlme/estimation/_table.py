@@ -84,6 +84,8 @@ def build_table(
         full = jac @ cov_u @ jac.T
         sub = full[np.ix_(elem_index, elem_index)]
         se = np.sqrt(np.clip(np.diag(sub), 0.0, None))
+        # an element no estimated entry moves (a PDiag's off-diagonal zeros) has no SE, not 0
+        se[~np.any(jac[elem_index] != 0, axis=1)] = np.nan
         names = [r["parameter"] for r in rows]
         cov_decl = pd.DataFrame(sub, index=names, columns=names)
         for i, r in enumerate(rows):
