@@ -350,3 +350,19 @@ def test_a_start_on_a_plateau_is_not_converged_and_names_the_parameter_left_behi
     assert not fit.converged
     assert fit.message.startswith("parameter 'omega (entry 1 of 3)' stayed at its start (to 1e-6)")
     assert "Fit again from other initial values" in fit.message
+
+
+def test_fo_reports_the_posthoc_modes_as_focei_finds_them():
+    # FO's EBEs were the linear model's posterior means (up to 0.4 from the modes on
+    # Theophylline); NONMEM's POSTHOC step, and Hooker's CWRES, use the conditional modes
+    model = dn.load_model(example_path("theophylline.model"))
+    pop = dn.datasets.load("theophylline")
+    fo = dn.fit(model, pop, dn.FO(), progress=False, covariance=None)
+    est = {k: v for k, v in fo.estimates.items()}
+    focei = dn.fit(model, pop, dn.FOCEI(), init=est, max_iter=0, progress=False, covariance=None)
+    np.testing.assert_allclose(fo.etas.to_numpy(), focei.etas.to_numpy(), atol=1e-6)
+    # the conditional covariances: the inverse of half the exact Hessian there (LaplaceI's)
+    laplace = dn.fit(
+        model, pop, dn.LaplaceI(), init=est, max_iter=0, progress=False, covariance=None
+    )
+    np.testing.assert_allclose(fo.eta_cov, laplace.eta_cov, rtol=1e-6)

@@ -592,3 +592,33 @@ def post_functions(problem: Problem):
             ),
         )
     return cache["post"]
+
+
+_POSTHOC: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def posthoc_modes(problem: Problem, method: Method, theta) -> tuple[jax.Array, jax.Array]:
+    """Each subject's EBE with the population parameters `theta` held: the mode of the
+    method's EBE objective (`Method.ebe_objective`, -2 log p(y, eta) up to constants) from
+    eta = 0, and its conditional covariance, the inverse of half that objective's Hessian
+    there (``[N, q]``, ``[N, q, q]``). FO's reported EBEs (NONMEM's POSTHOC step after FO), and
+    a fit's EBEs on another population."""
+    from ..likelihood import max_step_of, newton_lm
+
+    q, n = problem.n_eta, problem.n_subjects
+    if q == 0 or not method.random_effects:
+        return jnp.zeros((n, q)), jnp.zeros((n, q, q))
+    per = _POSTHOC.setdefault(problem, {})
+    if method not in per:
+        obs = problem.obs_terms
+
+        def one(theta, subj):
+            om = problem.omega(theta)
+            f = method.ebe_objective(obs, theta, jnp.linalg.inv(om), subj, q, jnp.zeros(q).dtype)
+            sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
+            res = newton_lm(f, jnp.zeros(q), method.inner_options, max_step_of(sd))
+            return res.eta, jnp.linalg.inv(0.5 * res.hess)
+
+        name = f"posthoc modes ({type(method).__name__})"
+        per[method] = run_once_jit(jax.vmap(one, in_axes=(None, 0)), (problem.cache_token, name))
+    return per[method](theta, problem.subjects)

@@ -22,6 +22,7 @@ from ._compiled import (
     omega_jacobian,
     penalty_hessian,
     post_functions,
+    posthoc_modes,
     structure_of,
 )
 from ._covariance import Covariance, resolve_covariance
@@ -520,7 +521,13 @@ def _result(
         exact,
     )
     eta_arr = np.asarray(ev.eta) if method.random_effects else np.zeros((n, q))
-    omega = np.asarray(post_functions(problem)[0](jax.device_put(u_hat))[1])
+    eta_cov = np.asarray(ev.eta_cov)
+    values, omega = post_functions(problem)[0](jax.device_put(u_hat))
+    omega = np.asarray(omega)
+    if method.random_effects and not method.joint and not method.has_search(problem):
+        if math.isfinite(ofv):  # FO: the EBEs of NONMEM's POSTHOC step, at the estimates
+            eta, cov = posthoc_modes(problem, method, values)
+            eta_arr, eta_cov = np.asarray(eta), np.asarray(cov)
     shrink = shrinkage(problem, eta_arr, omega, method)
     table = add_shrinkage(table, problem, shrink, estimates)
 
@@ -537,7 +544,7 @@ def _result(
             columns=list(problem.eta_labels),
             index=pd.Index(list(problem.subject_ids), name="ID"),
         ),
-        eta_cov=np.asarray(ev.eta_cov),
+        eta_cov=eta_cov,
         shrinkage=shrink,
         converged=bool(res.converged),
         message=_message(res, ev, problem, method, start),

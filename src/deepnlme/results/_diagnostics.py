@@ -16,9 +16,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError, SolveError
-from ..estimation._compiled import fit_values, run_once_jit
+from ..estimation._compiled import fit_values, posthoc_modes, run_once_jit
 from ..estimation._table import individual_frame
-from ..likelihood import max_step_of, newton_lm
 from ..likelihood._evaluation import data_entries
 from ..likelihood._from_model import (
     batched,
@@ -86,30 +85,10 @@ def _theta(fit) -> dict:
     return fit_values(fit)[0]
 
 
-_EBE_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _posthoc_ebes(problem, fit, theta) -> jax.Array:
     """EBEs of every subject of `problem` with the population parameters held at the fit's,
     each minimising the fit's method's EBE objective (`Method.ebe_objective`)."""
-    q = problem.n_eta
-    n = problem.n_subjects
-    method = fit.method
-    if q == 0 or not method.random_effects:
-        return jnp.zeros((n, q))
-    per = _EBE_CACHE.setdefault(problem, {})
-    if method not in per:
-        obs = problem.obs_terms
-
-        def one(theta, subj):
-            om = problem.omega(theta)
-            om_inv = jnp.linalg.inv(om)
-            f = method.ebe_objective(obs, theta, om_inv, subj, q, jnp.zeros(q).dtype)
-            sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
-            return newton_lm(f, jnp.zeros(q), method.inner_options, max_step_of(sd)).eta
-
-        per[method] = run_once_jit(jax.vmap(one, in_axes=(None, 0)))
-    return per[method](theta, problem.subjects)
+    return posthoc_modes(problem, fit.method, theta)[0]
 
 
 def bind_fit(fit, population=None) -> Bound:
