@@ -7,6 +7,7 @@ integrated ODEs."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -120,3 +121,23 @@ def test_an_oral_dose_leaves_the_central_amount_exactly_zero_at_its_time():
         )
         pred = dn.model_predict(dn.load_model(model), pop, ode_options=ode)["PRED"].to_numpy()
         assert pred[0] == 0.0 and pred[1] > 0.0
+
+
+def test_an_observation_between_two_dose_records_at_its_time_is_warned():
+    # the solvers give it the amounts after every administration at its time (5.0 would be
+    # right for the sample between the two doses below; it reads 6.0): said, not silent
+    rows = [
+        (1, 0.0, 0.0, 100, 1, 1, 1, 0, 0, 0, 1.0),
+        (1, 0.0, 1.0, 0, 0, 0, 1, 0, 0, 0, 1.0),
+        (1, 0.0, 0.0, 20, 1, 1, 1, 0, 0, 0, 1.0),
+        (1, 2.0, 1.0, 0, 0, 0, 1, 0, 0, 0, 1.0),
+    ]
+    model = dn.load_model(MODEL.format(dynamics="OneCompartment"))
+    pop = dn.read_data(pd.DataFrame(rows, columns=COLS))
+    with pytest.warns(dn.data.DataWarning, match=r"subject 1, time 0 \(data row 2\): this obs"):
+        dn.model_predict(model, pop)
+    # the documented cases (a sample after the last record at its time, a trough at the time
+    # of an ADDL dose) are not warned
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dn.model_predict(model, dn.read_data(_data(1.0)))

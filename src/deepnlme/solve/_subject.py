@@ -226,6 +226,7 @@ def bind_population(model, population) -> Binding:
     out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints), population.endpoint_column)
     _check_dose_records(cm, a, tuple(population.ids))
     _check_discrete_observations(cm, a, out_of_ep, population)
+    warn_observations_between_doses(population)
     sel = np.asarray(cidx, dtype=int)
     tv = bool(any(population.time_varying[i] for i in cidx))
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
@@ -262,6 +263,40 @@ def bind_population(model, population) -> Binding:
         n_obs=int(np.asarray(a.obs_mask).sum()),
         features=DoseFeatures.of(a.dose_rate, a.dose_ss, a.dose_evid, a.dose_mask),
     )
+
+
+def warn_observations_between_doses(population) -> None:
+    """A DataWarning for an observation with dose or reset records at its time both before and
+    after it in the file (or a dose implied by ADDL there, which comes after the records):
+    the solvers give an observation after a dose record at its time the amounts after every
+    administration at that time, not only those before it."""
+    import warnings
+
+    from ..data import DataWarning
+
+    a = population.arrays()
+    for rows, _, at_its_time in doses_before(a):
+        doses = a.dose_mask[rows] & np.isin(a.dose_evid[rows], (1, 3, 4))
+        same = doses[:, None, :] & (a.dose_time[rows, None, :] == a.obs_time[rows, :, None])
+        after = same & ~at_its_time
+        bad = at_its_time.any(axis=2) & after.any(axis=2) & a.obs_mask[rows]
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            i += rows.start
+            n = int(bad.sum())
+            warnings.warn(
+                f"subject {population.ids[i]}, time {population.written_obs_time()[i, j]:g} "
+                f"(data row {int(a.obs_row[i, j])}): this observation comes after a dose or "
+                "reset record at its time and before another (or before a dose implied by "
+                "ADDL there)"
+                + (f"; {n} observations are such" if n > 1 else "")
+                + ". deepnlme gives it the amounts after every administration at that time, "
+                "not only those before it in the file. To sample between them, give the later "
+                "dose a slightly later TIME.",
+                DataWarning,
+                stacklevel=4,
+            )
+            return
 
 
 def late_observations(a) -> np.ndarray:
