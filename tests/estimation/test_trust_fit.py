@@ -366,3 +366,20 @@ def test_fo_reports_the_posthoc_modes_as_focei_finds_them():
         model, pop, dn.LaplaceI(), init=est, max_iter=0, progress=False, covariance=None
     )
     np.testing.assert_allclose(fo.eta_cov, laplace.eta_cov, rtol=1e-6)
+
+
+def test_shrinkage_leaves_out_subjects_whose_data_do_not_inform_the_random_effect():
+    # 12 dose-only copies of Theophylline's subjects (EBEs exactly 0) read 32-38% shrinkage
+    # where the data give 2-10%: they are left out, as NONMEM's ETASTYPE=1 does
+    model = dn.load_model(example_path("theophylline.model"))
+    df = pd.read_csv(dn.datasets.path("theophylline"))
+    doses = df[df["EVID"] == 1].copy()
+    doses["ID"] += 100
+    more = pd.concat([df, doses], ignore_index=True)
+    with pytest.warns(DataWarning, match="no observations"):
+        pop = dn.read_data(more)
+    fit = dn.fit(model, pop, dn.FOCEI(), progress=False, covariance=None)
+    assert (fit.etas.loc[101:] == 0.0).all().all()
+    alone = dn.fit(model, dn.datasets.load("theophylline"), dn.FOCEI(), progress=False)
+    for k, v in alone.shrinkage.items():
+        assert fit.shrinkage[k] == pytest.approx(v, abs=0.01)  # (two optima to 1e-4)

@@ -325,6 +325,19 @@ def test_individual_parameters_per_time_follow_a_time_varying_covariate():
     expect = np.exp(1.0 + 0.75 * np.log(tab["CRCL"] / 80) + eta)
     np.testing.assert_allclose(tab["cl"], expect, rtol=1e-14)
     assert tab.groupby("ID")["cl"].nunique().eq(2).all()  # the change at 8 h shows
+    # the baseline row is the first record's, as the table beside it says (under NONMEM's rule
+    # the first covariate segment holds the second record's value: 0.8 x CRCL read 3.26 for
+    # a first-record CRCL whose cl is 3.26x)
+    changed = data.assign(CRCL=np.where(data["TIME"] == 0.0, data["CRCL"] * 1.25, data["CRCL"]))
+    fit2 = dn.fit(
+        model, dn.read_data(changed), dn.FOCE(), progress=False, max_iter=0, covariance=None
+    )
+    base = fit2.individual_parameters().set_index("ID")["cl"]
+    first = fit2.individual_parameters(per_time=True).groupby("ID")["cl"].first()
+    np.testing.assert_allclose(base.to_numpy(), first.to_numpy(), rtol=1e-14)
+    ebe = dn.ebe_table(fit2).set_index("ID")
+    want = np.exp(1.0 + 0.75 * np.log(ebe["CRCL"] / 80) + fit2.etas["eta[0]"])
+    np.testing.assert_allclose(ebe["cl"], want, rtol=1e-14)
     # no covariance step: no SEs, no diagnostics
     assert fit.table()["se"].isna().all() and np.isnan(fit.se["tcl"])
     assert fit.correlation is None and fit.condition_number is None

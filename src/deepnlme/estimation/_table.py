@@ -119,13 +119,19 @@ def omega_jac_args(problem, estimates) -> tuple[dict, dict] | None:
 
 def shrinkage(problem, eta, omega, method) -> dict[str, float]:
     """eta-shrinkage in percent (NONMEM's SD-based 100 (1 - SD(EBE_j) / sqrt(Omega_jj))), by
-    random-effect label; NaN without random effects, for one subject or a zero variance."""
+    random-effect label, over the subjects whose data inform that random effect: a subject
+    whose EBE of it is 0 (to 1e-8 SD: no observation depends on it, such as a subject without
+    observations of the endpoint it enters) is left out, as NONMEM's ETASTYPE=1 does; NaN
+    without random effects, for fewer than two such subjects or a zero variance."""
     out = {}
     for j, label in enumerate(problem.eta_labels):
-        if not method.random_effects or eta.shape[0] < 2 or not omega[j, j] > 0:
+        sd = math.sqrt(omega[j, j]) if omega[j, j] > 0 else 0.0
+        e = np.asarray(eta[:, j], dtype=np.float64)
+        e = e[np.abs(e) > 1e-8 * sd]
+        if not method.random_effects or e.size < 2 or not sd > 0:
             out[label] = float("nan")
         else:
-            out[label] = 100.0 * float(1.0 - np.std(eta[:, j], ddof=1) / math.sqrt(omega[j, j]))
+            out[label] = 100.0 * float(1.0 - np.std(e, ddof=1) / sd)
     return out
 
 
@@ -928,6 +934,17 @@ def pre_values(cm, theta, eta, cov, token: str | None = None) -> dict[str, np.nd
     return {k: np.asarray(values[k]) for k in order if np.shape(values[k]) == shape}
 
 
+def _first_record_covariates(a, sel: list[int]) -> np.ndarray:
+    """``[N, C]``: the covariates (columns `sel`) on each subject's first record, observation
+    or dose (the first covariate segment holds the next record's value under NONMEM's rule,
+    not the first record's)."""
+    cov = np.concatenate([a.obs_cov[..., sel], a.dose_cov[..., sel]], axis=1)
+    mask = np.concatenate([a.obs_mask, a.dose_mask], axis=1)
+    seq = np.concatenate([a.obs_seq, a.dose_seq], axis=1)
+    first = np.argmin(np.where(mask, seq, np.iinfo(np.int64).max), axis=1)
+    return cov[np.arange(cov.shape[0]), first]
+
+
 def individual_frame(
     cm, binding, population, theta, eta, *, per_time: bool, token: str | None = None
 ) -> pd.DataFrame:
@@ -941,15 +958,15 @@ def individual_frame(
     then the individual parameters.
     """
     ids = list(binding.ids)
+    a = population.arrays()
+    sel = list(binding.covariate_index)
     if not per_time:
         frame = pd.DataFrame({"ID": ids})
-        values = pre_values(cm, theta, eta, np.asarray(binding.data.cov_value)[:, 0, :], token)
+        values = pre_values(cm, theta, eta, _first_record_covariates(a, sel), token)
         for name, v in values.items():
             if name not in frame:
                 frame[name] = v
         return frame
-    a = population.arrays()
-    sel = list(binding.covariate_index)
     time = np.concatenate([a.obs_time, a.dose_time], axis=1)
     cov = np.concatenate([a.obs_cov[..., sel], a.dose_cov[..., sel]], axis=1)
     mask = np.concatenate([a.obs_mask, a.dose_mask], axis=1)
