@@ -403,6 +403,13 @@ def test_reading_the_expression_tree_not_the_names():
     )
     assert r.eta_exp == {0, 1, 2, 3}
     assert r.eta_targets == {0: ["cl"], 1: ["v"], 2: ["cl"], 3: ["cl"]}
+    # a bioavailability on the logit scale: logistic(theta) is its typical value (no CV%)
+    r = _reading(
+        "    cl = exp(tcl + eta[0])\n    v = exp(tv)\n    f = logistic(tf + eta[1])\n"
+        "    g = 2 * logistic(tf)\n",
+        "    tf = Real(init=0.4)\n",
+    )
+    assert r.logit_scale == {"tf": ["f"]} and r.eta_exp == {0}
     # names do not matter: 'log_cl' on the natural scale, 'x' on the log scale
     r = _reading(
         "    cl = log_cl * exp(eta[0])\n    v = exp(x + eta[1])\n",

@@ -213,6 +213,8 @@ class _Reading:
     # (label, pre name) -> the other terms of the exponent that no covariate's reference value
     # sets to 0 (a network, another fixed effect): exp(label) is no typical value of the name
     shifted: dict[tuple[str, str], list[str]] = dataclasses.field(default_factory=dict)
+    # label -> pre names written logistic(label + ...) as a whole (a bioavailability)
+    logit_scale: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 def _eta_offsets(ir) -> dict[str, tuple[int, int]]:
@@ -383,9 +385,23 @@ def read_model(model) -> _Reading:
     exp_etas: set[int] = set()
     aliases: set[str] = set()
     direct_exp: dict[str, set[int]] = {}
+    logit_scale: dict[str, list[str]] = {}
     statements = _individual_statements(ir)
     for name, expr in statements:
         budget = [_MAX_ALIASES]
+        whole = _factors(expr, pre, [_MAX_ALIASES])
+        if (
+            len(whole) == 1
+            and isinstance(whole[0], Call)
+            and whole[0].kind == "function"
+            and whole[0].func in ("logistic", "expit")
+        ):
+            terms = _terms(whole[0].args[0], pre, [_MAX_ALIASES], set())
+            for sign, t in terms:
+                th = _theta_ref(t, shapes)
+                plain = all(_shift_of(o) == "" for _, o in terms if o is not t)
+                if th is not None and sign > 0 and plain:
+                    logit_scale.setdefault(th, []).append(name)
         direct_exp[name] = set()
         for f in _factors(expr, pre, budget):
             if not (isinstance(f, Call) and f.kind == "function" and f.func == "exp"):
@@ -447,7 +463,9 @@ def read_model(model) -> _Reading:
                 continue
             for th in sorted(_scale_mentions(arg, derived_vars, offsets, shapes)):
                 roles.setdefault(th, (f"in the {argname} of {s.name}: {to_source(arg)}", False))
-    return _Reading(theta_targets, log_scale, eta_targets, exp_etas - other, roles, shifted)
+    return _Reading(
+        theta_targets, log_scale, eta_targets, exp_etas - other, roles, shifted, logit_scale
+    )
 
 
 def _through_aliases(theta_targets, eta_targets, aliases, statements) -> None:
@@ -597,8 +615,19 @@ def _fixed_rows(raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
                     at = ", ".join(reading.shifted[name, w])
                     notes.append(f"exp({name}): {w} where {at} is 0 (no typical value)")
             row["note"] = _join(row["note"], *notes)
+        elif reading is not None and name in reading.logit_scale:
+            est, lo, hi = row["estimate"], row["ci_2.5%"], row["ci_97.5%"]
+            row["back-transformed"] = _logistic(est)
+            row["back_ci_2.5%"] = _logistic(lo) if np.isfinite(lo) else math.nan
+            row["back_ci_97.5%"] = _logistic(hi) if np.isfinite(hi) else math.nan
+            where = ", ".join(dict.fromkeys(reading.logit_scale[name]))
+            row["note"] = _join(row["note"], f"logistic({name}): typical {where}")
         out.append(row)
     return out
+
+
+def _logistic(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
 # the note of a row whose estimate is near a boundary (`estimation._boundary`)
