@@ -79,5 +79,3 @@ def with_boundary(fit: Fit, model, init) -> Fit:
     )
     return dataclasses.replace(fit, message=message, near_boundary=tuple(found))
 
-
-__all__ = ["near_boundary", "with_boundary"]
