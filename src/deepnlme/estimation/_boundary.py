@@ -78,4 +78,3 @@ def with_boundary(fit: Fit, model, init) -> Fit:
         "term, or fix it)"
     )
     return dataclasses.replace(fit, message=message, near_boundary=tuple(found))
-

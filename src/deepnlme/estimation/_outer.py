@@ -155,7 +155,7 @@ def fit_problem(
                 break
             res = _continued(res, minimize(res.x, max_iter - res.n_iter))
         ev = run.final(res)
-        unmoved, unmoved_exact = _unmoved(problem, start, run.g_first, res)
+        unmoved = _unmoved(problem, start, run.g_first, res)
 
         t_cov0 = time.perf_counter()
         if covariance is not None and cov_pos and method.covariance_note() is None:
@@ -187,7 +187,7 @@ def fit_problem(
         fit = dataclasses.replace(
             fit,
             converged=False,
-            message=f"{_unmoved_text(unmoved, unmoved_exact)}; {fit.message}",
+            message=f"{_unmoved_text(unmoved)}; {fit.message}",
         )
     wait_stored()  # the programs this fit compiled are in the store when it returns
     timings = {
@@ -407,35 +407,21 @@ class _Run:
         return ev
 
 
-# A parameter on a plateau: it moved by this fraction of (1 + |start|) or less on the
-# estimation scale, while another moved by more than _PLATEAU_MOVED (a refit from an optimum
-# moves nothing that far).
-_PLATEAU_STILL = 1e-6
-_PLATEAU_MOVED = 0.1
-
-
-def _unmoved(problem: Problem, start: Start, g_first, res: OptResult) -> tuple[list[str], bool]:
+def _unmoved(problem: Problem, start: Start, g_first, res: OptResult) -> list[str]:
     """The free parameters (network weights aside) that the objective does not depend on:
     gradient exactly 0 at the start and at the result, and the estimate still exactly its
-    start (labels such as ``b1`` or ``omega (entry 2 of 3)``); where there are none, those
-    whose estimate is still exactly its start while others moved (a gradient too small to
-    move them: a plateau). Also whether they are of the first kind."""
+    start (labels such as ``b1`` or ``omega (entry 2 of 3)``). (Not a parameter that merely
+    stayed near its start while others moved: a start at the optimum, a control stream's
+    final estimates as initial values, is no plateau.)"""
     p = len(start.free)
     g_end = np.asarray(res.g, dtype=np.float64)[:p]
     if g_first is None or g_end.size != p or not np.all(np.isfinite(g_end)):
-        return [], True
+        return []
     x_end = np.asarray(res.x, dtype=np.float64)[:p]
     z0 = start.u0[list(start.free)]
     stuck = (g_first == 0.0) & (g_end == 0.0) & (x_end == z0)
-    exact = bool(stuck.any())
-    moved = np.abs(x_end - z0)
-    if not exact and np.max(moved, initial=0.0) > _PLATEAU_MOVED:
-        # still at its start (to 1e-6) while others moved far: its gradient was too small all
-        # along to move it (a plateau of the objective: a start far from the data, such as ka
-        # 100 times too high, where a random effect's variance has no say)
-        stuck = moved <= _PLATEAU_STILL * (1.0 + np.abs(z0))
     if not stuck.any():
-        return [], True
+        return []
     slices = problem.u_slices()
     size = start.u0.size
     network = _network_names(problem)
@@ -448,21 +434,11 @@ def _unmoved(problem: Problem, start: Start, g_first, res: OptResult) -> tuple[l
                 out.append(
                     pi.name if pi.size == 1 else f"{pi.name} (entry {i - lo + 1} of {pi.size})"
                 )
-    return out, exact
+    return out
 
 
-def _unmoved_text(names: list[str], exact: bool = True) -> str:
+def _unmoved_text(names: list[str]) -> str:
     quoted = ", ".join(f"'{n}'" for n in names)
-    if not exact:
-        its, it = ("its", "it") if len(names) == 1 else ("their", "them")
-        kind = "parameter" if len(names) == 1 else "parameters"
-        return (
-            f"{kind} {quoted} stayed at {its} start (to 1e-6) while others moved far: the "
-            f"objective hardly depends on {it} here, so the fit may have stopped on a plateau far "
-            "from the data's optimum (a start many times off, such as an absorption rate far too "
-            f"high). Fit again from other initial values; if the estimates stay, fix {it} "
-            f"(fixed=[...]) or remove {it} from the model; not converged"
-        )
     if len(names) == 1:
         return (
             f"parameter {quoted} never moved and the objective does not depend on it (gradient "
