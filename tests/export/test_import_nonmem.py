@@ -91,6 +91,48 @@ def test_pheno_ipred_times_one_plus_eps_is_the_same_model(pheno_import):
     np.testing.assert_allclose(a.IPRED, b.IPRED, rtol=TOL, atol=TOL)
 
 
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # EPS through an intermediate variable (pharmpy's and PsN's ERROR_TERMS pattern)
+        ("W=F\nY=F+W*EPS(1)", "W=F\nPROP=W*EPS(1)\nY=F+PROP"),
+        # ERR(n): NM-TRAN's synonym of EPS(n) for population data
+        ("Y=F+W*EPS(1)", "Y=F+W*ERR(1)"),
+        # $ABBR REPLACE with one name, as pharmpy and PsN write it
+        (
+            "$PK\n",
+            "$ABBR REPLACE ETA_CL=ETA(1)\n$ABBR REPLACE ETA_V=ETA(2)\n$PK\n",
+        ),
+    ],
+    ids=["eps-through-a-variable", "err-synonym", "abbr-replace"],
+)
+def test_nm_tran_synonyms_read_as_the_same_model(pheno_import, old, new):
+    text = PHENO.read_text().replace(old, new)
+    if "ETA_CL" in new:
+        text = text.replace("EXP(ETA(1))", "EXP(ETA_CL)").replace("EXP(ETA(2))", "EXP(ETA_V)")
+    assert text != PHENO.read_text()
+    imp = from_nonmem(text)
+    assert "DV ~ Proportional(" in imp.text
+    pop = _pheno_pop()
+    eta = np.tile([0.1, -0.2], (len(pop), 1))
+    a = dn.model_predict(imp.model, pop, etas=eta)
+    b = dn.model_predict(pheno_import.model, pop, etas=eta)
+    np.testing.assert_allclose(a.IPRED, b.IPRED, rtol=TOL, atol=TOL)
+
+
+def test_an_unused_dvid_column_leaves_one_output_for_every_observation(tmp_path):
+    # NONMEM's one Y takes every observation whatever its DVID; the import refused the data
+    frame = pd.read_csv(dn.datasets.path("phenobarbital"))
+    frame["DVID"] = np.where(frame["ID"] % 2 == 0, 2, 1)
+    frame.to_csv(tmp_path / "pheno_dvid.csv", index=False)
+    text = PHENO.read_text().replace("APGRLT5=DROP", "APGRLT5=DROP DVID")
+    text = text.replace("phenobarb_nm.csv", str(tmp_path / "pheno_dvid.csv"))
+    imp = from_nonmem(text)
+    assert imp.data_options["endpoint"] is False
+    assert any("DVID column is not used" in n for n in imp.notes)
+    assert imp.read_data().n_observations == _pheno_pop().n_observations
+
+
 def test_data_ignore_and_accept_pass_to_read_data():
     base = PHENO.read_text()
     imp = from_nonmem(base.replace("IGNORE=@", "IGNORE=@ IGNORE=(ID.EQ.1, ID.EQ.2)"))
@@ -314,6 +356,16 @@ BASE = PHENO.read_text()
         ),
         ("$ESTIMATION METHOD=1 INTERACTION", "$ESTIMATION METHOD=1 LAPLACE", "LAPLACE without"),
         ("Y=F+W*EPS(1)", "Y=F+W*EPS(1)+PHI(F)*EPS(1)", "the function PHI in $ERROR on line 17"),
+        (
+            "Y=F+W*EPS(1)",
+            "Y=F+W*EPS(1)\nY_2=F+EPS(1)\nIF (DVID.EQ.2) THEN\nY=Y_2\nEND IF",
+            "Y chosen by an IF on DVID or CMT (several endpoints) in $ERROR on line 19",
+        ),
+        (
+            "S1=V",
+            "S1=V\nIF(AMT.GT.0) BTIME=TIME\nTAD=TIME-BTIME",
+            "a value carried over from an earlier record",
+        ),
     ],
 )
 def test_unsupported_constructs_are_named_with_their_line(old, new, message):

@@ -308,6 +308,19 @@ def _check_records(records: Sequence[_Record]) -> None:
                 for pattern, what in _CODE:
                     if pattern.search(code):
                         raise _refuse(f"{what} in ${r.name}", line, r.lines[line - r.line])
+        if r.name in ("ERROR", "PRED"):
+            code = list(r.code())
+            n_y = sum(bool(re.search(r"(^|\bTHEN\b|\))\s*Y\s*=", c, re.I)) for _, c in code)
+            for line, c in code:
+                if n_y > 1 and re.search(r"\bIF\s*\(\s*\(?\s*(DVID|CMT)\s*\.", c, re.I):
+                    raise _refuse(
+                        "Y chosen by an IF on DVID or CMT (several endpoints) in $" + r.name,
+                        line,
+                        r.lines[line - r.line],
+                        "import the model of one endpoint, or write the model with one "
+                        "observation statement per endpoint (docs/model-language.md, "
+                        "Observations) and read the data with its DVID column",
+                    )
         if r.name == "ABBREVIATED":
             for line, code in r.code():
                 if re.search(r"\bREPLACE\b", code):
@@ -574,7 +587,18 @@ class _Translator:
         e = sp.sympify(e)
         for f in e.atoms(sp.Function):
             if f.func not in _FUNCTIONS and f.func is not sp.Piecewise:
-                raise _refuse(f"the function {f.func.__name__} in ${block}", *where)
+                name, fix = f.func.__name__, ""
+                what = f"the function {name}"
+                if name == "forward":  # (pharmpy's name for a value held from an earlier record)
+                    what = (
+                        "a value carried over from an earlier record (an IF without ELSE on "
+                        "data items, such as IF(AMT.GT.0) BTIME=TIME for the time of the last "
+                        "dose)"
+                    )
+                    fix = "compute it in the data (a BTIME or TAD column read as a covariate)"
+                elif name.startswith("A_"):  # (pharmpy's name for a compartment amount)
+                    what = f"a compartment amount (A(n), read as {name}) where it cannot be placed"
+                raise _refuse(f"{what} in ${block}", *where, fix)
         sub: dict[sp.Symbol, sp.Expr] = {}
         for s in e.free_symbols:
             sub[s] = self.symbol(s.name, block, where, self_name)
@@ -771,15 +795,16 @@ def _residual(
 ) -> tuple[str, sp.Expr, list[sp.Expr]]:
     """(distribution, prediction, its scale arguments) of ``Y = y``: `y` linearised in EPS at
     EPS = 0, its variance matched to Additive, Proportional or Combined (else Normal)."""
-    eps = sorted({s for s in y.free_symbols if s.name.startswith("EPS_")}, key=lambda s: s.name)
-    if not eps:
-        raise _refuse("Y without EPS", *where, "write Y = IPRED + W*EPS(1)")
     full = y
     for _ in range(len(defs) + 1):  # the intermediate variables that hold an EPS, inlined
         holding = {s: defs[s] for s in full.free_symbols if s in defs and _has_eps(defs[s], defs)}
         if not holding:
             break
         full = full.xreplace(holding)
+    # (after inlining: PROP = IPRED*EPS(1), Y = IPRED + PROP holds its EPS in PROP)
+    eps = sorted({s for s in full.free_symbols if s.name.startswith("EPS_")}, key=lambda s: s.name)
+    if not eps:
+        raise _refuse("Y without EPS", *where, "write Y = IPRED + W*EPS(1)")
     zero = {e: 0 for e in eps}
     pred = full.xreplace(zero)
     second = [sp.diff(full, a, b).xreplace(zero) for a in eps for b in eps]
@@ -1056,6 +1081,7 @@ def from_nonmem(path_or_text: str | os.PathLike) -> NonmemImport:
         >>> fit = imp.fit()               # the data of $DATA, the method of $ESTIMATION
     """
     text, base, origin = _source(path_or_text)
+    text = _synonyms(text)
     records = _records(text)
     _check_records(records)
     if not any(r.name == "PRED" for r in records):
@@ -1083,6 +1109,42 @@ def from_nonmem(path_or_text: str | os.PathLike) -> NonmemImport:
 
 
 _NO_FILE = "deepnlme-import-reads-the-data-itself.csv"
+
+
+_ABBR_REPLACE = re.compile(
+    r"^\s*\$ABB\w*\s+REPLACE\s+([A-Z_]\w*|(?:THETA|ETA|EPS)\(\s*[A-Z_]\w*\s*\))\s*=\s*"
+    r"((?:THETA|ETA|EPS)\(\s*\d+\s*\))\s*(?:;.*)?$",
+    re.IGNORECASE,
+)
+
+
+def _synonyms(text: str) -> str:
+    """`text` with NM-TRAN's synonyms written out, line for line (the lines keep their
+    numbers): each one-name `$ABBR REPLACE NAME=ETA(1)` (as pharmpy and PsN write them) applied
+    to the code and its line left empty; ERR(n) as EPS(n), its synonym for population data
+    (a control stream with $SIGMA)."""
+    lines = text.split("\n")
+    mapping: dict[str, str] = {}
+    for k, line in enumerate(lines):
+        m = _ABBR_REPLACE.match(line)
+        if m:
+            mapping[re.sub(r"\s+", "", m[1]).upper()] = re.sub(r"\s+", "", m[2]).upper()
+            lines[k] = ";" + line  # (a comment: the record is gone, the line stays)
+    out = "\n".join(lines)
+    for name, target in mapping.items():
+        if "(" in name:
+            pattern = (
+                re.escape(name[: name.index("(")])
+                + r"\(\s*"
+                + re.escape(name[name.index("(") + 1 : -1])
+                + r"\s*\)"
+            )
+        else:
+            pattern = rf"\b{re.escape(name)}\b"
+        out = re.sub(pattern, target, out, flags=re.IGNORECASE)
+    if re.search(r"^\s*\$SIGMA\b", out, re.IGNORECASE | re.MULTILINE):
+        out = re.sub(r"\bERR\s*\(\s*(\d+)\s*\)", r"EPS(\1)", out, flags=re.IGNORECASE)
+    return out
 
 
 def _data_file(records: Sequence[_Record]) -> tuple[str | None, int, int, int]:
@@ -1309,6 +1371,10 @@ def _translate(records, pm, text: str, base: Path, origin: str | None) -> Nonmem
     model = load_model(text_out)
     method, evaluation, notes = _method(pm, records)
     data_path, options = _data(pm, records, base, tr.covariates, tr.columns.aliases)
+    if any(str(c).upper() == "DVID" for c in tr.columns.order if c) and "endpoint" not in options:
+        # one Y takes every observation, whatever its DVID (as in NONMEM): no endpoints
+        options = {**options, "endpoint": False}
+        tr.notes.append("the data's DVID column is not used: the one Y takes every observation")
     return NonmemImport(
         text=text_out,
         model=model,
