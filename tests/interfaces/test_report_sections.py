@@ -19,8 +19,10 @@ from deepnlme.interfaces.report import (
     _correlation_colour,
     _correlation_table,
     _covariance_diagnostics,
+    _covariance_section,
     _data_source,
     _endpoint_label,
+    _estimates_shown,
     dense_predictions,
     eta_names,
     report_html,
@@ -220,6 +222,40 @@ def test_covariance_fallback_from_the_covariance_matrix():
     np.testing.assert_allclose(cd.eigenvalues, eig, rtol=1e-12)
     assert cd.condition_number == pytest.approx(eig[-1] / eig[0], rel=1e-12)
     assert cd.warnings == ()  # |r| 0.9 < 0.95 and condition number ~ 20
+
+
+def test_a_failed_or_absent_covariance_step_is_not_shown_as_good():
+    # a failed step showed its status above a green "No covariance warnings." box
+    import types
+
+    failed = types.SimpleNamespace(
+        covariance=None,
+        covariance_status="failed: the R matrix (Hessian) is not positive definite",
+        covariance_warnings=(),
+        correlation=None,
+        eigenvalues=None,
+        condition_number=None,
+    )
+    html = "".join(_covariance_section(failed))
+    assert 'class="warn" id="covariance-warnings"' in html and 'class="good"' not in html
+    assert "the covariance step failed: failed: the R matrix" in html
+    absent = types.SimpleNamespace(**{**vars(failed), "covariance_status": "not requested"})
+    html = "".join(_covariance_section(absent))
+    assert "No covariance step, so no diagnostics." in html and 'class="good"' not in html
+
+
+def test_a_held_parameter_is_marked_fix_in_the_reports_table():
+    # the report leaves the notes out: the only mark of a fixed parameter went with them
+    table = pd.DataFrame(
+        {
+            "block": ["fixed effects"] * 2,
+            "parameter": ["tka", "tcl"],
+            "estimate": [0.45, 1.0],
+            "note": ["fixed; exp(tka): typical ka", "exp(tcl): typical cl"],
+        }
+    )
+    shown = _estimates_shown(table)
+    assert list(shown["parameter"]) == ["tka FIX", "tcl"] and "note" not in shown.columns
 
 
 def test_correlation_table_is_coloured_by_value():

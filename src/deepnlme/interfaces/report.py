@@ -387,15 +387,32 @@ def _own_warnings(fit, corr, cond) -> list[str]:
     return out
 
 
+def _estimates_shown(table: pd.DataFrame) -> pd.DataFrame:
+    """`Fit.table()` as the report shows it: without its notes, a held parameter (fixed by
+    the model, by `fixed=`, or by the method) marked FIX as `print(fit)` marks it."""
+    if "note" not in table.columns:
+        return table
+    held = table["note"].astype(str).str.match(r"fixed\b")
+    out = table.drop(columns=["note"])
+    out["parameter"] = np.where(held, out["parameter"].astype(str) + " FIX", out["parameter"])
+    return out
+
+
 def _covariance_section(fit) -> list[str]:
     cd = _covariance_diagnostics(fit)
-    body = [f"<p>Status: {html.escape(fit.covariance_status)}.</p>"]
-    if cd.warnings:
-        items = "".join(f"<li>{html.escape(w)}</li>" for w in cd.warnings)
+    status = str(fit.covariance_status)
+    body = [f"<p>Status: {html.escape(status)}.</p>"]
+    warnings = list(cd.warnings)
+    if fit.covariance is None and status.startswith("failed") and not warnings:
+        warnings.append(f"the covariance step failed: {status}")  # (no green box beside it)
+    if warnings:
+        items = "".join(f"<li>{html.escape(w)}</li>" for w in warnings)
         body.append(
-            f'<div class="warn" id="covariance-warnings"><h3>Warnings ({len(cd.warnings)})'
+            f'<div class="warn" id="covariance-warnings"><h3>Warnings ({len(warnings)})'
             f"</h3><ul>{items}</ul></div>"
         )
+    elif fit.covariance is None:
+        body.append('<p id="covariance-warnings">No covariance step, so no diagnostics.</p>')
     else:
         body.append('<div class="good" id="covariance-warnings">No covariance warnings.</div>')
     if cd.condition_number is not None:
@@ -706,11 +723,7 @@ def _report_html(
         _section(
             "estimates",
             "Estimates",
-            [
-                _table(
-                    fit.table().drop(columns=["note"], errors="ignore"), table_id="estimates-table"
-                )
-            ],
+            [_table(_estimates_shown(fit.table()), table_id="estimates-table")],
         )
     )
     sections.append(_section("shrinkage", "Shrinkage", [_table(shrinkage(fit, table))]))
