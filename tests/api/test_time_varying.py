@@ -200,6 +200,29 @@ def test_the_initial_state_comes_from_the_first_records_covariates(rule):
                                rtol=1e-10)  # fmt: skip
 
 
+@pytest.mark.parametrize("rule", ["nonmem", "locf"])
+def test_the_first_record_is_the_first_in_file_order_at_a_shared_time(rule):
+    # records at time 0: a sample (FED 0) before the dose record (FED 1), and a covariate
+    # record (EVID 2, FED 0) before a sample (FED 1): init: came from the dose record's, and
+    # skipped the EVID 2 record
+    df = pd.DataFrame(
+        {"ID": [1, 1, 1, 2, 2, 2],
+         "TIME": [0.0, 0.0, 2.0, 0.0, 0.0, 2.0],
+         "DV": [1.0, np.nan, 1.0, np.nan, 1.0, 1.0],
+         "AMT": [0.0, 100.0, 0.0, 0.0, 0.0, 0.0],
+         "EVID": [0, 1, 0, 2, 0, 0], "MDV": [0, 1, 0, 1, 0, 0], "CMT": 1, "WT": 70.0,
+         "FED": [0.0, 1.0, 1.0, 0.0, 1.0, 1.0]}
+    )  # fmt: skip
+    text = DOSE_MODIFIERS.format(init="init:\n    Central = 10 + 40 * FED\n", dynamics=ONE_CPT)
+    got = dn.model_predict(dn.load_model(text), dn.read_data(df, covariate_rule=rule))
+    k = 2 / 20
+    # subject 1: 10 at 0 (the sample before the dose sees no dose), then the dose (F 0.7,
+    # lag FED = 1 h) on top of the 10; subject 2: 10 throughout, decaying
+    one = [10.0, 10 * np.exp(-2 * k) + 70 * np.exp(-k)]
+    two = [10.0, 10 * np.exp(-2 * k)]
+    np.testing.assert_allclose(got["IPRED"], np.array(one + two) / 20, rtol=1e-10)
+
+
 @pytest.mark.parametrize("solver", ["auto", "dopri8"])
 @pytest.mark.parametrize("rule", ["nonmem", "locf"])
 def test_a_reset_goes_back_to_the_initial_state_of_its_own_record(rule, solver):

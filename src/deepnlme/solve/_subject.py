@@ -57,6 +57,10 @@ class SubjectData(NamedTuple):
     # solve gives it the amounts after the records there (`late_observations`); None where
     # the population has no such observation (the programs then hold nothing for it)
     obs_late: jax.Array | None
+    # [K] the covariates on the subject's first record (an observation, a dose or a covariate
+    # record: the first in file order), where they change over time (`init:` is computed
+    # there); None where they do not (the first segment's are the same)
+    first_cov: jax.Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +257,7 @@ def bind_population(model, population) -> Binding:
         cov_mask=jnp.asarray(a.cov_mask, bool),
         dose_cov=f64(a.dose_cov[:, :, sel]),
         obs_late=jnp.asarray(late, bool) if (late := late_observations(a)).any() else None,
+        first_cov=f64(population.covariates_frame().to_numpy(np.float64)[:, sel]) if tv else None,
     )
     return Binding(
         data=data,
@@ -442,18 +447,14 @@ class SubjectPredictor:
         return jax.vmap(params)(cov[0]), dosing, records
 
     def _initial_state(self, theta, eta, sd: SubjectData, cov0, ind0):
-        """The `init:` state from the covariates of the subject's first record (as NONMEM
-        computes A_0 there): the first segment's where they do not change; else the first
-        dose's or observation's own, whichever comes first (under NONMEM's covariate rule
-        the first segment takes the value of the record that ends it)."""
+        """The `init:` state from the covariates of the subject's first record in file order
+        (as NONMEM computes A_0 there): the first segment's where they do not change; else
+        that record's own (under NONMEM's covariate rule the first segment takes the value of
+        the record that ends it)."""
         cm = self.model.compiled
-        if not (self.time_varying and cm.has_init):
+        if not (self.time_varying and cm.has_init) or sd.first_cov is None:
             return cm.init(theta, eta, cov0, ind0)
-        doses = sd.doses
-        t_dose = jnp.where(doses.mask[0], doses.time[0], jnp.inf)
-        t_obs = jnp.where(sd.obs_mask[0], sd.obs_time[0], jnp.inf)
-        first = jnp.where(t_dose <= t_obs, sd.dose_cov[0], sd.obs_cov[0])
-        first = jnp.where(jnp.isfinite(jnp.minimum(t_dose, t_obs)), first, cov0)
+        first = sd.first_cov
         return cm.init(theta, eta, first, cm.pre(theta, eta, first))
 
     def _reset_states(self, theta, eta, sd: SubjectData):
