@@ -602,7 +602,8 @@ def posthoc_modes(problem: Problem, method: Method, theta) -> tuple[jax.Array, j
     method's EBE objective (`Method.ebe_objective`, -2 log p(y, eta) up to constants) from
     eta = 0, and its conditional covariance, the inverse of half that objective's Hessian
     there (``[N, q]``, ``[N, q, q]``). FO's reported EBEs (NONMEM's POSTHOC step after FO), and
-    a fit's EBEs on another population."""
+    a fit's EBEs on another population. (Not kept in the program store: its program holds the
+    method's search options, which the store's key does not.)"""
     from ..likelihood import max_step_of, newton_lm
 
     q, n = problem.n_eta, problem.n_subjects
@@ -617,8 +618,12 @@ def posthoc_modes(problem: Problem, method: Method, theta) -> tuple[jax.Array, j
             f = method.ebe_objective(obs, theta, jnp.linalg.inv(om), subj, q, jnp.zeros(q).dtype)
             sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
             res = newton_lm(f, jnp.zeros(q), method.inner_options, max_step_of(sd))
-            return res.eta, jnp.linalg.inv(0.5 * res.hess)
+            return res.eta, res.hess
 
-        name = f"posthoc modes ({type(method).__name__})"
-        per[method] = run_once_jit(jax.vmap(one, in_axes=(None, 0)), (problem.cache_token, name))
-    return per[method](theta, problem.subjects)
+        per[method] = run_once_jit(jax.vmap(one, in_axes=(None, 0)))
+    eta, hess = per[method](theta, problem.subjects)
+    # inverted here, not in the program: with a batched LAPACK inverse in it, a later XLA
+    # compile in the test suite's workers crashed three runs of three (segfault, abort), and
+    # not once without it (the CPU kernels' batches share XLA's thread pool:
+    # benchmarks/design-measurements.md, "Hangs")
+    return eta, np.linalg.inv(0.5 * np.asarray(hess, dtype=np.float64))
