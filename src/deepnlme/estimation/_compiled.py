@@ -623,7 +623,7 @@ def posthoc_modes(problem: Problem, method: Method, theta) -> tuple[jax.Array, j
         per[method] = run_once_jit(jax.vmap(one, in_axes=(None, 0)))
     eta, hess = per[method](theta, problem.subjects)
     # inverted here, not in the program: with a batched LAPACK inverse in it, a later XLA
-    # compile in the test suite's workers crashed three runs of three (segfault, abort), and
-    # not once without it (the CPU kernels' batches share XLA's thread pool:
+    # compile in the test suite's workers crashed in three runs of three (segfault, abort);
+    # the run without it passed (the CPU kernels' batches share XLA's thread pool:
     # benchmarks/design-measurements.md, "Hangs")
     return eta, np.linalg.inv(0.5 * np.asarray(hess, dtype=np.float64))
