@@ -80,15 +80,20 @@ def test_pheno_import_fits_like_phenobarbital_model(pheno_import_fit, pheno_fit)
     np.testing.assert_allclose(got.estimates["omega"], want.estimates["omega"], rtol=1e-6)
 
 
-def test_pheno_ipred_times_one_plus_eps_is_the_same_model(pheno_import):
-    text = PHENO.read_text().replace("W=F\nY=F+W*EPS(1)\nIPRED=F", "IPRED=F\nY=IPRED*(1+EPS(1))")
-    imp = from_nonmem(text)
-    assert "DV ~ Proportional(IPRED, sigma)" in imp.text
+def _predicts_as(imp, pheno_import) -> None:
+    """The imported model's IPRED equal the pheno import's at the same random effects."""
     pop = _pheno_pop()
     eta = np.tile([0.1, -0.2], (len(pop), 1))
     a = dn.model_predict(imp.model, pop, etas=eta)
     b = dn.model_predict(pheno_import.model, pop, etas=eta)
     np.testing.assert_allclose(a.IPRED, b.IPRED, rtol=TOL, atol=TOL)
+
+
+def test_pheno_ipred_times_one_plus_eps_is_the_same_model(pheno_import):
+    text = PHENO.read_text().replace("W=F\nY=F+W*EPS(1)\nIPRED=F", "IPRED=F\nY=IPRED*(1+EPS(1))")
+    imp = from_nonmem(text)
+    assert "DV ~ Proportional(IPRED, sigma)" in imp.text
+    _predicts_as(imp, pheno_import)
 
 
 @pytest.mark.parametrize(
@@ -113,11 +118,7 @@ def test_nm_tran_synonyms_read_as_the_same_model(pheno_import, old, new):
     assert text != PHENO.read_text()
     imp = from_nonmem(text)
     assert "DV ~ Proportional(" in imp.text
-    pop = _pheno_pop()
-    eta = np.tile([0.1, -0.2], (len(pop), 1))
-    a = dn.model_predict(imp.model, pop, etas=eta)
-    b = dn.model_predict(pheno_import.model, pop, etas=eta)
-    np.testing.assert_allclose(a.IPRED, b.IPRED, rtol=TOL, atol=TOL)
+    _predicts_as(imp, pheno_import)
 
 
 def test_an_unused_dvid_column_leaves_one_output_for_every_observation(tmp_path):
