@@ -230,7 +230,8 @@ def bind_population(model, population) -> Binding:
     out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints), population.endpoint_column)
     _check_dose_records(cm, a, tuple(population.ids))
     _check_discrete_observations(cm, a, out_of_ep, population)
-    warn_observations_between_doses(population)
+    late, between = same_time_order(a)
+    _warn_observations_between_doses(population, between)
     sel = np.asarray(cidx, dtype=int)
     tv = bool(any(population.time_varying[i] for i in cidx))
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
@@ -256,7 +257,7 @@ def bind_population(model, population) -> Binding:
         cov_value=f64(a.cov_value[:, :, sel]),
         cov_mask=jnp.asarray(a.cov_mask, bool),
         dose_cov=f64(a.dose_cov[:, :, sel]),
-        obs_late=jnp.asarray(late, bool) if (late := late_observations(a)).any() else None,
+        obs_late=jnp.asarray(late, bool) if late.any() else None,
         first_cov=f64(population.covariates_frame().to_numpy(np.float64)[:, sel]) if tv else None,
     )
     return Binding(
@@ -270,38 +271,47 @@ def bind_population(model, population) -> Binding:
     )
 
 
-def warn_observations_between_doses(population) -> None:
-    """A DataWarning for an observation with dose or reset records at its time both before and
-    after it in the file (or a dose implied by ADDL there, which comes after the records):
-    the solvers give an observation after a dose record at its time the amounts after every
-    administration at that time, not only those before it."""
+def _warn_observations_between_doses(population, between: np.ndarray) -> None:
+    """A DataWarning for the observations `between` (``[N, T]``) dose or reset records at
+    their time (`same_time_order`): the solvers give an observation after a dose record at
+    its time the amounts after every administration at that time, not only those before it."""
+    if not between.any():
+        return
     import warnings
 
     from ..data import DataWarning
 
     a = population.arrays()
+    i, j = np.argwhere(between)[0]
+    n = int(between.sum())
+    warnings.warn(
+        f"subject {population.ids[i]}, time {population.written_obs_time()[i, j]:g} "
+        f"(data row {int(a.obs_row[i, j])}): this observation comes after a dose or reset "
+        "record at its time and before another (or before a dose implied by ADDL there)"
+        + (f"; {n} observations are such" if n > 1 else "")
+        + ". deepnlme gives it the amounts after every administration at that time, not only "
+        "those before it in the file. To sample between them, give the later dose a slightly "
+        "later TIME.",
+        DataWarning,
+        stacklevel=4,
+    )
+
+
+def same_time_order(a) -> tuple[np.ndarray, np.ndarray]:
+    """``[N, T]`` twice, for the observations of the arrays `a` (`PopulationArrays`): those
+    whose record follows a dose or reset record at the same time (file order, `obs_seq` after
+    `dose_seq`: `late_observations`), and of those, the ones with another dose or reset at
+    their time after them (a later record, or a dose implied by ADDL, which comes after the
+    records at its time)."""
+    late = np.zeros(a.obs_time.shape, dtype=bool)
+    between = np.zeros(a.obs_time.shape, dtype=bool)
     for rows, _, at_its_time in doses_before(a):
+        late[rows] = at_its_time.any(axis=2)
         doses = a.dose_mask[rows] & np.isin(a.dose_evid[rows], (1, 3, 4))
         same = doses[:, None, :] & (a.dose_time[rows, None, :] == a.obs_time[rows, :, None])
-        after = same & ~at_its_time
-        bad = at_its_time.any(axis=2) & after.any(axis=2) & a.obs_mask[rows]
-        if bad.any():
-            i, j = np.argwhere(bad)[0]
-            i += rows.start
-            n = int(bad.sum())
-            warnings.warn(
-                f"subject {population.ids[i]}, time {population.written_obs_time()[i, j]:g} "
-                f"(data row {int(a.obs_row[i, j])}): this observation comes after a dose or "
-                "reset record at its time and before another (or before a dose implied by "
-                "ADDL there)"
-                + (f"; {n} observations are such" if n > 1 else "")
-                + ". deepnlme gives it the amounts after every administration at that time, "
-                "not only those before it in the file. To sample between them, give the later "
-                "dose a slightly later TIME.",
-                DataWarning,
-                stacklevel=4,
-            )
-            return
+        between[rows] = late[rows] & (same & ~at_its_time).any(axis=2)
+    mask = np.asarray(a.obs_mask, dtype=bool)
+    return late & mask, between & mask
 
 
 def late_observations(a) -> np.ndarray:
@@ -311,10 +321,7 @@ def late_observations(a) -> np.ndarray:
     time, as NONMEM's records do; other observations at that time (a trough before the dose
     record, a sample at the time of a dose implied by ADDL, which comes after the records at
     its time) see the amounts before them."""
-    late = np.zeros(a.obs_time.shape, dtype=bool)
-    for rows, _, at_its_time in doses_before(a):
-        late[rows] = at_its_time.any(axis=2)
-    return late & np.asarray(a.obs_mask, dtype=bool)
+    return same_time_order(a)[0]
 
 
 def _check_dose_records(cm, a, ids) -> None:
