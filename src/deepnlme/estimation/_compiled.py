@@ -622,8 +622,6 @@ def posthoc_modes(problem: Problem, method: Method, theta) -> tuple[jax.Array, j
 
         per[method] = run_once_jit(jax.vmap(one, in_axes=(None, 0)))
     eta, hess = per[method](theta, problem.subjects)
-    # inverted here, not in the program: with a batched LAPACK inverse in it, a later XLA
-    # compile in the test suite's workers crashed in three runs of three (segfault, abort);
-    # the run without it passed (the CPU kernels' batches share XLA's thread pool:
-    # benchmarks/design-measurements.md, "Hangs")
+    # inverted here, not in the program: no batched LAPACK call in a program run beside
+    # others (benchmarks/design-measurements.md, "Hangs")
     return eta, np.linalg.inv(0.5 * np.asarray(hess, dtype=np.float64))
