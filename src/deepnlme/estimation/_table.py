@@ -963,17 +963,6 @@ def pre_values(cm, theta, eta, cov, token: str | None = None) -> dict[str, np.nd
     return {k: np.asarray(values[k]) for k in order if np.shape(values[k]) == shape}
 
 
-def _first_record_covariates(a, sel: list[int]) -> np.ndarray:
-    """``[N, C]``: the covariates (columns `sel`) on each subject's first record, observation
-    or dose (the first covariate segment holds the next record's value under NONMEM's rule,
-    not the first record's)."""
-    cov = np.concatenate([a.obs_cov[..., sel], a.dose_cov[..., sel]], axis=1)
-    mask = np.concatenate([a.obs_mask, a.dose_mask], axis=1)
-    seq = np.concatenate([a.obs_seq, a.dose_seq], axis=1)
-    first = np.argmin(np.where(mask, seq, np.iinfo(np.int64).max), axis=1)
-    return cov[np.arange(cov.shape[0]), first]
-
-
 def individual_frame(
     cm, binding, population, theta, eta, *, per_time: bool, token: str | None = None
 ) -> pd.DataFrame:
@@ -991,7 +980,10 @@ def individual_frame(
     sel = list(binding.covariate_index)
     if not per_time:
         frame = pd.DataFrame({"ID": ids})
-        values = pre_values(cm, theta, eta, _first_record_covariates(a, sel), token)
+        # the first record's covariates in file order (EVID 2 records too), as `init:` reads
+        # them (`SubjectData.first_cov`)
+        first = population.covariates_frame().to_numpy(np.float64)[:, sel]
+        values = pre_values(cm, theta, eta, first, token)
         for name, v in values.items():
             if name not in frame:
                 frame[name] = v
