@@ -49,3 +49,34 @@ def freeze_imported() -> None:
     would stay in memory (until `gc.unfreeze()`).
     """
     gc.freeze()
+
+
+_CACHES = "_deepnlme_caches"
+
+
+def owned_cache(owner: object, name: str) -> dict:
+    """The cache `name` that `owner` holds itself (created empty on first use): what a
+    compiled program, a bound problem or a resolved model is kept under, per object.
+
+    Not a `weakref.WeakKeyDictionary`: its entry lives until the key is gone, but a value that
+    refers back to its key (a program that closes over its problem, a problem over its model)
+    keeps the key alive through the dictionary, so the entry never goes. Every model a
+    session fitted then stayed with its compiled programs, whose machine code holds a few
+    memory maps each: after some hundred models (the test suite in one worker) the process
+    reached the kernel's limit on maps (``vm.max_map_count``, 65530 by default) and XLA
+    aborted the next compilation. Held in the owner's own ``__dict__`` (frozen dataclasses
+    too), owner -> cache -> value -> owner is an ordinary reference cycle, which the collector
+    frees once nothing else holds the owner. An owner without a ``__dict__`` gets a fresh
+    dict each time: nothing is kept.
+    """
+    try:
+        slots = vars(owner)
+    except TypeError:
+        return {}
+    caches = slots.get(_CACHES)
+    if caches is None:
+        caches = slots.setdefault(_CACHES, {})  # atomic: threads asking at once share one
+    cache = caches.get(name)
+    if cache is None:
+        cache = caches.setdefault(name, {})
+    return cache

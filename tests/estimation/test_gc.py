@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import pathlib
 import subprocess
 import sys
 
@@ -12,6 +13,8 @@ import toy_models as tm
 from deepnlme import FOCE
 from deepnlme._gc import gc_paused
 from deepnlme.estimation import _compiled, fit_problem
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
 
 def _in_fresh_process(code: str) -> str:
@@ -70,3 +73,33 @@ def test_evaluation_is_traced_with_the_collector_paused(monkeypatch):
     assert fit.converged
     assert seen and not any(seen)  # traced (the search and the rest), never with it on
     assert gc.isenabled()
+
+
+@pytest.mark.slow
+def test_a_fitted_model_is_freed_with_its_programs_once_the_session_drops_it():
+    """Every per-object cache (the model's problems, the problem's programs and EBE search,
+    the predictor's prediction and simulation programs, a network's evaluation) is held by
+    its object, not by a module-level weak dictionary whose values refer back to their key
+    (such entries were never dropped: a long session kept every model it fitted, with the
+    memory maps of their machine code, until XLA aborted at the kernel's limit on maps)."""
+    import weakref
+
+    import numpy as np
+
+    import deepnlme as dn
+    from deepnlme.likelihood._from_model import model_problem
+
+    pop = dn.datasets.load("theophylline")
+    model = dn.load_model(EXAMPLES.joinpath("deepnlme_theophylline.model").read_text())
+    fit = dn.fit(model, pop, FOCE(), max_iter=2, covariance=None, progress=False)
+    dn.predict(fit)
+    dn.simulate(fit, seed=1)
+    assert np.all(np.isfinite(dn.network(fit, "NN")(np.array([[70.0]]))))
+    problem = model_problem(model, pop)[0]
+    # programs shared with later problems of the same model (the last 16 kept) hold it too
+    for key in [k for k in _compiled._SHARED if k[0] == problem.cache_token]:
+        del _compiled._SHARED[key]
+    gone = [weakref.ref(o) for o in (model, fit.model, problem)]
+    del model, fit, problem
+    gc.collect()
+    assert [r() is None for r in gone] == [True, True, True]

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 import deepnlme as dn
+from deepnlme._gc import owned_cache
 from deepnlme.data._table import DataWarning
 from deepnlme.estimation._compiled import run_once_jit
 from deepnlme.interfaces import report
@@ -84,9 +85,9 @@ def test_the_optimised_simulation_gives_the_same_replicates(fit, monkeypatch):
     monkeypatch.setattr(_diagnostics, "_SIMULATION_OPTIMISED_ENTRIES", 0)
     b = _diagnostics.bind_fit(fit)
     assert _diagnostics._simulation_optimised(b)
-    _diagnostics._SIM_CACHE.pop(b.predictor, None)  # (compiled again, optimised)
+    owned_cache(b.predictor, "simulation").clear()  # (compiled again, optimised)
     fast = _diagnostics.replicates(fit, 30, 5)
-    _diagnostics._SIM_CACHE.pop(b.predictor, None)
+    owned_cache(b.predictor, "simulation").clear()
     np.testing.assert_allclose(fast.y, plain.y, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(fast.h, plain.h, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(fast.use, plain.use)

@@ -15,7 +15,8 @@ import pytest
 from scipy import special, stats
 
 import deepnlme as dn
-from deepnlme.results._diagnostics import _OUTPUTS_CACHE, _outputs, bind_fit, normal_quantile
+from deepnlme._gc import owned_cache
+from deepnlme.results._diagnostics import _outputs, bind_fit, normal_quantile
 
 LINEAR = """
 param:
@@ -85,7 +86,7 @@ def test_residual_program_decorrelates_with_one_lapack_call(linear_fit):
     fit, _ = linear_fit
     b = bind_fit(fit)
     _outputs(b)
-    lowered = _OUTPUTS_CACHE[b.problem].lower(b.theta, b.eta, b.binding.data)
+    lowered = owned_cache(b.problem, "outputs")["program"].lower(b.theta, b.eta, b.binding.data)
     calls = re.findall(r'custom_call_target="(lapack_[a-z]+)', lowered.compile().as_text())
     assert calls == ["lapack_dsyevd"]
 

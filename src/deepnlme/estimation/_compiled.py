@@ -18,13 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._gc import gc_paused
+from .._gc import gc_paused, owned_cache
 from ..likelihood import Method, Problem, Searched, Structure, free_penalty, make_evaluator, probe
 from ..likelihood._evaluation import data_entries
 from ..likelihood._linalg import unrolled
 from ._programs import compile_and_store, program_path, read_program
-
-_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 # Compiled programs shared by problems of one `Problem.cache_token` (the same model but for its
 # starting values, binding and data shapes: a bootstrap's resamples, cross-validation folds of
@@ -52,10 +50,7 @@ def _shared(key: tuple | None, make: Callable[[], Any]) -> Any:
 
 def problem_cache(problem: Problem) -> dict:
     """The cache of `problem`'s compiled programs and probed structure (gone with it)."""
-    try:
-        return _CACHE.setdefault(problem, {})
-    except TypeError:  # not weak-referenceable: no caching
-        return {}
+    return owned_cache(problem, "programs")
 
 
 def structure_of(problem: Problem) -> Structure:
@@ -594,9 +589,6 @@ def post_functions(problem: Problem):
     return cache["post"]
 
 
-_POSTHOC: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def posthoc_modes(problem: Problem, method: Method, theta) -> tuple[jax.Array, jax.Array]:
     """Each subject's EBE with the population parameters `theta` held: the mode of the
     method's EBE objective (`Method.ebe_objective`, -2 log p(y, eta) up to constants) from
@@ -609,7 +601,7 @@ def posthoc_modes(problem: Problem, method: Method, theta) -> tuple[jax.Array, j
     q, n = problem.n_eta, problem.n_subjects
     if q == 0 or not method.random_effects:
         return jnp.zeros((n, q)), jnp.zeros((n, q, q))
-    per = _POSTHOC.setdefault(problem, {})
+    per = owned_cache(problem, "posthoc")
     if method not in per:
         obs = problem.obs_terms
 

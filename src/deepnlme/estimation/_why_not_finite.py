@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._gc import owned_cache
+
 _GENERIC = (
     "the objective or its gradient is not finite at the starting values; check the initial "
     "estimates"
@@ -17,13 +19,7 @@ _GENERIC = (
 def _bound_of(problem):
     """The predictor and binding `model_problem` built `problem` with (None when `problem` was
     not made from a model)."""
-    from ..likelihood._from_model import _PROBLEMS
-
-    for per_model in list(_PROBLEMS.values()):
-        for entry in list(per_model.values()):
-            if entry[1] is problem:
-                return entry[2], entry[3]
-    return None, None
+    return owned_cache(problem, "origin").get("bound", (None, None))
 
 
 def _fmt(x: float) -> str:

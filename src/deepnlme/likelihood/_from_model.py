@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._gc import owned_cache
 from ..errors import ModelError
 from ..model._distributions import DISTRIBUTIONS, FAMILIES, obs_logpdf, transform_obs
 from ..nn import model_penalty, resolve_scaling
@@ -52,8 +53,6 @@ def obs_terms_from_prediction(pred, sd: SubjectData) -> ObsTerms:
     )
 
 
-_PROBLEMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 STIFF_STEPS_FACTOR = 4
 """`OdeOptions.max_steps` times this for the stiff solver ``"auto"`` switches to."""
 
@@ -75,7 +74,7 @@ def binding_of(model, population, ode_options: OdeOptions | None = None):
 
 def _bound(model, population, ode_options: OdeOptions):
     """The cache entry (population ref, problem, predictor, binding), built on a miss."""
-    per_model = _PROBLEMS.setdefault(model, {})
+    per_model = owned_cache(model, "problems")
     key = (id(population), ode_options)
     hit = per_model.get(key)
     if hit is not None and hit[0]() is population:
@@ -141,6 +140,7 @@ def _bound(model, population, ode_options: OdeOptions):
         **({"penalty": penalty} if penalty is not None else {}),
     )
     per_model[key] = (weakref.ref(population), problem, predictor, binding)
+    owned_cache(problem, "origin")["bound"] = (predictor, binding)  # `_why_not_finite`
     if ode_options.solver == "auto":  # the options the choice stands for bind the same problem
         per_model[(id(population), resolved_options(ode_options, predictor))] = per_model[key]
     return per_model[key]

@@ -16,19 +16,17 @@ should store (`resolved_model`).
 from __future__ import annotations
 
 import dataclasses
-import weakref
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._gc import owned_cache
 from ..model._compile import compile_expr
 from ..model._domains import ParamSpec
 from ..model._ir import Assign, Call, Derivative, Observation, walk
 from ..model._model import Model
 from ._mlp import MLP
-
-_RESOLVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def networks(model) -> dict[str, MLP]:
@@ -133,12 +131,13 @@ def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
     result, whatever the population. `stored`: where the statistics of this model, data and
     code are kept between processes (an object with `read(shapes) -> dict | None` and
     `write(stats)`, `likelihood._from_model._StoredStatistics`), or None."""
-    hit = _RESOLVED.get(model)
+    mine = owned_cache(model, "networks")
+    hit = mine.get("resolved")
     if hit is not None:
         return hit
     need = [n for n, d in networks(model).items() if d.needs_data]
     if not need:
-        _RESOLVED[model] = model
+        mine["resolved"] = model
         return model
     nets = networks(model)
     stats = None if stored is None else stored.read({n: (nets[n].n_in, 4) for n in need})
@@ -158,8 +157,8 @@ def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
         ),
     )
     resolved = Model(ir.to_text(), ir, params, model.path)
-    _RESOLVED[model] = resolved
-    _RESOLVED[resolved] = resolved
+    mine["resolved"] = resolved
+    owned_cache(resolved, "networks")["resolved"] = resolved
     return resolved
 
 
@@ -169,7 +168,7 @@ def resolved_model(model) -> Model:
     (``str(...)``) reproduces the fitted networks exactly when loaded again."""
     if hasattr(model, "model") and not isinstance(model, Model):  # a Fit
         model = model.model
-    return _RESOLVED.get(model, model)
+    return owned_cache(model, "networks").get("resolved", model)
 
 
 def model_penalty(model):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -11,14 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._gc import owned_cache
 from ..errors import OptionError
 from ._binding import networks, resolved_model
 from ._mlp import MLP
-
-# One compiled evaluation per network (and input shape): operation by operation, a fresh
-# process compiled each operation (19 small programs, 0.25 s of a warm report of a model with
-# one network: benchmarks/RESULTS_report.md).
-_EVALUATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -50,9 +45,13 @@ class Network:
                     f"network '{self.name}' takes inputs of shape [..., {self.n_in}], got an "
                     f"array of shape {x.shape}; put the {self.n_in} inputs in the last axis"
                 )
-        run = _EVALUATIONS.get(self.domain)
+        # one compiled evaluation per network (and input shape): operation by operation, a
+        # fresh process compiled each operation (19 small programs, 0.25 s of a warm report of
+        # a model with one network: benchmarks/RESULTS_report.md)
+        mine = owned_cache(self.domain, "evaluate")
+        run = mine.get("program")
         if run is None:
-            run = _EVALUATIONS[self.domain] = jax.jit(self.domain.evaluate)
+            run = mine["program"] = jax.jit(self.domain.evaluate)
         return np.asarray(run(jax.device_put(self.weights), jax.device_put(x)))
 
     def penalty(self) -> float:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import weakref
 from typing import Any, NamedTuple
 
 import jax
@@ -15,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from .._gc import owned_cache
 from ..errors import OptionError, SolveError
 from ..estimation._compiled import fit_values, posthoc_modes, run_once_jit
 from ..estimation._table import individual_frame
@@ -176,16 +176,14 @@ def _subject_outputs(predictor, theta, omega, eta_hat, subj):
     return pred0, pred1, ok1, fail1, derived, residuals
 
 
-_OUTPUTS_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _outputs(bound: Bound):
     """Every subject's `_subject_outputs` as NumPy arrays ``[N, T]``: (PRED, IPRED, ok,
     failure time, derived variables, residuals). One compiled program per problem, kept in the
     program store: the predictions and the residuals share its trace of the model (they were
     two programs, compiled one after the other in a fresh process)."""
     problem = bound.problem
-    if problem not in _OUTPUTS_CACHE:
+    per = owned_cache(problem, "outputs")
+    if "program" not in per:
         predictor = bound.predictor
 
         def all_subjects(theta, eta, subjects):
@@ -194,10 +192,10 @@ def _outputs(bound: Bound):
                 lambda e, s: _subject_outputs(predictor, theta, omega, e, s), in_axes=(0, 0)
             )(eta, subjects)
 
-        _OUTPUTS_CACHE[problem] = run_once_jit(
+        per["program"] = run_once_jit(
             all_subjects, (problem.cache_token, "predictions and residuals")
         )
-    out = _OUTPUTS_CACHE[problem](bound.theta, bound.eta, bound.binding.data)
+    out = per["program"](bound.theta, bound.eta, bound.binding.data)
     return jax.tree_util.tree_map(np.asarray, out)
 
 
@@ -290,8 +288,6 @@ def shrinkage(fit, table: pd.DataFrame | None = None) -> pd.DataFrame:
 # --------------------------------------------------------------------------- simulation
 
 
-_SIM_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
 # replicates simulated by one call of the simulation program: chunks bound the memory of large
 # designs, and the last chunk is padded to this size, so that one compiled program serves
 # every number of replicates. 100 divides the report's 200 and 500 and NPDE's 1000 (with 200,
@@ -332,7 +328,7 @@ def _simulation_program(b: Bound):
     0.52-0.59 s without them, and 2.26-2.45 s against 1.86-1.90 s on issue 25's multiple-dose
     design (`benchmarks/RESULTS_report.md`)."""
     predictor, problem = b.predictor, b.problem
-    per = _SIM_CACHE.setdefault(predictor, {})
+    per = owned_cache(predictor, "simulation")
     if "program" not in per:
         cm = predictor.model.compiled
         q = cm.eta_size

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-import weakref
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -12,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from .._gc import owned_cache
 from ..errors import OptionError
 from ..estimation._compiled import model_program, run_once_jit
 from ..likelihood._from_model import batched, binding_of, model_problem
@@ -148,9 +148,6 @@ def _drawn_etas(cm, theta, n: int, key) -> jax.Array:
     return jax.random.normal(key, (n, q), dtype=jnp.float64) @ chol.T
 
 
-_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def _simulation_program(predictor, token: str | None, drawn: bool, residual: bool):
     """`(seed, theta, eta, data) -> (eta, y, ipred, ok, failure time)`: one subject set's
     simulation as one compiled program per predictor (and whether the random effects are
@@ -158,7 +155,7 @@ def _simulation_program(predictor, token: str | None, drawn: bool, residual: boo
     effects are drawn with the first of `jax.random.split(key(seed))` (`eta` then gives only
     their shape), the residual errors with the second. Operation by operation, a fresh
     process compiled some sixty operations: theophylline's first `simulate` took 2.3 s."""
-    per = _PROGRAMS.setdefault(predictor, {})
+    per = owned_cache(predictor, "simulate")
     if (drawn, residual) not in per:
         cm = predictor.model.compiled
 
@@ -367,7 +364,7 @@ def _prediction_program(predictor, token: str | None):
     `model_predict`, one compiled program per predictor (kept in the program store under
     `token`): the model solved at `eta` and at 0 in one batched pass, the derived variables
     from the first solve. `prediction_frame` computes the same operation by operation."""
-    per = _PROGRAMS.setdefault(predictor, {})
+    per = owned_cache(predictor, "simulate")
     if "predictions" not in per:
 
         def run(theta, eta, data):
