@@ -54,6 +54,21 @@ def freeze_imported() -> None:
 _CACHES = "_deepnlme_caches"
 
 
+class _Caches(dict):
+    """An object's `owned_cache`s by name. A copy or a pickle of the owner starts without them
+    (as with a weak dictionary beside it): the programs belong to the object they were made
+    for, and compiled programs cannot be pickled."""
+
+    def __copy__(self) -> _Caches:
+        return _Caches()
+
+    def __deepcopy__(self, memo: dict) -> _Caches:
+        return _Caches()
+
+    def __reduce__(self) -> tuple:
+        return (_Caches, ())
+
+
 def owned_cache(owner: object, name: str) -> dict:
     """The cache `name` that `owner` holds itself (created empty on first use): what a
     compiled program, a bound problem or a resolved model is kept under, per object.
@@ -75,7 +90,7 @@ def owned_cache(owner: object, name: str) -> dict:
         return {}
     caches = slots.get(_CACHES)
     if caches is None:
-        caches = slots.setdefault(_CACHES, {})  # atomic: threads asking at once share one
+        caches = slots.setdefault(_CACHES, _Caches())  # atomic: threads asking at once share one
     cache = caches.get(name)
     if cache is None:
         cache = caches.setdefault(name, {})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import pathlib
 import subprocess
@@ -103,3 +104,26 @@ def test_a_fitted_model_is_freed_with_its_programs_once_the_session_drops_it():
     del model, fit, problem
     gc.collect()
     assert [r() is None for r in gone] == [True, True, True]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Owner:
+    name: str
+
+
+def test_owned_caches_stay_with_their_object():
+    import copy
+    import pickle
+
+    from deepnlme._gc import owned_cache
+
+    a = _Owner("a")
+    owned_cache(a, "programs")["f"] = lambda: a  # refers back to its owner
+    assert owned_cache(a, "programs")["f"]() is a and owned_cache(a, "other") == {}
+    # a deep copy and a pickle start without the caches; the value is not copied or pickled
+    assert owned_cache(copy.deepcopy(a), "programs") == {}
+    assert owned_cache(pickle.loads(pickle.dumps(a)), "programs") == {}
+    assert pickle.loads(pickle.dumps(a)).name == "a"
+    # an object without a __dict__ keeps nothing
+    owned_cache((1, 2), "programs")["f"] = 1
+    assert owned_cache((1, 2), "programs") == {}
