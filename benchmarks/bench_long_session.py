@@ -6,13 +6,16 @@ keeps each compiled program's machine code in a few maps; Linux refuses more tha
 models and problems still alive, and the programs kept for later problems of the same model
 (`estimation._compiled._SHARED`, the last 16).
 
-    python benchmarks/bench_long_session.py [--models 20] [--before SRC]
+    python benchmarks/bench_long_session.py [--models 20] [--refits 0] [--before SRC]
 
 Each model is `examples/deepnlme_theophylline.model` with another width of its network's
 hidden layer (so no two share a program), fitted by FOCE for three iterations without the
 covariance step, then `predict` and `simulate` on the fit; no program store
-(``DEEPNLME_NO_CACHE=1``). `--before SRC`: the same in a process running the `src/` folder of
-another build, after this one's.
+(``DEEPNLME_NO_CACHE=1``). `--refits N`: instead, one model object (`examples/theophylline.model`)
+fitted by FO (three iterations, no covariance step) to N populations one after another, each
+Theophylline's data with its DV scaled (as a hand-written bootstrap or a refit on edited data
+does), each dropped after its fit; printed also each fit's wall time. `--before SRC`: the
+same in a process running the `src/` folder of another build, after this one's.
 """
 
 from __future__ import annotations
@@ -52,29 +55,55 @@ for i in range(int(sys.argv[1])):
 """
 
 
-def run(src: Path, models: int) -> None:
+REFITS = r"""
+import gc, sys, time
+import pandas as pd
+import deepnlme as dn
+
+def maps():
+    with open("/proc/self/maps") as fh:
+        return sum(1 for _ in fh)
+
+df = pd.read_csv(dn.datasets.path("theophylline"))
+model = dn.load_model(open(sys.argv[2]).read())
+print(f"{'fit':>5} {'s':>6} {'maps':>7} {'populations kept':>16}")
+for i in range(int(sys.argv[1])):
+    t0 = time.perf_counter()
+    pop = dn.read_data(df.assign(DV=df["DV"] * (1 + 0.01 * i)))
+    fit = dn.fit(model, pop, dn.FO(), max_iter=3, covariance=None, progress=False)
+    took = time.perf_counter() - t0
+    del fit, pop
+    gc.collect()
+    kept = len(vars(model).get("_deepnlme_caches", {}).get("problems", ()))
+    print(f"{i + 1:>5} {took:>6.2f} {maps():>7} {kept:>16}", flush=True)
+"""
+
+
+def run(src: Path, models: int, refits: int) -> None:
     env = dict(os.environ, PYTHONPATH=str(src), DEEPNLME_NO_CACHE="1")
-    model = ROOT / "examples" / "deepnlme_theophylline.model"
+    if refits:
+        model, code, n = ROOT / "examples" / "theophylline.model", REFITS, refits
+    else:
+        model, code, n = ROOT / "examples" / "deepnlme_theophylline.model", CHILD, models
     subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", CHILD, str(models), str(model)],
-        env=env,
-        check=True,
+        [sys.executable, "-W", "ignore", "-c", code, str(n), str(model)], env=env, check=True
     )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", type=int, default=20)
+    ap.add_argument("--refits", type=int, default=0, help="one model, N populations (FO)")
     ap.add_argument("--before", type=Path, default=None, help="src/ of another build")
     args = ap.parse_args()
     limit = Path("/proc/sys/vm/max_map_count")
     if limit.exists():
         print(f"vm.max_map_count: {limit.read_text().strip()}")
     print(f"this build ({ROOT / 'src'}):")
-    run(ROOT / "src", args.models)
+    run(ROOT / "src", args.models, args.refits)
     if args.before is not None:
         print(f"before ({args.before}):")
-        run(args.before, args.models)
+        run(args.before, args.models, args.refits)
 
 
 if __name__ == "__main__":

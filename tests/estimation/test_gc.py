@@ -127,3 +127,29 @@ def test_owned_caches_stay_with_their_object():
     # an object without a __dict__ keeps nothing
     owned_cache((1, 2), "programs")["f"] = 1
     assert owned_cache((1, 2), "programs") == {}
+
+
+@pytest.mark.slow
+def test_one_model_fitted_to_many_populations_keeps_only_the_living_ones():
+    """A model keeps its problem for each population it was bound to (a refit on the same
+    data compiles nothing) only while the population lives; FO's posthoc program is one for
+    all of them (it was compiled again for every population: a bootstrap's resamples)."""
+    import numpy as np
+    import pandas as pd
+
+    import deepnlme as dn
+    from deepnlme._gc import owned_cache
+    from deepnlme.likelihood._from_model import model_problem
+
+    model = dn.load_model(EXAMPLES.joinpath("theophylline.model").read_text())
+    df = pd.read_csv(dn.datasets.path("theophylline"))
+    programs = set()
+    for k in range(3):
+        pop = dn.read_data(df.assign(DV=df["DV"] * (1 + 0.1 * k)))
+        fit = dn.fit(model, pop, dn.FO(), max_iter=2, covariance=None, progress=False)
+        assert np.all(np.isfinite(fit.etas.to_numpy()))
+        programs |= {id(f) for f in owned_cache(model_problem(model, pop)[0], "posthoc").values()}
+        del pop, fit
+        gc.collect()
+    assert len(owned_cache(model, "problems")) <= 2  # the last population's (solver "auto")
+    assert len(programs) == 1

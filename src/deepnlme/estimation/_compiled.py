@@ -594,8 +594,8 @@ def posthoc_modes(problem: Problem, method: Method, theta) -> tuple[jax.Array, j
     method's EBE objective (`Method.ebe_objective`, -2 log p(y, eta) up to constants) from
     eta = 0, and its conditional covariance, the inverse of half that objective's Hessian
     there (``[N, q]``, ``[N, q, q]``). FO's reported EBEs (NONMEM's POSTHOC step after FO), and
-    a fit's EBEs on another population. (Not kept in the program store: its program holds the
-    method's search options, which the store's key does not.)"""
+    a fit's EBEs on another population. One program per model and method, whatever the
+    population (`_shared`), kept in the program store under the method with its options."""
     from ..likelihood import max_step_of, newton_lm
 
     q, n = problem.n_eta, problem.n_subjects
@@ -612,7 +612,13 @@ def posthoc_modes(problem: Problem, method: Method, theta) -> tuple[jax.Array, j
             res = newton_lm(f, jnp.zeros(q), method.inner_options, max_step_of(sd))
             return res.eta, res.hess
 
-        per[method] = run_once_jit(jax.vmap(one, in_axes=(None, 0)))
+        # shared by the problems of one model (a bootstrap's resamples: FO compiled it for
+        # each) and kept in the program store; the method's options are in the name
+        name = f"posthoc {method!r}"
+        per[method] = _shared(
+            (problem.cache_token, name),
+            lambda: run_once_jit(jax.vmap(one, in_axes=(None, 0)), (problem.cache_token, name)),
+        )
     eta, hess = per[method](theta, problem.subjects)
     # inverted here, not in the program: no batched LAPACK call in a program run beside
     # others (benchmarks/design-measurements.md, "Hangs")

@@ -79,6 +79,9 @@ def _bound(model, population, ode_options: OdeOptions):
     hit = per_model.get(key)
     if hit is not None and hit[0]() is population:
         return hit
+    for old, entry in list(per_model.items()):
+        if entry[0]() is None:  # its population is gone: so are its problem and programs
+            per_model.pop(old, None)
     binding = bind_population(model, population)
     solver_options = ode_options
     if not binding.features.steady_state and ode_options.steady_state:
