@@ -284,6 +284,12 @@ def test_the_method_may_be_named(theo):
     assert fit.method == dn.FOCEI()
     with pytest.raises(dn.OptionError, match=r"fit: `method`: unknown estimation method 'SAEM'"):
         dn.fit(model, pop, "SAEM")
+    # the class (`dn.FOCEI`, what `method_named` finds) as the method with its defaults
+    for given in (dn.FOCEI, dn.method_named("focei")):
+        again = dn.fit(model, pop, given, max_iter=0, covariance=None, progress=False)
+        assert again.method == dn.FOCEI() and again.ofv == fit.ofv
+    with pytest.raises(dn.OptionError, match=r"got the class FOCE; write FOCE\(\) \(an object\)"):
+        dn.multistart(model, pop, dn.FOCE, 2, seed=1, progress=False)
 
 
 def test_a_pdiag_value_may_be_its_variances_as_declared(theo):

@@ -97,6 +97,8 @@ def fit(
             method = method_named(method)()
         except OptionError as err:
             raise OptionError(f"fit: `method`: {err}") from None
+    elif isinstance(method, type) and issubclass(method, Method):  # `dn.FOCEI`, `method_named`
+        method = method()
     check_model_and_population(model, population)
     warn_zero_dv_proportional(model, population)
     ode_options = ode_options or OdeOptions()

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataError, OptionError
-from ..likelihood import LOG2PI, Method, Problem, multistart_points
+from ..likelihood import LOG2PI, Method, Problem, given_method, multistart_points
 from ._compiled import (
     compiled_evaluation,
     loaded_from_store,
@@ -96,7 +96,7 @@ def fit_problem(
     if not isinstance(method, Method):
         raise OptionError(
             "fit: `method` must be one of FO(), FOCE(), FOCEI(), LaplaceI(), JointMAP(), "
-            f"NaivePooled(); got {method!r}"
+            f"NaivePooled(); got {given_method(method)}"
         )
     check_stopping(max_iter, time_limit, gtol, ftol, xtol, progress)
     build = check_build(compile)

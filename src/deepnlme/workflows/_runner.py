@@ -308,12 +308,12 @@ def check_workers(owner: str, workers: int | None, scheduler: str | None) -> int
 
 def check_method(owner: str, method) -> None:
     """`method` is an estimation method object (FO(), FOCE(), ...)."""
-    from ..likelihood import Method
+    from ..likelihood import Method, given_method
 
     if not isinstance(method, Method):
         raise OptionError(
             f"{owner}: `method` must be one of FO(), FOCE(), FOCEI(), LaplaceI(), JointMAP(), "
-            f"NaivePooled(); got {method!r}"
+            f"NaivePooled(); got {given_method(method)}"
         )
 
 

@@ -187,6 +187,14 @@ def method_named(name: str) -> type[Method]:
     return found[0]
 
 
+def given_method(value: object) -> str:
+    """How a value given as a `method` that is not a method object reads in its error: its
+    ``repr``, and for a method's class what to write instead (``FOCEI()``)."""
+    if isinstance(value, type) and issubclass(value, Method):
+        return f"the class {value.__name__}; write {value.__name__}() (an object)"
+    return repr(value)
+
+
 def _closest_method(name) -> str:
     """' Did you mean 'FOCEI'?' for a misspelt method name ("foci"), or ''."""
     from ...model._errors import closest
