@@ -60,8 +60,9 @@ STIFF_STEPS_FACTOR = 4
 def model_problem(model, population, *, ode_options: OdeOptions | None = None):
     """The estimation `Problem` of `model` on `population`, and the predictor it uses.
 
-    Built once per (model, population, ode options) and cached on the model, so fitting the
-    same model again (another method, a chained fit) compiles nothing new.
+    Built once per (model, population, ode options) and cached on the model while the
+    population lives, so fitting the same model again (another method, a chained fit)
+    compiles nothing new.
     """
     _, problem, predictor, _ = _bound(model, population, ode_options or OdeOptions())
     return problem, predictor
