@@ -288,8 +288,12 @@ def test_the_method_may_be_named(theo):
     for given in (dn.FOCEI, dn.method_named("focei")):
         again = dn.fit(model, pop, given, max_iter=0, covariance=None, progress=False)
         assert again.method == dn.FOCEI() and again.ofv == fit.ofv
+    # the lower-level `fit_problem` takes an object only, and says what to write
+    from deepnlme.estimation import fit_problem
+    from deepnlme.likelihood._from_model import model_problem
+
     with pytest.raises(dn.OptionError, match=r"got the class FOCE; write FOCE\(\) \(an object\)"):
-        dn.multistart(model, pop, dn.FOCE, 2, seed=1, progress=False)
+        fit_problem(model_problem(model, pop)[0], dn.FOCE)
 
 
 def test_a_pdiag_value_may_be_its_variances_as_declared(theo):

@@ -136,6 +136,8 @@ def test_posterior_table_summaries_and_unknown_names(base_fit):
     )
     with pytest.raises(dn.OptionError, match="this JointMAP fit has no conditional covariance"):
         posterior_table(joint)
+    with pytest.raises(dn.OptionError, match=r"fit_covariate_network: `seed` must be .* got -1"):
+        fit_covariate_network(t, ["AGE"], seed=-1)
 
 
 # --------------------------------------------------------------------------- the network

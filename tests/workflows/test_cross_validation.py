@@ -120,6 +120,12 @@ def test_bad_options_are_named(model, pop):
         cross_validate(model, pop, dn.FO(), seed=0, stratify="SEX")
     with pytest.raises(dn.OptionError, match="`score_method` must be .*marginal"):
         cross_validate(model, pop, dn.FO(), seed=0, score_method=dn.JointMAP())
+    with pytest.raises(dn.OptionError, match="`score_method` must be .*marginal.*got JointMAP"):
+        cross_validate(model, pop, dn.FO(), seed=0, score_method=dn.JointMAP)  # the class
+    with pytest.raises(dn.OptionError, match="`method`: unknown estimation method 'SAEM'"):
+        cross_validate(model, pop, "SAEM", seed=0)
+    with pytest.raises(dn.OptionError, match="`init` must be a dict .* or a fit; got list"):
+        cross_validate(model, pop, dn.FO(), seed=0, init=[0.4])
     with pytest.raises(dn.OptionError, match="`seed` must be an integer"):
         cross_validate(model, pop, dn.FO(), seed=-1)
     with pytest.raises(dn.OptionError, match="unknown option|maxiter|max_iter"):
@@ -134,11 +140,27 @@ def test_bad_options_are_named(model, pop):
         LogUniform(0.0, 1.0)
 
 
+def test_a_method_by_name_or_class_and_a_fit_as_the_start(model, pop, cv):
+    """As `fit` takes them: the method's name or class with its defaults, and a fit as `init`
+    (its estimates); the folds' scores are those of the same options written out."""
+    start = dn.fit(model, pop, dn.FO(), max_iter=0, covariance=None, progress=False)
+    given = cross_validate(model, pop, "fo", folds=3, seed=4, init=start, workers=1, progress=False)
+    written = cross_validate(
+        model, pop, dn.FO(), folds=3, seed=4, init=dict(start.estimates), workers=1, progress=False
+    )
+    assert given.held_out_m2ll == written.held_out_m2ll
+    ms = dn.multistart(model, pop, dn.FO, 2, seed=1, init=start, workers=1, progress=False)
+    again = dn.multistart(
+        model, pop, dn.FO(), 2, seed=1, init=dict(start.estimates), workers=1, progress=False
+    )
+    np.testing.assert_array_equal(ms.optima["ofv"], again.optima["ofv"])
+
+
 def test_jointmap_is_scored_by_laplace():
     from deepnlme.workflows._crossval import check_score_method
 
-    assert check_score_method("x", dn.JointMAP(), None).name == "LaplaceI"
-    assert check_score_method("x", dn.FOCE(), None).name == "FOCE"
+    assert check_score_method("x", dn.JointMAP(), None)[1].name == "LaplaceI"
+    assert check_score_method("x", dn.FOCE(), None)[1].name == "FOCE"
 
 
 def test_failed_trials_rank_last_and_none_is_best_when_all_failed():

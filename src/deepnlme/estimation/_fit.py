@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import OptionError, check_keywords
-from ..likelihood import Method
+from ..likelihood import Method, as_method
 from ..likelihood._from_model import model_problem, resolved_options
 from ..solve._ode import OdeOptions
 from ..solve._subject import warn_zero_dv_proportional
@@ -90,15 +90,7 @@ def fit(
         >>> fit.ofv, fit.estimates["tcl"]
     """
     check_keywords("fit", options, _OPTIONS)
-    if isinstance(method, str):  # nlmixr2's est = "focei"
-        from ..likelihood import method_named
-
-        try:
-            method = method_named(method)()
-        except OptionError as err:
-            raise OptionError(f"fit: `method`: {err}") from None
-    elif isinstance(method, type) and issubclass(method, Method):  # `dn.FOCEI`, `method_named`
-        method = method()
+    method = as_method(method, "fit: `method`")  # also a name (nlmixr2's est = "focei")
     check_model_and_population(model, population)
     warn_zero_dv_proportional(model, population)
     ode_options = ode_options or OdeOptions()

@@ -27,6 +27,7 @@ from .methods import Method as Method
 from .methods import NaivePooled as NaivePooled
 from .methods import Searched as Searched
 from .methods import SubjectOut as SubjectOut
+from .methods import as_method as as_method
 from .methods import given_method as given_method
 from .methods import max_step_of as max_step_of
 from .methods import method_from_record as method_from_record

@@ -33,6 +33,7 @@ from ..estimation._compiled import unpacked
 from ..model import load_model
 from ..model._ir import Assign, BinOp, Call, Index, Name, ParamDecl
 from ..nn import L2, MLP
+from ._runner import check_seed
 
 _SUMMARIES = ("first", "last", "mean", "min", "max")
 _LOSSES = ("posterior", "point")
@@ -526,6 +527,7 @@ def fit_covariate_network(
             "fit_covariate_network: `table` must be a PosteriorTable from "
             f"deepnlme.posterior_table(fit); got {type(table).__name__}"
         )
+    check_seed("fit_covariate_network", seed)
     if isinstance(covariates, str):
         covariates = [covariates]
     covariates = tuple(covariates)

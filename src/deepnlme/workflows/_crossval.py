@@ -178,19 +178,23 @@ def pooled_rmse(folds: pd.DataFrame, column: str) -> float:
 
 
 def check_score_method(owner: str, method, score_method):
-    """The method held-out subjects are scored by: `score_method`, or `method` itself where
-    its objective is a marginal likelihood, LaplaceI otherwise (JointMAP)."""
-    from ..likelihood import LaplaceI, Method
+    """The method of the fits (`check_method`) and the one held-out subjects are scored by:
+    `score_method`, or the method itself where its objective is a marginal likelihood,
+    LaplaceI otherwise (JointMAP)."""
+    from ..likelihood import LaplaceI, Method, as_method
 
-    check_method(owner, method)
+    method = check_method(owner, method)
     if score_method is None:
-        return method if method.name in _MARGINAL else LaplaceI()
-    if not isinstance(score_method, Method) or score_method.name not in _MARGINAL:
+        return method, (method if method.name in _MARGINAL else LaplaceI())
+    score = score_method
+    if isinstance(score, str) or (isinstance(score, type) and issubclass(score, Method)):
+        score = as_method(score, f"{owner}: `score_method`")  # a name or a class
+    if not isinstance(score, Method) or score.name not in _MARGINAL:
         raise OptionError(
             f"{owner}: `score_method` must be a method whose objective is a marginal "
-            f"likelihood ({', '.join(m + '()' for m in _MARGINAL)}); got {score_method!r}"
+            f"likelihood ({', '.join(m + '()' for m in _MARGINAL)}); got {score!r}"
         )
-    return score_method
+    return method, score
 
 
 def fold_tasks(
@@ -293,7 +297,8 @@ def cross_validate(
     - `score_method`: the held-out subjects' objective, evaluated at the training fit's
       population parameters with their own EBEs: default `method` itself (FO, FOCE, FOCEI,
       LaplaceI, NaivePooled), LaplaceI for JointMAP (not a marginal likelihood).
-    - `init`: the start of every training fit (default the model's initial values).
+    - `init`: the start of every training fit, a dict by parameter name or a fit (its
+      estimates; default the model's initial values).
     - `workers`, `scheduler`, `progress`: as for `deepnlme.bootstrap` (each fold is a task:
       its training fit and its scoring).
     - `options`: options of every training fit: `max_iter`, `time_limit`, `gtol`, `ftol`,
@@ -311,10 +316,10 @@ def cross_validate(
 
     check_keywords("cross_validate", options, FIT_OPTIONS)
     check_model_and_population(model, population, "cross_validate")
-    score = check_score_method("cross_validate", method, score_method)
+    method, score = check_score_method("cross_validate", method, score_method)
     check_folds("cross_validate", population, folds, seed, stratify)
     check_fit_options("cross_validate", model, method, options)
-    check_init("cross_validate", model, init)
+    init = check_init("cross_validate", model, init)
     fit_options = {"covariance": None, "progress": False, **options}
     text = scaled_text(model, population, options.get("ode_options"))
     tasks, where = fold_tasks(

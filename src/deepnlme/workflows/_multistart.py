@@ -137,11 +137,18 @@ def multistart(
 
     check_keywords("multistart", options, FIT_OPTIONS)
     check_model_and_population(model, population, "multistart")
-    check_method("multistart", method)
+    method = check_method("multistart", method)
     check_range("multistart", "n", n, 1, 10**7, integer=True)
     check_range("multistart", "spread", spread, 0.0, 100.0)
     check_range("multistart", "tol", tol, 0.0, math.inf)
     check_seed("multistart", seed)
+    if hasattr(init, "estimates") and hasattr(init, "ofv"):  # a Fit: its estimates
+        init = dict(init.estimates)
+    if init is not None and not isinstance(init, Mapping):
+        raise OptionError(
+            "multistart: `init` must be a dict of values by parameter name or a fit; got "
+            f"{type(init).__name__}"
+        )
     known = {p.name for p in model.compiled.params}
     unknown = [k for k in (init or {}) if k not in known]
     if unknown:

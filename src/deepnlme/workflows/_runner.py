@@ -306,15 +306,12 @@ def check_workers(owner: str, workers: int | None, scheduler: str | None) -> int
     return int(workers)
 
 
-def check_method(owner: str, method) -> None:
-    """`method` is an estimation method object (FO(), FOCE(), ...)."""
-    from ..likelihood import Method, given_method
+def check_method(owner: str, method):
+    """The estimation method `method` stands for: an object (FO(), FOCE(), ...), or as
+    `fit` takes it, a method's class or name with its default options."""
+    from ..likelihood import as_method
 
-    if not isinstance(method, Method):
-        raise OptionError(
-            f"{owner}: `method` must be one of FO(), FOCE(), FOCEI(), LaplaceI(), JointMAP(), "
-            f"NaivePooled(); got {given_method(method)}"
-        )
+    return as_method(method, f"{owner}: `method`")
 
 
 def check_seed(owner: str, seed) -> None:
@@ -323,18 +320,23 @@ def check_seed(owner: str, seed) -> None:
         raise OptionError(f"{owner}: `seed` must be an integer >= 0; got {seed!r}")
 
 
-def check_init(owner: str, model, init) -> None:
-    """A workflow's `init` (the start of each fit) checked once before any fit runs: names
-    and values against the model's parameters and their domains (every fold failed alike
-    with the same error in its row, and no exception)."""
+def check_init(owner: str, model, init) -> dict | None:
+    """A workflow's `init` (the start of each fit) as a dict of values by parameter name (a
+    `Fit`: its estimates), checked once before any fit runs: names and values against the
+    model's parameters and their domains (every fold failed alike with the same error in its
+    row, and no exception)."""
     if init is None:
-        return
+        return None
+    if hasattr(init, "estimates") and hasattr(init, "ofv"):  # a Fit, as `fit(init=...)` takes
+        init = init.estimates
     if not isinstance(init, Mapping):
         raise OptionError(
-            f"{owner}: option `init` must be a dict of values by parameter name; got "
+            f"{owner}: option `init` must be a dict of values by parameter name or a fit; got "
             f"{type(init).__name__}"
         )
-    model.compiled.checked_values(dict(init), f"{owner}: option `init`")
+    init = dict(init)
+    model.compiled.checked_values(init, f"{owner}: option `init`")
+    return init
 
 
 def check_fit_options(owner: str, model, method, options: Mapping[str, Any]) -> None:

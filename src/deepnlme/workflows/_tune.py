@@ -240,7 +240,7 @@ def tune(
     - `population`, `method`, `folds`, `stratify`, `score_method`: as for `cross_validate`.
       Every trial uses the same folds (drawn from `seed`), so trials are compared on the same
       held-out subjects.
-    - `init`: the start of every fit (a dict by parameter name), or a function of the
+    - `init`: the start of every fit (a dict by parameter name, or a fit), or a function of the
       dimensions' values returning one (a network's weights depend on its width).
     - `workers`, `scheduler`, `progress`: as for `deepnlme.bootstrap`; every (trial, fold)
       is one task, so all of them share the workers.
@@ -259,7 +259,7 @@ def tune(
 
     check_keywords("tune", options, FIT_OPTIONS)
     check_range("tune", "trials", trials, 1, 10**6, integer=True)
-    score = check_score_method("tune", method, score_method)
+    method, score = check_score_method("tune", method, score_method)
     check_folds("tune", population, folds, seed, stratify)
     values = trial_values(space, int(trials), int(seed))
     models = tuple(_model_of(template, v, t) for t, v in enumerate(values))
@@ -269,8 +269,10 @@ def tune(
     fit_options = {"covariance": None, "progress": False, **options}
     tasks, per_trial = [], []
     starts = [init(**v) if callable(init) else init for v in values]
-    for t, (start, m) in enumerate(zip(starts, models)):
+    starts = [
         check_init(f"tune (trial {t})" if callable(init) else "tune", m, start)
+        for t, (start, m) in enumerate(zip(starts, models))
+    ]
     for t, (start, m) in enumerate(zip(starts, models)):
         text = scaled_text(m, population, options.get("ode_options"))
         these, _ = fold_tasks(

@@ -3,6 +3,7 @@
 from ._base import Context as Context
 from ._base import Method as Method
 from ._base import SubjectOut as SubjectOut
+from ._base import as_method as as_method
 from ._base import given_method as given_method
 from ._base import method_from_record as method_from_record
 from ._base import method_named as method_named

@@ -187,6 +187,26 @@ def method_named(name: str) -> type[Method]:
     return found[0]
 
 
+def as_method(value: object, what: str) -> Method:
+    """The estimation method `value` stands for: a method object as it is, a method's class
+    (``dn.FOCEI``, what `method_named` finds) or its name in any case (``"focei"``, nlmixr2's
+    ``est``) with its default options. `what` names the argument in the error (``"fit:
+    `method`"``)."""
+    if isinstance(value, Method):
+        return value
+    if isinstance(value, type) and issubclass(value, Method):
+        return value()
+    if isinstance(value, str):
+        try:
+            return method_named(value)()
+        except OptionError as err:
+            raise OptionError(f"{what}: {err}") from None
+    raise OptionError(
+        f"{what} must be one of FO(), FOCE(), FOCEI(), LaplaceI(), JointMAP(), NaivePooled() "
+        f"(or its name); got {given_method(value)}"
+    )
+
+
 def given_method(value: object) -> str:
     """How a value given as a `method` that is not a method object reads in its error: its
     ``repr``, and for a method's class what to write instead (``FOCEI()``)."""
