@@ -134,6 +134,10 @@ def test_bad_options_are_named(model, pop):
         tune(TEXT + "# {width}\n", {"depth": [1]}, pop, dn.FO(), seed=0)
     with pytest.raises(dn.OptionError, match=r"space\['w'\] must be a list"):
         tune(TEXT, {"w": 3}, pop, dn.FO(), seed=0)
+    with pytest.raises(dn.OptionError, match=r"tune: space\['w'\] is an empty list"):
+        tune(TEXT, {"w": []}, pop, dn.FO(), seed=0)
+    with pytest.raises(dn.OptionError, match="cross_validate: `workers` must be"):
+        cross_validate(model, pop, dn.FO(), seed=0, workers=0)
     with pytest.raises(dn.ModelError, match="tune: trial 0 .*does not load"):
         tune("param:\n  {x}\n", {"x": ["nonsense ="]}, pop, dn.FO(), seed=0)
     with pytest.raises(dn.OptionError, match="LogUniform: need 0 < low"):

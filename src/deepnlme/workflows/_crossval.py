@@ -23,6 +23,7 @@ from ._runner import (
     check_method,
     check_seed,
     check_stratify,
+    check_workers,
     fit_task,
     renumbered,
     run_tasks,
@@ -318,6 +319,7 @@ def cross_validate(
     check_model_and_population(model, population, "cross_validate")
     method, score = check_score_method("cross_validate", method, score_method)
     check_folds("cross_validate", population, folds, seed, stratify)
+    check_workers("cross_validate", workers, scheduler)
     check_fit_options("cross_validate", model, method, options)
     init = check_init("cross_validate", model, init)
     fit_options = {"covariance": None, "progress": False, **options}

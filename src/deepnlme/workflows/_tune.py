@@ -22,7 +22,7 @@ from ._crossval import (
     pooled_rmse,
     run_fold,
 )
-from ._runner import check_fit_options, check_init, run_tasks
+from ._runner import check_fit_options, check_init, check_workers, run_tasks
 from ._tables import FIT_OPTIONS
 
 
@@ -83,6 +83,10 @@ def _dimensions(space: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for name, dim in space.items():
         if isinstance(dim, list | tuple):
+            if not dim:
+                raise OptionError(
+                    f"tune: space[{name!r}] is an empty list; give one value at least"
+                )
             dim = Choice(dim)
         if not isinstance(dim, Choice | Uniform):
             raise OptionError(
@@ -261,6 +265,7 @@ def tune(
     check_range("tune", "trials", trials, 1, 10**6, integer=True)
     method, score = check_score_method("tune", method, score_method)
     check_folds("tune", population, folds, seed, stratify)
+    check_workers("tune", workers, scheduler)
     values = trial_values(space, int(trials), int(seed))
     models = tuple(_model_of(template, v, t) for t, v in enumerate(values))
     for m in models:
