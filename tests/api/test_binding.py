@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -186,3 +188,25 @@ def test_a_text_covariate_the_model_uses_is_named_as_text_not_as_missing():
         dn.model_predict(model, dn.read_data(df))
     with pytest.raises(dn.DataError, match=r"row 1 .*column SEX: covariate values must be numbers"):
         dn.read_data(df, model=model)
+
+
+def test_an_observation_cmt_beyond_the_models_compartments_is_warned():
+    # NONMEM stops on it; deepnlme ignores CMT on observations, so the fit is the same, but
+    # the value usually means the data and the model do not match
+    from deepnlme.data import DataWarning
+
+    model = dn.load_model(
+        (Path(__file__).resolve().parents[2] / "examples" / "theophylline.model").read_text()
+    )
+    df = pd.read_csv(dn.datasets.path("theophylline"))
+    row = df.index[df["EVID"] == 0][3]
+    df.loc[row, "CMT"] = 7
+    with pytest.warns(
+        DataWarning,
+        match=r"subject 1, time 1\.12: an observation .* CMT 7, but "
+        r"the model has 2 states \(1 = Depot, 2 = Central; 3 is NONMEM's output",
+    ):
+        bad = dn.fit(model, dn.read_data(df), dn.FOCEI(), max_iter=0, progress=False)
+    df.loc[row, "CMT"] = 3  # the output compartment: no warning (warnings are errors here)
+    fine = dn.fit(model, dn.read_data(df), dn.FOCEI(), max_iter=0, progress=False)
+    assert bad.ofv == fine.ofv

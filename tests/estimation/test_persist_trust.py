@@ -72,6 +72,18 @@ def test_save_writes_no_file_through_a_link(saved, tmp_path):
     assert not list((tmp_path / "elsewhere").iterdir())
 
 
+def test_a_folder_in_place_of_a_file_and_an_unwritable_target_are_named(saved, tmp_path):
+    fit, folder = saved
+    odd = _copy(folder, tmp_path / "odd")
+    (odd / "fit.json").unlink()
+    (odd / "fit.json").mkdir()
+    with pytest.raises(dn.DataError, match=r"fit\.json' is a folder, not the file of a saved"):
+        dn.load_fit(odd)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError, match=r"save_fit: the fit could not be saved to .*give a folder"):
+        dn.save_fit(fit, tmp_path / "file" / "below")
+
+
 def test_save_replaces_a_saved_fit_only_when_asked(saved, tmp_path):
     fit, _ = saved
     folder = fit.save(tmp_path / "theo")

@@ -30,6 +30,8 @@ def test_fit_writes_everything(fitted):
         assert (fitted / name).stat().st_size > 0
     loaded = dn.load_fit(fitted / "fit")
     assert loaded.ofv == rec["ofv"]
+    # the command line's output folder itself, as its other commands take it
+    assert dn.load_fit(fitted).ofv == rec["ofv"]
 
 
 @pytest.mark.slow

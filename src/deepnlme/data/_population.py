@@ -371,6 +371,20 @@ class Population:
         """Doses after ADDL expansion (resets without a dose, EVID 3, are not counted)."""
         return int(self._records["EVID"].isin((1, 4)).sum())
 
+    def observation_compartments(self) -> pd.DataFrame:
+        """ID, TIME (as written) and CMT of every observation record, in file order."""
+        r = self._records
+        obs = _is_obs(r)
+        ids = np.empty(len(self._ids), dtype=object)
+        ids[:] = list(self._ids)
+        return pd.DataFrame(
+            {
+                "ID": ids[r["_S"].to_numpy()[obs]],
+                "TIME": r["TIME"].to_numpy()[obs],
+                "CMT": r["CMT"].to_numpy()[obs],
+            }
+        )
+
     @property
     def has_missing_dv(self) -> bool:
         """True when some observation has no value yet (as from `make_population`)."""

@@ -226,9 +226,17 @@ def save_fit(fit, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     text = json.dumps(payload, indent=1, allow_nan=False).encode()
-    folder.mkdir(parents=True, exist_ok=True)
-    check_save_target(folder, overwrite=overwrite)  # again, now that the folder exists
-    _write_files(folder, {ARRAYS_NAME: buf.getvalue(), JSON_NAME: text})
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        check_save_target(folder, overwrite=overwrite)  # again, now that the folder exists
+        _write_files(folder, {ARRAYS_NAME: buf.getvalue(), JSON_NAME: text})
+    except OSError as err:  # a folder that cannot be made or written: nothing saved
+        raise OSError(
+            err.errno,
+            f"save_fit: the fit could not be saved to {str(folder)!r} ({err.strerror or err}"
+            f"{': ' + repr(err.filename) if err.filename else ''}); give a folder you can "
+            "write to",
+        ) from err
     return folder
 
 
@@ -498,8 +506,17 @@ def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray], Path]:
     format, its version and the checksum of the content."""
     if folder.is_file() and folder.name == JSON_NAME:
         folder = folder.parent
+    inner = folder / "fit"
+    if not (folder / ARRAYS_NAME).exists() and (inner / JSON_NAME).is_file():
+        folder = inner  # `deepnlme fit --out DIR`: its fit.json is the summary, DIR/fit the fit
     jpath, apath = folder / JSON_NAME, folder / ARRAYS_NAME
     for p in (jpath, apath):
+        if p.exists() and not p.is_file():
+            raise DataError(
+                f"load_fit: {str(p)!r} is a folder, not the file of a saved fit; give the "
+                "folder written by Fit.save / deepnlme.save_fit (it holds fit.json and "
+                "arrays.npz)"
+            )
         if not p.is_file():
             raise FileNotFoundError(
                 f"load_fit: {str(p)!r} does not exist; give the folder written by Fit.save / "
@@ -575,7 +592,8 @@ def _population(payload: dict, arrays: dict[str, np.ndarray]):
     if data_fingerprint(pop) != d["fingerprint"]:
         raise DataError(
             "load_fit: the data rebuilt from the saved fit does not match its recorded "
-            "fingerprint; the file was written by an incompatible version"
+            "fingerprint: its data table was edited, or the file was written by an "
+            "incompatible version"
         )
     return pop
 

@@ -229,6 +229,7 @@ def bind_population(model, population) -> Binding:
     cidx = _match_covariates(cm.covariates, population)
     out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints), population.endpoint_column)
     _check_dose_records(cm, a, tuple(population.ids))
+    _warn_observation_compartments(cm, population)
     _check_discrete_observations(cm, a, out_of_ep, population)
     late, between = same_time_order(a)
     _warn_observations_between_doses(population, between)
@@ -268,6 +269,39 @@ def bind_population(model, population) -> Binding:
         output_of_endpoint=out_of_ep,
         n_obs=int(np.asarray(a.obs_mask).sum()),
         features=DoseFeatures.of(a.dose_rate, a.dose_ss, a.dose_evid, a.dose_mask),
+    )
+
+
+def _warn_observation_compartments(cm, population) -> None:
+    """A DataWarning for observation records whose CMT names no compartment of the model's
+    dynamics, nor NONMEM's output compartment after them (number of states + 1). deepnlme
+    reads what is observed from the model's `derived:` block, not from CMT, so such a value
+    changes nothing; but it usually means that the data and the model do not match (NONMEM
+    stops on it). Not where CMT is the endpoint column (there it codes the outputs)."""
+    states = tuple(cm.states)
+    column = population.endpoint_column
+    if not states or (column is not None and column.upper() == "CMT"):
+        return
+    obs = population.observation_compartments()
+    bad = obs[obs["CMT"].to_numpy() > len(states) + 1]
+    if bad.empty:
+        return
+    import warnings
+
+    from ..data import DataWarning
+
+    first = bad.iloc[0]
+    warnings.warn(
+        f"subject {first['ID']}, time {first['TIME']:g}: an observation record has CMT "
+        f"{int(first['CMT'])}, but the model has {len(states)} states "
+        f"({', '.join(f'{j + 1} = {n}' for j, n in enumerate(states))}; {len(states) + 1} "
+        f"is NONMEM's output compartment)"
+        + (f"; {len(bad)} observation records are such" if len(bad) > 1 else "")
+        + ". deepnlme takes what is observed from the model's `derived:` block and ignores "
+        "CMT on observations, but such a value usually means the data and the model do not "
+        "match: check the CMT column.",
+        DataWarning,
+        stacklevel=4,
     )
 
 
