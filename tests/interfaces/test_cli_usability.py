@@ -425,3 +425,20 @@ def test_help(cmd, capsys):
         main([cmd, "--help"])
     assert exc.value.code == 0
     assert capsys.readouterr().out.startswith(f"usage: deepnlme {cmd}")
+
+
+def test_a_misspelt_option_gets_the_commands_usage_and_the_closest_option(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["fit", "theophylline", "theophylline", "--methd", "FOCE", "--out", "x"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: deepnlme fit ")
+    assert "unrecognized arguments: --methd FOCE; did you mean --method?" in err
+
+
+def test_a_data_error_names_the_command_line_option_that_fixes_it():
+    from deepnlme.interfaces.cli import _command_line_fix
+
+    assert _command_line_fix("Pass read_data(..., ignore='@') to leave them out") == "--ignore @"
+    assert _command_line_fix("read_data(..., time='YOUR_COLUMN')") == "--column TIME=YOUR_COLUMN"
+    assert _command_line_fix("nothing to give") == ""

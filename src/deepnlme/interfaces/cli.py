@@ -328,13 +328,40 @@ def _read_population(data: str, args: argparse.Namespace | None, model=None):
         try:
             return read_data(source, **options)
         except DataError as err:
-            # the fixes the message names in Python, as this command line gives them
-            text = str(err)
-            if "read_data(..., fill=" in text or "read_data(..., covariates=" in text:
-                raise DataError(
-                    text + " (command line: --fill locf|nocb|baseline, --covariates A,B)"
-                ) from None
+            hint = _command_line_fix(str(err))
+            if hint:
+                raise DataError(f"{err} (command line: {hint})") from None
             raise
+
+
+def _command_line_fix(text: str) -> str:
+    """The fixes that a read_data message names in Python (``read_data(..., ignore='@')``,
+    ``time='YOUR_COLUMN'``), as this command line gives them ("--ignore @", "--column
+    TIME=YOUR_COLUMN"); "" where it names none."""
+    import re
+
+    from ..data._read import COLUMN_OPTIONS
+
+    flags = {
+        "ignore": "--ignore RULE",
+        "accept": "--accept CONDITION",
+        "fill": "--fill locf|nocb|baseline",
+        "covariates": "--covariates A,B",
+        "covariate_rule": "--covariate-rule nonmem|locf",
+        "sep": "--sep SEP",
+    }
+    out = []
+    for name, value in re.findall(r"\b([a-z_]+)=('[^']*'|\"[^\"]*\"|\[[^\]]*\]|[\w.@#]+)", text):
+        plain = value.strip("'\"")
+        if name in COLUMN_OPTIONS:
+            hint = f"--column {COLUMN_OPTIONS[name]}={plain}"
+        elif name in ("ignore", "accept") and plain:
+            hint = f"--{name} {plain}"
+        else:
+            hint = flags.get(name, "")
+        if hint and hint not in out:
+            out.append(hint)
+    return ", ".join(out)
 
 
 def _method(text: str):
@@ -364,6 +391,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    p.set_defaults(_commands=sub.choices)  # the commands' parsers (`_refuse_unknown`)
 
     demo = sub.add_parser(
         "demo",
@@ -1026,9 +1054,26 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         out.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
+def _refuse_unknown(args: argparse.Namespace, unknown: list[str]) -> None:
+    """Exit with the command's own usage (not the top level's) for arguments it does not
+    take, and the closest of its options for a misspelt one (``--methd``: ``--method``)."""
+    import difflib
+
+    command = args._commands[args.command]
+    options = [o for a in command._actions for o in a.option_strings if o.startswith("--")]
+    given = [u.split("=", 1)[0] for u in unknown if u.startswith("--")]
+    near = difflib.get_close_matches(given[0], options, n=1) if given else []
+    command.error(
+        f"unrecognized arguments: {' '.join(unknown)}"
+        + (f"; did you mean {near[0]}?" if near else "")
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``deepnlme`` command."""
-    args = _parser().parse_args(argv)
+    args, unknown = _parser().parse_known_args(argv)
+    if unknown:
+        _refuse_unknown(args, unknown)
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         return _main(args)
