@@ -10,8 +10,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import OptionError, check_keywords, check_range
-from ._runner import FitTask, build_for, check_fit_options, check_method, check_seed, run_tasks
+from ..errors import check_keywords, check_range
+from ._runner import (
+    FitTask,
+    build_for,
+    check_fit_options,
+    check_init,
+    check_method,
+    check_seed,
+    run_tasks,
+)
 from ._tables import FIT_OPTIONS, element_names, outcome_table
 
 
@@ -142,20 +150,7 @@ def multistart(
     check_range("multistart", "spread", spread, 0.0, 100.0)
     check_range("multistart", "tol", tol, 0.0, math.inf)
     check_seed("multistart", seed)
-    if hasattr(init, "estimates") and hasattr(init, "ofv"):  # a Fit: its estimates
-        init = dict(init.estimates)
-    if init is not None and not isinstance(init, Mapping):
-        raise OptionError(
-            "multistart: `init` must be a dict of values by parameter name or a fit; got "
-            f"{type(init).__name__}"
-        )
-    known = {p.name for p in model.compiled.params}
-    unknown = [k for k in (init or {}) if k not in known]
-    if unknown:
-        raise OptionError(
-            f"multistart: `init` names unknown parameter '{unknown[0]}'; the model's "
-            f"parameters are {', '.join(sorted(known))}"
-        )
+    init = check_init("multistart", model, init)
     check_fit_options("multistart", model, method, options)
     fixed = options.get("fixed") or ()
     # what the method does not estimate stays at its start too (JointMAP's and NaivePooled's

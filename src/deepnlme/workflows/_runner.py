@@ -327,7 +327,9 @@ def check_init(owner: str, model, init) -> dict | None:
     row, and no exception)."""
     if init is None:
         return None
-    if hasattr(init, "estimates") and hasattr(init, "ofv"):  # a Fit, as `fit(init=...)` takes
+    from ..estimation import Fit
+
+    if isinstance(init, Fit):  # as `fit(init=...)` takes it: its estimates
         init = init.estimates
     if not isinstance(init, Mapping):
         raise OptionError(
