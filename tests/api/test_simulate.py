@@ -174,7 +174,7 @@ def test_simulations_of_one_design_share_one_program(theo):
 
     model, pop = theo
     dn.simulate(model, pop, seed=1)
-    programs = owned_cache(model_problem(model, pop)[1], "simulate")
+    programs = owned_cache(model_problem(model, pop)[1], "programs")
     made = len(programs)
     assert made >= 1
     for seed in (2, 3):

@@ -155,7 +155,7 @@ def _simulation_program(predictor, token: str | None, drawn: bool, residual: boo
     effects are drawn with the first of `jax.random.split(key(seed))` (`eta` then gives only
     their shape), the residual errors with the second. Operation by operation, a fresh
     process compiled some sixty operations: theophylline's first `simulate` took 2.3 s."""
-    per = owned_cache(predictor, "simulate")
+    per = owned_cache(predictor, "programs")
     if (drawn, residual) not in per:
         cm = predictor.model.compiled
 
@@ -364,7 +364,7 @@ def _prediction_program(predictor, token: str | None):
     `model_predict`, one compiled program per predictor (kept in the program store under
     `token`): the model solved at `eta` and at 0 in one batched pass, the derived variables
     from the first solve. `prediction_frame` computes the same operation by operation."""
-    per = owned_cache(predictor, "simulate")
+    per = owned_cache(predictor, "programs")
     if "predictions" not in per:
 
         def run(theta, eta, data):
