@@ -14,6 +14,14 @@ def _sub(old: str, new: str) -> str:
     return BASE.replace(old, new, 1)
 
 
+def _closed_form() -> str:
+    """BASE with its dynamics the closed form OneCompartmentOral (derived: on line 15)."""
+    return _sub(
+        "dynamics:\n    Depot'   = -ka * Depot\n    Central' = ka * Depot - cl / v * Central\n",
+        "dynamics: OneCompartmentOral\n",
+    )
+
+
 # (id, model text, line, column, fragments that must appear in the message)
 CASES = [
     ("syntax", _sub("-ka * Depot", "-ka * * Depot"), 15, None, ["syntax error"]),
@@ -562,6 +570,52 @@ CASES = [
         10,
         ["unknown activation 'relu6'", "MLP(n_in, *layers, act=tanh, bias=True"],
     ),
+    # other tools' habits: the name or form they meant
+    (
+        "closed-form-state-missing",
+        _closed_form().replace("conc = Central / v", "conc = Peripheral / v"),
+        16,
+        12,
+        [
+            "'dynamics: OneCompartmentOral' has the states Depot, Central",
+            "'Peripheral' is a state of TwoCompartment, TwoCompartmentOral",
+        ],
+    ),
+    (
+        "no-dynamics-block",
+        _closed_form().replace("dynamics: OneCompartmentOral\n", ""),
+        15,
+        12,
+        ["'Central' is a compartment of the closed forms", "the model has no 'dynamics:' block"],
+    ),
+    (
+        "time-column-name",
+        _sub("conc = Central / v", "conc = Central / v * TIME"),
+        18,
+        26,
+        ["undefined name 'TIME'", "The time of a record is written 't'"],
+    ),
+    (
+        "nonmem-record",
+        "$PK\n" + BASE,
+        1,
+        1,
+        ["'$PK' is a record of a NONMEM control stream", "deepnlme.from_nonmem("],
+    ),
+    (
+        "nonmem-if",
+        _sub("    v  = exp", "    IF (WT > 70) THEN\n    v  = exp"),
+        13,
+        5,
+        ["'IF' is NONMEM's abbreviated code", "tvcl = A if WT > 70 else B"],
+    ),
+    (
+        "other-error-model-name",
+        _sub("Normal(conc, sigma)", "Exponential(conc, sigma)"),
+        19,
+        10,
+        ["unknown observation distribution 'Exponential'", "is LogNormal(f, sd)"],
+    ),
 ]
 
 
@@ -646,5 +700,18 @@ def test_a_random_effect_declared_and_never_used():
         deepnlme.ModelError,
         match=r"line 10, column 5: the random effect 'eta_q' is declared but never used\. Use it "
         r"where it belongs \(e\.g\. cl = exp\(tcl \+ eta_q\)\), or delete its line",
+    ):
+        load_model(text)
+
+
+def test_an_element_of_a_vector_random_effect_never_used():
+    # an element of MvNormal's vector that nothing reads was accepted: its variance had no
+    # effect on the objective (the fit found it "not identified" only afterwards)
+    text = _sub("exp(tv + eta[2])", "exp(tv)")
+    with pytest.raises(
+        deepnlme.ModelError,
+        match=r"line 8, column 5: eta\[2\] \(of the 3 random effects 'eta' with covariance "
+        r"'omega'\) is never used\. Use it where it belongs \(e\.g\. "
+        r"cl = exp\(tcl \+ eta\[2\]\)\), or give 'omega' 2 entries",
     ):
         load_model(text)

@@ -116,7 +116,7 @@ def test_domains_from_text():
         "    eta2 ~ MvNormal(g)\n"
         "    eta3 ~ Normal(0, b * 2)\n"
         "derived:\n"
-        "    DV ~ Normal(a + c + d + e[2] + eta[1] + eta2[0] + eta3, 1)\n"
+        "    DV ~ Normal(a + c + d + e[2] + eta[0] + eta[1] + eta2[0] + eta2[1] + eta3, 1)\n"
     )
     doms = {p.name: p.domain for p in m.params}
     assert doms["a"] == Real(1.0, 0.0, 3.0)

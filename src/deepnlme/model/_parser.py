@@ -55,6 +55,7 @@ from ._ir import (
     RandomDecl,
     Unary,
     names_in,
+    walk,
 )
 
 BLOCKS = ("param", "random", "covariates", "pre", "dosing", "init", "dynamics", "derived")
@@ -224,6 +225,28 @@ def _real(v: float) -> float:
     return v
 
 
+# other tools' names of residual error models, lower case: the distribution they are here
+_OTHER_ERROR_MODELS = {
+    "exponential": "LogNormal(f, sd) (log-transformed both sides; NONMEM's Y = F*EXP(EPS) "
+    "on untransformed data is, linearised as NONMEM does, Proportional(f, sd))",
+    "exp": "LogNormal(f, sd) (log-transformed both sides; NONMEM's Y = F*EXP(EPS) on "
+    "untransformed data is, linearised as NONMEM does, Proportional(f, sd))",
+    "lnorm": "LogNormal(f, sd)",
+    "add": "Additive(f, sd)",
+    "prop": "Proportional(f, sd_prop)",
+    "combined1": "Normal(f, sd_add + sd_prop * f) (the SDs summed)",
+    "combined2": "Combined(f, sd_add, sd_prop) (the variances summed)",
+    "power": "Normal(f, sd * f ** power) (the SD a power of f)",
+    "pow": "Normal(f, sd * f ** power) (the SD a power of f)",
+    "logitnorm": "LogitNormal(f, sd)",
+    "boxcox": "BoxCox(f, sd, lam)",
+    "yeojohnson": "YeoJohnson(f, sd, lam)",
+    "pois": "Poisson(rate)",
+    "binom": "Bernoulli(p)",
+    "binomial": "Bernoulli(p)",
+}
+
+
 def _suggest(name: str, candidates, rest: str) -> str:
     """``rest``, after "Did you mean ...?" when one of ``candidates`` is close to ``name``."""
     sugg = did_you_mean(name, candidates)
@@ -266,6 +289,8 @@ class _Parser:
         self.domains: dict = {}
         self.fixed_networks: dict = {}  # g = fix(NN, ...): name -> (network, held inputs)
         self.called_networks: set[str] = set()  # the networks some expression calls
+        self._closed_form: str | None = None  # the closed form 'dynamics:' names
+        self._ode_states: set[str] = set()  # the states of written-out dynamics
 
     # ------------------------------------------------------------------ errors
     def err(self, st: _Stmt, node: ast.AST | None, what: str, sugg: str = ""):
@@ -306,6 +331,16 @@ class _Parser:
                     if current is not None:
                         what = "this statement is not indented"
                     word = text.strip().rstrip(":").strip()
+                    if m := re.match(r"\$([A-Za-z]+)", word):  # a NONMEM control stream
+                        raise self.src.error(
+                            start + 1,
+                            0,
+                            f"'${m[1]}' is a record of a NONMEM control stream",
+                            "Write the model in deepnlme's blocks ($THETA is param:, $OMEGA "
+                            "random:, $PK pre:, $DES dynamics:, $ERROR derived:; "
+                            "docs/model-language.md), or read the control stream as it is with "
+                            "deepnlme.from_nonmem('run1.mod').",
+                        )
                     if m := re.match(r"@([A-Za-z_]\w*)", word):  # Pumas's @param begin ... end
                         raise self.src.error(
                             start + 1,
@@ -453,6 +488,13 @@ class _Parser:
                 f"'{m[1]}' statements are not allowed",
                 "Write a conditional expression instead: x = a if cond else b (both sides are "
                 "evaluated), or min(...), max(...) and comparisons (th * (WT > 70)).",
+            )
+        if m := re.match(r"(IF|ELSE\s*IF|ELSE|END\s*IF|DO\s+WHILE|END\s*DO)\b", text):
+            return (
+                f"'{m[1]}' is NONMEM's abbreviated code, not this language's",
+                "Write a conditional expression: NONMEM's IF (WT.GT.70) THEN; TVCL = A; ELSE; "
+                "TVCL = B; ENDIF is tvcl = A if WT > 70 else B (both sides are evaluated), or "
+                "read the control stream as it is with deepnlme.from_nonmem('run1.mod').",
             )
         if m := re.match(r"d\s*/\s*dt\s*\(\s*([A-Za-z_]\w*)\s*\)\s*(=|<-)", text):
             return (
@@ -645,7 +687,7 @@ class _Parser:
                 "A block sees param, random, covariates and pre names; dynamics and "
                 "derived also see the states, t and the dynamics variables.",
             )
-        sugg = did_you_mean(name, list(scope))  # (a value: not the functions' names)
+        sugg = self._undefined_hint(name, b) or did_you_mean(name, list(scope))
         if not sugg and b in ("dynamics", "derived", "init", "dosing"):
             sugg = (
                 f"If '{name}' is a compartment, give it an equation in 'dynamics:' "
@@ -658,6 +700,32 @@ class _Parser:
             f"undefined name '{name}'",
             sugg or "Declare it in 'param:' or 'covariates:', or assign it before this line.",
         )
+
+    def _undefined_hint(self, name: str, block: str) -> str | None:
+        """What an undefined `name` most likely meant, where a tool's habit explains it: the
+        data's time column, or a compartment of a closed form the model does not declare."""
+        if name in ("TIME", "time", "Time"):
+            return (
+                "The time of a record is written 't' (in 'dynamics:' and 'derived:'; 'pre:' "
+                "has no time)."
+            )
+        having = [c.name for c in CLOSED_FORMS.values() if name in c.states]
+        if not having or name in self._ode_states:
+            return None
+        if self._closed_form is not None:
+            own = CLOSED_FORMS[self._closed_form]
+            return (
+                f"'dynamics: {own.name}' has the states {', '.join(own.states)}; '{name}' is a "
+                f"state of {', '.join(having)}: declare one of those, or write the model's "
+                f"ODEs ({name}' = ...)."
+            )
+        if not self._ode_states:
+            return (
+                f"'{name}' is a compartment of the closed forms ({', '.join(having)}), and the "
+                f"model has no 'dynamics:' block: add one (e.g. 'dynamics: {having[0]}' "
+                f"below 'pre:'), or write its ODE in 'dynamics:' ({name}' = ...)."
+            )
+        return None
 
     def scalar(self, st: _Stmt, node: ast.AST, scope: dict) -> Expr:
         e, shape = self.expr(st, node, scope)
@@ -1004,6 +1072,8 @@ class _Parser:
         closed = _closed_form_stmt(dyn)
         self.declare_assigned_names(stmts, closed)
         closed_form, states = self.states(dyn, closed)
+        self._closed_form = closed_form
+        self._ode_states = set(states) if closed is None else set()
         pre, base_scope = self.pre_block(stmts["pre"], scope)
         if closed is not None:
             self.check_closed_form_inputs(closed, closed_form, pre)
@@ -1057,6 +1127,19 @@ class _Parser:
                     f"the random effect '{r.name}' is declared but never used",
                     f"Use it where it belongs (e.g. cl = exp(tcl + {r.name}"
                     f"{'[0]' if r.is_vector else ''})), or delete its line: its variance "
+                    "would be estimated with nothing in the model depending on it.",
+                )
+            elements = _elements_used(exprs, r.name) if r.is_vector else None
+            unused = [k for k in range(r.size) if elements is not None and k not in elements]
+            if unused:
+                names = ", ".join(f"{r.name}[{k}]" for k in unused)
+                raise self.err_at(
+                    r.loc,
+                    f"{names} (of the {r.size} random effects '{r.name}' with covariance "
+                    f"'{r.cov}') {'is' if len(unused) == 1 else 'are'} never used",
+                    f"Use {'it' if len(unused) == 1 else 'each'} where it belongs (e.g. "
+                    f"cl = exp(tcl + {r.name}[{unused[0]}])), or give '{r.cov}' "
+                    f"{r.size - len(unused)} entries: the variance of an unused element "
                     "would be estimated with nothing in the model depending on it.",
                 )
 
@@ -1480,11 +1563,13 @@ class _Parser:
             )
         dname = node.func.id
         if dname not in DISTRIBUTIONS:
+            ours = _OTHER_ERROR_MODELS.get(dname.lower())
             raise self.err(
                 st,
                 node.func,
                 f"unknown observation distribution '{dname}'",
-                _suggest(dname, DISTRIBUTIONS, f"Distributions: {dists}."),
+                (f"{dname} (another tool's name) is {ours} here. " if ours else "")
+                + _suggest(dname, DISTRIBUTIONS, f"Distributions: {dists}."),
             )
         spec = DISTRIBUTIONS[dname]
         args: list = [None] * len(spec.argnames)
@@ -1627,3 +1712,19 @@ def param_kinds(ir: ModelIR) -> tuple[ParamSpec, ...]:
 def parse_model(text: str, origin: str | None = None) -> ParsedModel:
     """Parse model text into the IR and parameter specifications (raises ModelError)."""
     return _Parser(SourceText(text, origin)).run()
+
+
+def _elements_used(exprs, name: str) -> set[int] | None:
+    """The elements `name[k]` of a vector random effect that `exprs` read (None where the
+    vector is read whole, e.g. passed to a network: every element then counts as used)."""
+    indexed, bare = set(), 0
+    for e in exprs:
+        if e is None:
+            continue
+        for node in walk(e):
+            if isinstance(node, Index) and isinstance(node.value, Name) and node.value.id == name:
+                indexed.add(node.index)
+                bare -= 1  # (the Name below this Index is counted next)
+            elif isinstance(node, Name) and node.id == name:
+                bare += 1
+    return None if bare > 0 else indexed
