@@ -99,3 +99,27 @@ def test_lbfgs_keeps_100_pairs_unless_they_would_take_too_much_memory():
     assert LBFGS(memory=7).pairs(913) == 7
     with pytest.raises(ValueError, match="memory"):
         LBFGS(memory=0)
+
+
+def test_a_large_parameter_may_move_by_a_tenth_of_its_value_in_a_trial():
+    from deepnlme.estimation._optimizers import trial_caps
+
+    x = np.array([0.5, -3.0, -12.0, 300.0])
+    np.testing.assert_allclose(trial_caps(x, True), [1.0, 1.0, 1.2, 30.0], rtol=1e-15)
+    np.testing.assert_allclose(trial_caps(x, False), [0.1, 0.1, 0.12, 3.0], rtol=1e-15)
+
+
+def test_parameters_in_natural_units_are_reached_in_few_iterations():
+    # a quadratic with its minimum at (728, 0.5) from (300, 0): with at most one unit a trial
+    # step BFGS needed hundreds of iterations to cover the 428 units
+    h = np.array([[1e-4, 1e-3], [1e-3, 2.0]])
+    target = np.array([728.0, 0.5])
+
+    def f(x):
+        r = x - target
+        return 0.5 * r @ h @ r, h @ r
+
+    res = minimize(f, np.array([300.0, 0.0]), gtol=1e-9, max_iter=500)
+    assert res.converged
+    np.testing.assert_allclose(res.x, target, rtol=1e-6)
+    assert res.n_iter < 60

@@ -252,7 +252,9 @@ def test_a_start_from_another_models_fit_is_checked_against_this_model():
     diagonal = dn.load_model(TWO_EFFECTS.format(omega="PDiag(init=[0.5, 0.5])"))
     second = dn.fit(diagonal, pop, dn.FOCEI(), init=first, **opts)
     np.testing.assert_allclose(second.estimates["omega"], np.diag([0.3, 0.2]), rtol=1e-12)
-    three = TWO_EFFECTS.format(omega="PDiag(init=[0.5, 0.5, 0.5])")
+    three = TWO_EFFECTS.format(omega="PDiag(init=[0.5, 0.5, 0.5])").replace(
+        "b1 + eta[1]", "b1 + eta[1] + eta[2]"
+    )
     with pytest.raises(
         dn.OptionError,
         match=r"fit: option `init` \(a Fit\): 'omega' is PDiag.*shape \(3, 3\).*got shape \(2, 2\)",
@@ -383,3 +385,68 @@ def test_shrinkage_leaves_out_subjects_whose_data_do_not_inform_the_random_effec
     alone = dn.fit(model, dn.datasets.load("theophylline"), dn.FOCEI(), progress=False)
     for k, v in alone.shrinkage.items():
         assert fit.shrinkage[k] == pytest.approx(v, abs=0.01)  # (two optima to 1e-4)
+
+
+# R's `Orange` data (datasets package: Draper and Smith 1998, via Pinheiro and Bates 2000):
+# trunk circumference (mm) of five orange trees by age (days)
+_ORANGE_AGES = [118, 484, 664, 1004, 1231, 1372, 1582]
+_ORANGE_CIRC = [
+    [30, 58, 87, 115, 120, 142, 145],
+    [33, 69, 111, 156, 172, 203, 203],
+    [30, 51, 75, 108, 115, 139, 140],
+    [32, 62, 112, 167, 179, 209, 214],
+    [30, 49, 81, 125, 142, 174, 177],
+]
+ORANGE = """
+param:
+    tAsym = Real(init=100)
+    txmid = Real(init=300)
+    tscal = Real(init=100)
+    om    = PDiag(init=[50])
+    sigma = Positive(init=30)
+random:
+    eta ~ MvNormal(om)
+pre:
+    Asym = tAsym + eta[0]
+derived:
+    circ = Asym / (1 + exp((txmid - t) / tscal))
+    DV ~ Normal(circ, sigma)
+"""
+
+
+def test_parameters_in_natural_units_from_a_far_start_converge():
+    # nlme's logistic growth model with its parameters on the identity scale, started far
+    # away (xmid 300 for 728): with at most one unit a trial step the fit stopped at max_iter
+    # (500) at -2LL 304.8; nlme (method "ML") from the same start: -2LL 263.1691, Asym 191.05
+    # (SE 16.15), xmid 722.56 (35.15), scal 344.17 (27.15), omega 991.2, sigma 7.846
+    df = pd.DataFrame(
+        {
+            "ID": np.repeat(np.arange(1, 6), 7),
+            "TIME": np.tile(_ORANGE_AGES, 5),
+            "DV": np.ravel(_ORANGE_CIRC),
+        }
+    )
+    fit = dn.fit(dn.load_model(ORANGE), dn.read_data(df), dn.FOCE(), progress=False)
+    assert fit.converged, fit.message
+    assert fit.m2ll == pytest.approx(263.1438, abs=2e-3)  # (the model is linear in eta)
+    est = fit.estimates
+    for name, nlme, se in (("tAsym", 191.05, 16.15), ("txmid", 722.56, 35.15),
+                           ("tscal", 344.17, 27.15)):  # fmt: skip
+        assert abs(float(est[name]) - nlme) < 0.5 * se, name
+    assert fit.n_iter < 150
+
+
+def test_fo_with_censored_records_is_warned_of():
+    # FO's M3 term takes each censored record's marginal variance alone, independent of the
+    # subject's other records: on a model linear in eta, 16.87 against the exact 11.56
+    df = _oral_data()
+    df["CENS"] = 0
+    late = df["TIME"] == 12.0
+    df.loc[late, "CENS"] = 1
+    model = dn.load_model(ORAL.format(error="Additive(conc, sigma)"))
+    pop = dn.read_data(df)
+    with pytest.warns(DataWarning, match=r"fit: FO takes each of the 4 censored \(M3\) records"):
+        dn.fit(model, pop, dn.FO(), max_iter=0, progress=False, covariance=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        dn.fit(model, pop, dn.FOCE(), max_iter=0, progress=False, covariance=None)

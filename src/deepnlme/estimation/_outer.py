@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from ..data import DataWarning
 from ..errors import DataError, OptionError
 from ..likelihood import LOG2PI, Method, Problem, given_method, multistart_points
 from ._compiled import (
@@ -110,6 +112,9 @@ def fit_problem(
             "only dose records and records with MDV=1, so the objective does not depend on "
             "the parameters; add observation records (MDV=0 with a DV value)"
         )
+    caveat = method.caveat(structure_of(problem))
+    if caveat is not None:
+        warnings.warn(f"fit: {caveat}", DataWarning, stacklevel=3)
     start = starting_point(problem, method, init, init_eta, fixed)
     cov_pos = _covariance_positions(problem, start, network_se) if covariance else []
     with Progress(enabled=progress) as display:

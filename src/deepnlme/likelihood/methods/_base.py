@@ -89,6 +89,11 @@ class Method(KeywordChecked):
     def check(self, structure: Structure) -> None:
         """Raise OptionError where the method cannot fit data of this `structure`."""
 
+    def caveat(self, structure: Structure) -> str | None:
+        """What a fit of data of this `structure` by the method should warn of (None: nothing):
+        an approximation that can be far off on such data."""
+        return None
+
     def check_optimizer(self, optimizer: Any) -> None:
         """Raise OptionError where `optimizer` does not suit the method: a marginal method's
         EBEs are warm-started from accepted points, which needs a line search."""

@@ -32,6 +32,17 @@ class FO(Method):
                 "non-Gaussian (Poisson/Bernoulli/...); use LaplaceI() for these models"
             )
 
+    def caveat(self, structure: Structure) -> str | None:
+        if structure.n_cens == 0:
+            return None
+        return (
+            f"FO takes each of the {structure.n_cens} censored (M3) records' likelihood from "
+            "its own marginal variance at eta = 0, as if it were independent of the subject's "
+            "other records: the OFV and the estimates can be far from FOCE's and LaplaceI's, "
+            "which condition on the EBEs (NONMEM asks for LAPLACIAN with M3). Use FOCEI() or "
+            "LaplaceI() for these data"
+        )
+
     def contribution(self, ctx: Context, eta_in: Any, subj: Any) -> tuple[jax.Array, SubjectOut]:
         problem, theta, om_inv = ctx.problem, ctx.theta, ctx.om_inv
         q = eta_in.shape[0]
