@@ -274,3 +274,22 @@ def test_sort_option_orders_times_and_keeps_file_rows(tmp_path):
     np.testing.assert_array_equal(a.obs_time[0], [1.0, 4.0])
     np.testing.assert_array_equal(a.obs_row[0], [3, 2])  # rows as in the file
     assert pop == read_data(write(tmp_path, GOOD, name="g.csv"))
+
+
+def test_sort_refuses_a_clock_that_restarts_at_a_reset(tmp_path):
+    # sorting moved the EVID 4 record (and the period after it) into the first period: every
+    # later prediction was wrong, without a word
+    p = tmp_path / "restart.csv"
+    p.write_text(
+        "ID,TIME,AMT,EVID,MDV,DV\n1,0,100,1,1,.\n1,2,0,0,0,5\n1,10,0,0,0,1\n"
+        "1,0,200,4,1,.\n1,3,0,0,0,9\n"
+    )
+    with pytest.raises(
+        DataError,
+        match=re.escape(
+            "row 4 (line 5 of restart.csv), column TIME: sort=True: subject ID 1 restarts its "
+            "clock at this EVID 4 record (time 0, after a record at time 10)"
+        ),
+    ):
+        read_data(p, sort=True)
+    assert int(read_data(p).arrays().obs_mask.sum()) == 3  # as written: two periods

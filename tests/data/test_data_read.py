@@ -11,7 +11,7 @@ import pytest
 
 import deepnlme  # noqa: F401  (float64)
 from deepnlme import datasets
-from deepnlme.data import Population, PopulationArrays, make_population, read_data
+from deepnlme.data import DataWarning, Population, PopulationArrays, make_population, read_data
 from deepnlme.errors import OptionError
 
 
@@ -374,13 +374,39 @@ def test_censoring_with_lloq():
             "LLOQ": [0.5, 0.5, 0.5, 0.5],
         }
     )
-    pop = read_data(df)
+    pop = read_data(df, cens="BLQ")  # (named: meant as the flag, no warning)
     a = pop.arrays()
     np.testing.assert_array_equal(a.obs_cens[0], [0, 1, 1])
     np.testing.assert_array_equal(a.obs_dv[0], [4.0, 0.5, 0.2])  # DV present: DV is the limit
     assert pop.covariate_names == ()
     assert "censored observations: 2" in pop.summary()
     assert read_data(pop.to_dataframe()) == pop
+
+
+def test_a_blq_column_taken_as_the_censoring_flag_is_warned_of():
+    # NONMEM reads BLQ as a plain column; data with an imputed DV flagged there (M6: DV =
+    # LLOQ / 2) were fitted as censored below the imputed value without a word
+    df = pd.DataFrame(
+        {
+            "ID": [1, 1, 1, 1],
+            "TIME": [0, 2, 10, 60],
+            "AMT": [100, 0, 0, 0],
+            "EVID": [1, 0, 0, 0],
+            "MDV": [1, 0, 0, 0],
+            "DV": [np.nan, 8.0, 3.5, 0.25],
+            "BLQ": [0, 0, 0, 1],
+        }
+    )
+    with pytest.warns(
+        DataWarning,
+        match=r"column BLQ is read as the censoring flag \(as CENS\): "
+        r"1 observation record\(s\) .* row 4 .* read the data with cens=False",
+    ):
+        pop = read_data(df)
+    np.testing.assert_array_equal(pop.arrays().obs_cens[0], [0, 0, 1])
+    plain = read_data(df, cens=False)
+    np.testing.assert_array_equal(plain.arrays().obs_cens[0], [0, 0, 0])
+    np.testing.assert_array_equal(plain.arrays().obs_dv[0], [8.0, 3.5, 0.25])
 
 
 # ------------------------------------------------------------------ builder and with_dv
@@ -560,3 +586,27 @@ def test_summary_counts_the_dosing_records():
     assert want in text.splitlines()
     # one dose a subject, nothing else: no such line
     assert "doses per subject" not in datasets.load("theophylline").summary()
+
+
+def test_a_missing_value_code_in_a_covariate_is_warned_of():
+    # -99 for a missing CRCL was read as a clearance of -99 mL/min without a word
+    df = pd.DataFrame(
+        {
+            "ID": [1, 1, 1, 2, 2],
+            "TIME": [0, 2, 10, 0, 2],
+            "AMT": [100, 0, 0, 100, 0],
+            "DV": [np.nan, 8.0, 3.5, np.nan, 7.0],
+            "MDV": [1, 0, 0, 1, 0],
+            "CRCL": [90, -99, 85, 60, 60],
+            "DELTA": [0.5, -99, -1.0, 0.0, 0.0],  # (negative values elsewhere: not a code)
+        }
+    )
+    with pytest.warns(DataWarning) as seen:
+        pop = read_data(df)
+    (w,) = seen
+    assert re.search(
+        r"covariate CRCL is -99 on 1 record\(s\) of 1 subject\(s\) \(the first row 2 .*ID 1\), "
+        r"and never negative elsewhere: a code for a missing value\?",
+        str(w.message),
+    )
+    assert pop.to_dataframe()["CRCL"].min() == -99  # read as written

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import deepnlme as dn
+from deepnlme.data import DataWarning
 from deepnlme.estimation import _persist
 
 THEO = "examples/theophylline.model"
@@ -345,3 +346,39 @@ def test_load_fit_of_a_mangled_fit_loads_or_is_a_data_error(fuzz_folder, data):
             assert str(err).startswith("load_fit: ")
         else:
             assert isinstance(loaded, dn.Fit)
+
+
+def test_loading_a_fit_does_not_repeat_the_data_warnings_with_other_rows(tmp_path):
+    # the saved table's rows are not the file's: "row 12" for a file of 6 rows; the warnings
+    # were given when the data were read
+    import warnings
+
+    import pandas as pd
+
+    df = pd.DataFrame(
+        {
+            "ID": [1, 1, 1, 2, 2, 3],
+            "TIME": [0, 2, 40, 0, 3, 0],
+            "AMT": [100, 0, 0, 100, 0, 100],
+            "II": [12, 0, 0, 12, 0, 12],
+            "ADDL": [3, 0, 0, 3, 0, 3],
+            "DV": [np.nan, 8.0, 4.0, np.nan, 7.0, np.nan],
+            "MDV": [1, 0, 0, 1, 0, 1],
+            "BLQ": [0, 0, 0, 0, 0, 0],
+        }
+    )
+    with pytest.warns(DataWarning, match=r"ID 3 \(row 6 \(DataFrame index label 5\)\)"):
+        pop = dn.read_data(df, cens=False)
+    model = dn.load_model(
+        "param:\n    tcl = Real(init=0)\n    tv = Real(init=2.3)\n"
+        "    omega = PDiag(init=[0.1])\n    sigma = Positive(init=0.5)\n"
+        "random:\n    eta ~ MvNormal(omega)\npre:\n    cl = exp(tcl + eta[0])\n"
+        "    v = exp(tv)\ndynamics: OneCompartment\nderived:\n"
+        "    DV ~ Additive(Central / v, sigma)\n"
+    )
+    fit = dn.fit(model, pop, dn.FO(), max_iter=2, progress=False, covariance=None)
+    fit.save(tmp_path / "fit")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = dn.load_fit(tmp_path / "fit")
+    assert again.population == pop  # (cens=False kept: the BLQ column is not a flag)

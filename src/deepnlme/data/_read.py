@@ -63,7 +63,7 @@ def read_data(
     ii: str | None = None,
     addl: str | None = None,
     ss: str | None = None,
-    cens: str | None = None,
+    cens: str | bool | None = None,
     lloq: str | None = None,
     endpoint: str | bool | None = None,
     endpoints: Mapping | Sequence[str] | None = None,
@@ -86,7 +86,9 @@ def read_data(
       or a pandas DataFrame (never modified).
     - `id`, `time`, `dv`, `amt`, `evid`, `mdv`, `cmt`, `rate`, `ii`, `addl`, `ss`, `cens`,
       `lloq`: the name of the column that holds this item when it is not the standard name
-      (for example `dv="CONC"`). `cens` defaults to a column CENS, or else BLQ.
+      (for example `dv="CONC"`). `cens` defaults to a column CENS, or else BLQ (a BLQ column
+      that flags observations is warned of: NONMEM reads it as a plain column); `cens=False`
+      reads no censoring flag (a BLQ column that marks imputed values, M5 and M6).
     - `endpoint`: the column that says which output an observation belongs to (`"DVID"` or
       `"CMT"`); by default DVID when the data has it; `False` for none.
     - `endpoints`: labels for the endpoint codes, as a mapping (`{1: "CP", 2: "EFF"}`) or a
@@ -98,8 +100,9 @@ def read_data(
     - `fill`: what to do with missing covariate values: `None` (default: error), `"locf"`,
       `"nocb"` or `"baseline"`.
     - `sort`: sort each subject's records by time (stable; subjects stay in order of first
-      appearance) instead of reporting time that goes back. Not for data whose clock restarts
-      after a reset. Row numbers in messages and `obs_row` stay those of the file.
+      appearance) instead of reporting time that goes back. Refused where a reset (EVID 3 or 4)
+      restarts the clock: sorting would merge the periods. Row numbers in messages and
+      `obs_row` stay those of the file.
     - `ignore`, `accept`: the records to leave out, as NONMEM's `$DATA IGNORE=` and
       `ACCEPT=`. A single character is a comment mark: `ignore="C"` leaves out every row whose
       first field starts with `C` (NONMEM's `IGNORE=C`), `ignore="@"` every row whose first
@@ -299,6 +302,7 @@ def read_table(
         rd.table, rec, subjects, t_cont, ep_labels, cov_names, cov_values, covariate_rule
     )
     _warn_no_observations(rd.table, rec.is_obs, subjects)
+    _warn_blq_as_censoring(rd, cols, columns.get("cens"), rec)
     return Population(
         frame,
         [subjects.ids[a] for a in subjects.starts],
@@ -333,7 +337,7 @@ def _open_table(
     rd = Reader(table)
     cols = _find_columns(rd, columns)
     if sort and cols.id is not None and cols.time is not None:
-        rd = Reader(_sorted_table(rd, cols.id, cols.time))
+        rd = Reader(_sorted_table(rd, cols.id, cols.time, cols.evid))
     _require_columns(cols, list(table.frame.columns))
     return rd, cols
 
@@ -394,10 +398,32 @@ def _find_columns(rd: Reader, columns: Mapping[str, str | None]) -> Columns:
     """The column of each NONMEM item: the one `columns` names, else the standard name (for
     CENS, else BLQ)."""
     found = {
-        option: rd.find(columns.get(option), standard, option, ("BLQ",) if option == "cens" else ())
+        option: None
+        if option == "cens" and columns.get(option) is False
+        else rd.find(columns.get(option), standard, option, ("BLQ",) if option == "cens" else ())
         for option, standard in COLUMN_OPTIONS.items()
     }
     return Columns(**found)
+
+
+def _warn_blq_as_censoring(rd: Reader, cols: Columns, named: object, rec) -> None:
+    """Warn where a column BLQ, taken as the censoring flag by default, censors observations:
+    NONMEM reads BLQ as a plain column, and data that flag imputed values there (Beal's M5
+    and M6: DV = LLOQ / 2) would be fitted as censored below the imputed value."""
+    if named is not None or cols.cens is None or cols.cens.upper() != "BLQ":
+        return
+    flagged = np.flatnonzero(rec.is_obs & (rec.cens != 0))
+    if flagged.size:
+        warnings.warn(
+            f"column {cols.cens} is read as the censoring flag (as CENS): {flagged.size} "
+            f"observation record(s) with {cols.cens} = 1 or -1 (the first "
+            f"{rd.table.where(int(flagged[0]))}) are censored at their DV, the limit (Beal's "
+            f"M3). Where {cols.cens} only marks records whose DV was imputed (M5, M6) or is "
+            "to be dropped, read the data with cens=False; read_data(..., cens="
+            f"'{cols.cens}') says the flag is meant (and silences this warning).",
+            DataWarning,
+            stacklevel=5,  # the caller of read_data
+        )
 
 
 def _require_columns(cols: Columns, all_cols: list[str]) -> None:
@@ -430,13 +456,34 @@ def _warn_no_observations(table: RawTable, is_obs: np.ndarray, subjects: Subject
         )
 
 
-def _sorted_table(rd: Reader, id_col: str, time_col: str) -> RawTable:
-    """The table with each subject's records sorted by time (stable), subjects kept together."""
+def _sorted_table(rd: Reader, id_col: str, time_col: str, evid_col: str | None) -> RawTable:
+    """The table with each subject's records sorted by time (stable), subjects kept together.
+
+    A reset record (EVID 3 or 4) earlier than a record before it restarts the subject's clock
+    (a new period): sorting would move it, and the period after it, into the period before
+    (every later dose and observation then in the wrong period, silently). Refused."""
     table = rd.table
     ids = np.empty(table.n, dtype=object)
     ids[:] = _subject_ids(rd, id_col)
     time = parse_numeric(table, time_col)[0]
     group = pd.factorize(ids, sort=False)[0]  # subjects in order of first appearance, exactly
+    if evid_col is not None:
+        evid = parse_numeric(table, evid_col)[0]
+        latest = pd.Series(time).groupby(group).cummax().groupby(group).shift(1).to_numpy()
+        restart = np.flatnonzero(np.isin(evid, (3, 4)) & (time < latest))
+        if restart.size:
+            i = int(restart[0])
+            raise rd.fail(
+                i,
+                time_col,
+                f"sort=True: subject ID {ids[i]!r} restarts its clock at this EVID "
+                f"{int(evid[i])} record (time {time[i]:g}, after a record at time "
+                f"{latest[i]:g}); sorting by time would move the reset and the period after "
+                "it into the period before",
+                "Leave sort off for data whose clock restarts at a reset (each period's "
+                "records in time order, the reset record first), or sort the file yourself "
+                "within each period.",
+            )
     order = np.lexsort((np.arange(table.n), time, group))
     return table.take(order)
 
@@ -605,7 +652,34 @@ def _covariates(
     matrix = np.empty((rd.table.n, len(names)))
     for j, (c, v) in enumerate(zip(names, values)):
         matrix[:, j] = _filled(rd, c, v, fill, subjects, time, selected is None)
+        _warn_missing_code(rd, c, matrix[:, j], subjects)
     return names, matrix, ignored
+
+
+# the numbers data sets write for a missing value (SAS and clinical programming habits)
+_MISSING_CODES = (-99.0, -999.0, -9999.0, -99999.0)
+
+
+def _warn_missing_code(rd: Reader, column: str, values: np.ndarray, subjects: Subjects) -> None:
+    """Warn where a covariate that is otherwise never negative takes a value that data sets
+    write for a missing one (-99, -999, ...): it is read as that number, as NONMEM reads it,
+    and a model of the covariate then gives wrong predictions (or fails) without saying
+    why."""
+    code = np.isin(values, _MISSING_CODES)
+    if not code.any() or (values[~code & np.isfinite(values)] < 0).any():
+        return
+    rows = np.flatnonzero(code)
+    first = int(rows[0])
+    ids = sorted({subjects.ids[i] for i in rows}, key=str)
+    warnings.warn(
+        f"covariate {column} is {values[first]:g} on {rows.size} record(s) of {len(ids)} "
+        f"subject(s) (the first {rd.table.where(first)}, ID {subjects.ids[first]!r}), and never "
+        "negative elsewhere: a code for a missing value? It is read as the number (NONMEM "
+        "reads it so too). Write missing values as '.' or leave them empty, and fill them "
+        "(read_data(..., fill='locf'), 'nocb' or 'baseline').",
+        DataWarning,
+        stacklevel=6,  # the caller of read_data
+    )
 
 
 def _numeric_covariates(

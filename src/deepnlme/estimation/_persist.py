@@ -15,6 +15,7 @@ import math
 import os
 import platform
 import secrets
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..data import DataWarning
 from ..errors import DataError, ModelError, OptionError
 from ..likelihood import method_from_record
 from ..likelihood._from_model import model_problem
@@ -586,9 +588,12 @@ def _population(payload: dict, arrays: dict[str, np.ndarray]):
         options["endpoints"] = list(d["endpoints"])
     else:
         options["endpoint"] = False
-    if d["cens_column"]:
-        options["cens"] = d["cens_column"]
-    pop = read_data(df, **options)
+    options["cens"] = d["cens_column"] or False  # (none: a BLQ column is not a flag then)
+    # the data were read, and their warnings given, when the fit was made: read again from
+    # the saved table, whose rows are not the file's, they would name other rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        pop = read_data(df, **options)
     if data_fingerprint(pop) != d["fingerprint"]:
         raise DataError(
             "load_fit: the data rebuilt from the saved fit does not match its recorded "
