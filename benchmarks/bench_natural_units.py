@@ -20,6 +20,8 @@ from pathlib import Path
 
 import deepnlme as dn
 
+ROOT = Path(__file__).resolve().parents[1]
+
 R_DATA = """
 write.csv(data.frame(ID=as.integer(as.character(Orange$Tree)), TIME=Orange$age,
                      DV=Orange$circumference), "{dir}/orange.csv", row.names=FALSE)
@@ -34,22 +36,6 @@ l <- try(nlme(height ~ Asym + (R0-Asym)*exp(-exp(lrc)*age), data=Loblolly,
               fixed=Asym+R0+lrc~1, random=pdSymm(Asym+lrc~1), groups=~Seed,
               start=c(Asym=60, R0=0, lrc=-2), method="ML"), silent=TRUE)
 cat("loblolly", if (inherits(l, "try-error")) NA else -2*as.numeric(logLik(l)), "\\n")
-"""
-
-ORANGE = """
-param:
-    tAsym = Real(init=100)
-    txmid = Real(init=300)
-    tscal = Real(init=100)
-    om    = PDiag(init=[50])
-    sigma = Positive(init=30)
-random:
-    eta ~ MvNormal(om)
-pre:
-    Asym = tAsym + eta[0]
-derived:
-    circ = Asym / (1 + exp((txmid - t) / tscal))
-    DV ~ Normal(circ, sigma)
 """
 
 LOBLOLLY = """
@@ -79,7 +65,8 @@ def main() -> None:
         nlme = {k: float(v) for k, v in (line.split() for line in out.splitlines() if line)}
         print("| case | iterations | evaluations | converged | -2LL | warm fit s | nlme -2LL |")
         print("|---|---|---|---|---|---|---|")
-        for name, text in (("orange", ORANGE), ("loblolly", LOBLOLLY)):
+        orange = (ROOT / "examples" / "orange.model").read_text()
+        for name, text in (("orange", orange), ("loblolly", LOBLOLLY)):
             pop = dn.read_data(Path(tmp) / f"{name}.csv")
             model = dn.load_model(text)
             dn.fit(model, pop, dn.FOCE(), progress=False, covariance=None)

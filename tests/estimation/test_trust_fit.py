@@ -4,6 +4,7 @@ start says why."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -397,21 +398,6 @@ _ORANGE_CIRC = [
     [32, 62, 112, 167, 179, 209, 214],
     [30, 49, 81, 125, 142, 174, 177],
 ]
-ORANGE = """
-param:
-    tAsym = Real(init=100)
-    txmid = Real(init=300)
-    tscal = Real(init=100)
-    om    = PDiag(init=[50])
-    sigma = Positive(init=30)
-random:
-    eta ~ MvNormal(om)
-pre:
-    Asym = tAsym + eta[0]
-derived:
-    circ = Asym / (1 + exp((txmid - t) / tscal))
-    DV ~ Normal(circ, sigma)
-"""
 
 
 def test_parameters_in_natural_units_from_a_far_start_converge():
@@ -426,7 +412,8 @@ def test_parameters_in_natural_units_from_a_far_start_converge():
             "DV": np.ravel(_ORANGE_CIRC),
         }
     )
-    fit = dn.fit(dn.load_model(ORANGE), dn.read_data(df), dn.FOCE(), progress=False)
+    model = dn.load_model(Path("examples/orange.model").read_text())
+    fit = dn.fit(model, dn.read_data(df), dn.FOCE(), progress=False)
     assert fit.converged, fit.message
     assert fit.m2ll == pytest.approx(263.1438, abs=2e-3)  # (the model is linear in eta)
     est = fit.estimates
