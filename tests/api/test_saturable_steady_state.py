@@ -3,6 +3,8 @@ refused with a message where it does not (issue 25, "give ODE models steady stat
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -98,8 +100,9 @@ derived:
 
 @pytest.mark.parametrize("ii", [0.5, 0.25])
 def test_a_lag_time_of_ii_or_more_is_said(ii):
-    """An SS dose whose lag time is at least its interval is not supported: the failure says
-    what a steady state needs (it blamed the ODE solver, for a closed form too)."""
+    """An SS dose whose lag time is at least its interval is not supported: the failure names
+    the record, its lag time and II (it blamed the ODE solver, for a closed form too; then it
+    listed every cause)."""
     table = pd.DataFrame(
         {"ID": [1, 1], "TIME": [0.0, 1.0], "DV": [np.nan, 1.0], "AMT": [100.0, 0.0],
          "EVID": [1, 0], "MDV": [1, 0], "CMT": [1, 2], "SS": [1, 0], "II": [ii, 0.0]}
@@ -107,6 +110,25 @@ def test_a_lag_time_of_ii_or_more_is_said(ii):
     with pytest.raises(dn.SolveError) as err:
         dn.model_predict(dn.load_model(LAGGED), dn.read_data(table))
     text = str(err.value)
-    assert "subject 1: its amounts are not finite, and it has SS dose records" in text
-    assert "longer than the dose's lag time (a lag of II or more is not supported" in text
-    assert "ODE solve" not in text
+    # the record and the values (it listed every possible cause)
+    assert (
+        "the prediction failed for subject 1: its SS dose record at TIME 0 (CMT 1) has a lag "
+        f"time of 0.5 (lag[Depot] in 'dosing:'), not shorter than its II = {ii:g}: a steady "
+        "state with a lag of II or more is not supported; give the doses as a history (ADDL) "
+        "instead of SS." == text
+    )
+
+
+def test_a_modelled_infusion_longer_than_ii_at_steady_state_is_named():
+    # RATE=-2 with the model's duration above II: the message listed every possible cause
+    text = LAGGED.replace("lag[Depot] = tlag", "duration[Central] = 20 + 0 * tlag")
+    table = pd.DataFrame(
+        {"ID": [1, 1], "TIME": [0.0, 1.0], "DV": [np.nan, 1.0], "AMT": [100.0, 0.0],
+         "EVID": [1, 0], "MDV": [1, 0], "CMT": [2, 2], "SS": [1, 0], "II": [12.0, 0.0],
+         "RATE": [-2.0, 0.0]}
+    )  # fmt: skip
+    with pytest.raises(dn.SolveError, match=re.escape(
+        "its SS dose record at TIME 0 (CMT 2) is an infusion of 20 time units "
+        "(duration[Central] of 'dosing:'), longer than its II = 12"
+    )):  # fmt: skip
+        dn.model_predict(dn.load_model(text), dn.read_data(table))

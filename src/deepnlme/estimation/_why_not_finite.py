@@ -64,7 +64,11 @@ def _gradient_cause(problem, start_fg) -> str | None:
 
 
 def _first_cause(problem, u0, m2ll_i) -> str | None:
-    from ..solve._subject import NO_STEADY_STATE, steady_state_record_at
+    from ..solve._subject import (
+        NO_STEADY_STATE,
+        steady_state_conflict,
+        steady_state_record_at,
+    )
 
     theta = problem.unpack(jnp.asarray(u0))
     n, q = problem.n_subjects, problem.n_eta
@@ -113,6 +117,9 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
         )
         if pred is not None and not pred[2][i]:
             t = float(fail_time[i])
+            conflict = steady_state_conflict(predictor, theta, zero[i], binding.data, i)
+            if conflict is not None:
+                return f"{who}: {conflict}"
             if steady_state_record_at(binding.data, i, t):
                 return (
                     f"the steady state of {who}'s SS dose record at TIME {_fmt(t)} could not "

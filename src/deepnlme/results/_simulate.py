@@ -17,7 +17,7 @@ from ..estimation._compiled import model_program, run_once_jit
 from ..likelihood._from_model import batched, binding_of, model_problem
 from ..model._distributions import obs_draw
 from ..solve._ode import OdeOptions
-from ..solve._subject import raise_failed_solves
+from ..solve._subject import raise_failed_solves, steady_state_conflict
 
 
 def _theta(model, params, token: str | None = None) -> dict[str, Any]:
@@ -271,7 +271,10 @@ def _simulate(model, population, params, seed, etas, residual, ode_options) -> _
     eta_in = np.zeros((n, model.compiled.eta_size)) if drawn else _given_etas(model, n, etas)
     program = _simulation_program(predictor, problem.cache_token, drawn, bool(residual))
     eta, y, ipred, ok, fail_time = program(np.int64(seed), theta, eta_in, binding.data)
-    raise_failed_solves(ok, fail_time, binding.ids, "the simulation", binding.data)
+    raise_failed_solves(
+        ok, fail_time, binding.ids, "the simulation", binding.data,
+        lambda i: steady_state_conflict(predictor, theta, np.asarray(eta)[i], binding.data, i),
+    )  # fmt: skip
     mask = np.asarray(binding.data.obs_mask)
     y = np.where(mask, np.asarray(y), np.nan)
     return _Simulated(
@@ -355,7 +358,10 @@ def model_predict(
     eta = _given_etas(model, n, etas) if etas is not None else np.zeros((n, q))
     program = _prediction_program(predictor, problem.cache_token)
     ipred, ppred, ok, fail_time, derived = program(theta, eta, binding.data)
-    raise_failed_solves(ok, fail_time, binding.ids, data=binding.data)
+    raise_failed_solves(
+        ok, fail_time, binding.ids, data=binding.data,
+        explain=lambda i: steady_state_conflict(predictor, theta, eta[i], binding.data, i),
+    )  # fmt: skip
     return predictions_frame(binding, population, ppred, ipred, derived)
 
 
@@ -388,7 +394,10 @@ def prediction_frame(predictor, binding, population, theta, eta) -> pd.DataFrame
     ipred, ok, fail_time = ip.dist.pred, ip.ok, ip.fail_time
     ppred = batched(predictor.predict)(theta, jnp.zeros_like(eta), binding.data).dist.pred
     derived = batched(predictor.derived_values)(theta, eta, binding.data)
-    raise_failed_solves(ok, fail_time, binding.ids, data=binding.data)
+    raise_failed_solves(
+        ok, fail_time, binding.ids, data=binding.data,
+        explain=lambda i: steady_state_conflict(predictor, theta, eta[i], binding.data, i),
+    )  # fmt: skip
     return predictions_frame(binding, population, ppred, ipred, derived)
 
 

@@ -934,10 +934,54 @@ def steady_state_record_at(data, i: int, t: float | None = None) -> bool:
     return bool(at.any())
 
 
-def raise_failed_solves(ok, fail_time, ids, what: str = "the prediction", data=None) -> None:
+def steady_state_conflict(predictor, theta, eta, data, i: int) -> str | None:
+    """Why subject `i`'s steady state cannot be found where the model makes an SS dose's lag
+    time, or its infusion's duration, as long as its II or longer (not supported): a sentence
+    naming the record and the values; None where no SS record of the subject has such a
+    dose. `data` is the batched `SubjectData`, `eta` the subject's random effects."""
+    doses = getattr(data, "doses", None)
+    if doses is None:
+        return None
+    ss = np.asarray(doses.mask)[i] & (np.asarray(doses.ss)[i] > 0)
+    if not ss.any():
+        return None
+    cm = predictor.model.compiled
+    dp = predictor._per_record(cm.dosing, theta, jnp.asarray(eta), jnp.asarray(data.dose_cov)[i])
+    lag, bioav, m_rate, m_dur = (np.asarray(x) for x in dp)
+    time, amt, cmt = (np.asarray(x)[i] for x in (doses.time, doses.amt, doses.cmt))
+    rate, ii = np.asarray(doses.rate)[i], np.asarray(doses.ii)[i]
+    for k in np.flatnonzero(ss):
+        c = int(cmt[k]) - 1
+        if not 0 <= c < len(cm.states):
+            continue
+        state, at = cm.states[c], f"its SS dose record at TIME {time[k]:g} (CMT {c + 1})"
+        if ii[k] > 0 and lag[k, c] >= ii[k]:
+            return (
+                f"{at} has a lag time of {lag[k, c]:.6g} (lag[{state}] in 'dosing:'), not "
+                f"shorter than its II = {ii[k]:g}: a steady state with a lag of II or more is "
+                "not supported; give the doses as a history (ADDL) instead of SS"
+            )
+        f_amt = amt[k] * bioav[k, c]
+        length, how = {
+            -1.0: (f_amt / m_rate[k, c], f"AMT x F / rate[{state}] of 'dosing:'"),
+            -2.0: (m_dur[k, c], f"duration[{state}] of 'dosing:'"),
+        }.get(float(rate[k]), (f_amt / rate[k] if rate[k] > 0 else 0.0, "AMT x F / RATE"))
+        if ii[k] > 0 and length > ii[k]:
+            return (
+                f"{at} is an infusion of {length:.6g} time units ({how}), longer than its II "
+                f"= {ii[k]:g}: a steady state of overlapping infusions is not supported; give "
+                "the doses as a history (ADDL) instead of SS"
+            )
+    return None
+
+
+def raise_failed_solves(
+    ok, fail_time, ids, what: str = "the prediction", data=None, explain=None
+) -> None:
     """Raise `SolveError` naming the first subject (and time) whose solve failed; with the
     subjects' `data` (`SubjectData`, batched), a failure at the time of a steady-state dose
-    record is said to be its steady state's."""
+    record is said to be its steady state's, and `explain(i)` (`steady_state_conflict` for
+    subject i, where given) may say which record's lag or duration is the cause."""
     ok = np.asarray(ok)
     if ok.all():
         return
@@ -946,6 +990,9 @@ def raise_failed_solves(ok, fail_time, ids, what: str = "the prediction", data=N
     t = float(np.asarray(fail_time)[i])
     when = f" at time {t:g}" if np.isfinite(t) else ""
     more = f" ({len(bad) - 1} more subjects failed too)" if len(bad) > 1 else ""
+    why = explain(i) if explain is not None and steady_state_record_at(data, i) else None
+    if why is not None:
+        raise SolveError(f"{what} failed for subject {ids[i]}{more}: {why}.")
     if steady_state_record_at(data, i, t):
         raise SolveError(
             f"{what} failed for subject {ids[i]}{when}: the steady state of its SS dose "
