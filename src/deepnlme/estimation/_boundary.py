@@ -75,6 +75,9 @@ def with_boundary(fit: Fit, model, init) -> Fit:
         f"{fit.message}; estimates near a boundary: {items}. A variance or residual SD near 0, "
         "or a correlation near +-1, is one these data hardly inform: its SE and CI mean "
         "little, and the model is better without it (remove the random effect or the error "
-        "term, or fix it)"
+        "term, or fix it). A fit from a poor start can also end there, where the data do "
+        "inform it: if the other estimates are far from what you expect, fit again from "
+        "other initial values (this estimate larger, the others nearer your expectations) "
+        "and compare the OFV"
     )
     return dataclasses.replace(fit, message=message, near_boundary=tuple(found))

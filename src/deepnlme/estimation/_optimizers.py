@@ -317,6 +317,8 @@ class Optimizer:
         message, converged, it = "maximum number of iterations reached", False, 0
         stalled = False
         small_f = 0
+        restarts = 0
+        settled_at = None  # (f, message) where the OFV settled and the curvature restarted
         for it in range(1, max_iter + 1):
             try:
                 x_new, f_new, g_new, full_step = self.trial(state, call, x, f, g, it)
@@ -324,6 +326,9 @@ class Optimizer:
                 continue
             except _Stop as stop:
                 message, stalled = stop.message, stop.stalled
+                if settled_at is not None and f >= settled_at[0] - ftol * max(1.0, abs(f)):
+                    # nothing gained since the restart: the OFV had settled there
+                    message, stalled, converged = settled_at[1], False, True
                 break
             if on_accept is not None:
                 on_accept()
@@ -342,6 +347,14 @@ class Optimizer:
             small_f = small_f + 1 if abs(df) <= ftol * max(1.0, abs(f)) else 0
             if self.quasi_newton and small_f >= 2:
                 message = f"relative OFV change below ftol {ftol:g} in two successive iterations"
+                if gmax > gtol and restarts < _SETTLED_RESTARTS:
+                    # the OFV settled while the gradient is not small: the curvature learnt
+                    # on the way may be stuck (variances drifting towards 0 from a poor start
+                    # stopped pheno's fit 46 above its optimum, "converged"): start it afresh
+                    restarts, small_f = restarts + 1, 0
+                    settled_at = (f, message)
+                    state = self.start(x.size, hessian_guess)
+                    continue
                 converged = True
                 if far_from_stationary:  # the OFV stalled
                     message += (
@@ -366,6 +379,14 @@ class Optimizer:
         if stalled:
             message = _with_nonfinite_trials(message, recent)
         return OptResult(x, f, g, it, n_eval, converged, message, history, stalled)
+
+
+# How many times a quasi-Newton fit whose OFV settled (ftol) with its gradient above gtol
+# restarts its curvature (from the Hessian guess) before it takes the settled OFV as converged:
+# from poor starts (fixed effects 5x, Omega 0.01x, sigma 0.1x) pheno's FOCEI fit stopped
+# "converged" at OFV 632.02 with max|gradient| 0.04 (optimum 586.28), and a refit from there
+# reached the optimum (`benchmarks/NOTES_estimation.md`, "The outer optimiser").
+_SETTLED_RESTARTS = 2
 
 
 # How many of the last evaluations a stalled fit's message looks back on
@@ -445,7 +466,8 @@ class _QuasiNewton(Optimizer):
             state.reset()
             raise _Retry
         raise _Stop(
-            "line search could not decrease the OFV (at the limit of numerical precision?); "
+            "line search could not decrease the OFV (at the limit of numerical precision? or "
+            "stuck where a poor start led: try other initial values); "
             f"max|gradient| = {np.max(np.abs(g)):.3g}",
             stalled=True,
         )
