@@ -163,6 +163,13 @@ def test_shrinkage_and_ebe_table(linear_fit):
     sd = fit.ebe_array.std(axis=0, ddof=1)
     expected = 100 * (1 - sd / np.sqrt(np.diag(TRUE["omega"])))
     np.testing.assert_allclose(eta.to_numpy(), expected, rtol=1e-3)
+    # NONMEM's ETABAR: the mean EBE, its SE and the t-test's p-value that it is 0
+    rows = s[s["kind"] == "eta"]
+    t = stats.ttest_1samp(fit.ebe_array, 0.0, axis=0)
+    np.testing.assert_allclose(rows["etabar"], fit.ebe_array.mean(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(rows["etabar_se"], sd / np.sqrt(len(fit.ebe_array)), rtol=1e-12)
+    np.testing.assert_allclose(rows["etabar_p"], t.pvalue, rtol=1e-9)
+    assert s[s["kind"] == "epsilon"][["etabar", "etabar_se", "etabar_p"]].isna().all(axis=None)
     e = dn.ebe_table(fit)
     assert list(e.columns[:3]) == ["ID", "eta[0]", "eta[1]"]
     np.testing.assert_allclose(e["a0"], TRUE["b0"] + fit.ebe_array[:, 0], rtol=1e-14)

@@ -269,23 +269,42 @@ def ebe_table(fit, population=None) -> pd.DataFrame:
 
 
 def shrinkage(fit, table: pd.DataFrame | None = None) -> pd.DataFrame:
-    """eta- and epsilon-shrinkage in %.
+    """eta- and epsilon-shrinkage in %, and NONMEM's ETABAR.
 
     eta-shrinkage (SD-based, NONMEM): 1 - SD(EBE_j) / sqrt(Omega_jj), per random effect.
     epsilon-shrinkage: 1 - SD(IWRES) over the uncensored Gaussian observations, per endpoint.
+    ETABAR (as NONMEM prints it): the mean of the EBEs of each random effect, its SE
+    (SD / sqrt(n)) and the p-value of the t-test that the mean is 0, over the subjects the
+    shrinkage counts (those whose data inform the random effect).
     `table` is a `predict(fit)` frame when one is at hand (saves recomputing it).
-    Columns: kind ("eta" or "epsilon"), name, shrinkage%.
+    Columns: kind ("eta" or "epsilon"), name, shrinkage%, etabar, etabar_se, etabar_p (NaN
+    on the epsilon rows).
     """
+    from scipy import stats
+
     _check_fit(fit, "shrinkage")
     if table is None:
         table = predict(fit)
-    rows = [("eta", k, float(v)) for k, v in fit.shrinkage.items()]  # (fit.shrinkage is in %)
+    nan = float("nan")
+    rows = []
+    ebes = np.asarray(fit.ebe_array, dtype=np.float64).reshape(len(fit.population.ids), -1)
+    omega = np.asarray(fit_values(fit)[1], dtype=np.float64)
+    for j, (k, v) in enumerate(fit.shrinkage.items()):  # (fit.shrinkage is in %)
+        sd = float(np.sqrt(omega[j, j])) if omega[j, j] > 0 else 0.0
+        e = ebes[:, j]
+        e = e[np.abs(e) > 1e-8 * sd]  # (the subjects the shrinkage counts)
+        mean = se = p = nan
+        if e.size >= 2 and v == v:
+            mean, se = float(np.mean(e)), float(np.std(e, ddof=1) / np.sqrt(e.size))
+            p = float(2.0 * stats.t.sf(abs(mean / se), df=e.size - 1)) if se > 0 else nan
+        rows.append(("eta", k, float(v), mean, se, p))
     for ep, g in table.groupby("ENDPOINT", sort=False):
         iw = g["IWRES"].to_numpy(dtype=float)
         iw = iw[np.isfinite(iw)]
-        value = 100.0 * (1.0 - float(np.std(iw, ddof=1))) if iw.size > 1 else float("nan")
-        rows.append(("epsilon", str(ep), value))
-    return pd.DataFrame(rows, columns=["kind", "name", "shrinkage%"])
+        value = 100.0 * (1.0 - float(np.std(iw, ddof=1))) if iw.size > 1 else nan
+        rows.append(("epsilon", str(ep), value, nan, nan, nan))
+    columns = ["kind", "name", "shrinkage%", "etabar", "etabar_se", "etabar_p"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 # --------------------------------------------------------------------------- simulation
