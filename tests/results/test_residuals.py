@@ -214,3 +214,13 @@ def test_vpc_bad_options(linear_fit):
     with pytest.warns(UserWarning, match=r"do not cover .* the last ends at"):
         v = dn.vpc(fit, n_sim=10, bins=[0.0, 0.5 * top, 0.9 * top])
     assert v.summary["x_hi"].max() == pytest.approx(top)
+
+
+def test_t_test_p_values_equal_scipys():
+    from deepnlme.results._diagnostics import t_test_p
+
+    for df in (1, 2, 3, 4, 5, 10, 11, 57, 58, 200, 1001):
+        for t in (0.0, 0.01, 0.5, 1.0, -1.7, 2.0, 3.5, 8.0):
+            assert t_test_p(t, df) == pytest.approx(
+                2 * stats.t.sf(abs(t), df), rel=1e-10, abs=2e-15
+            )
