@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -63,6 +64,9 @@ def interleaving(a):
 COMPARED = [f for f in PopulationArrays._fields if f not in ("obs_row", "obs_seq", "dose_seq")]
 
 
+@pytest.mark.filterwarnings(
+    "ignore:.*dose record.* repeat an earlier record:deepnlme.data.DataWarning"
+)  # (generated data may repeat a dose record: meant)
 @settings(derandomize=True, max_examples=40, deadline=None)
 @given(st.lists(subject, min_size=1, max_size=4))
 def test_addl_expansion_equals_explicit_doses(subjects):
@@ -77,6 +81,9 @@ def test_addl_expansion_equals_explicit_doses(subjects):
     assert int(a.dose_mask.sum()) == n_doses
 
 
+@pytest.mark.filterwarnings(
+    "ignore:.*dose record.* repeat an earlier record:deepnlme.data.DataWarning"
+)  # (generated data may repeat a dose record: meant)
 @settings(derandomize=True, max_examples=25, deadline=None)
 @given(st.lists(subject, min_size=1, max_size=4), st.sampled_from(["nonmem", "locf"]))
 def test_round_trip_through_to_dataframe(subjects, rule):

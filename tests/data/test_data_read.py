@@ -610,3 +610,30 @@ def test_a_missing_value_code_in_a_covariate_is_warned_of():
         str(w.message),
     )
     assert pop.to_dataframe()["CRCL"].min() == -99  # read as written
+
+
+def test_a_dose_record_repeated_cell_for_cell_is_warned_of():
+    # a dose record copied by a merge doubled the subject's exposure without a word
+    df = pd.DataFrame(
+        {
+            "ID": [1, 1, 1, 1],
+            "TIME": [0, 0, 2, 10],
+            "AMT": [100, 100, 0, 0],
+            "DV": [np.nan, np.nan, 8.0, 3.5],
+            "MDV": [1, 1, 0, 0],
+        }
+    )
+    with pytest.warns(DataWarning, match=r"1 dose record\(s\) repeat an earlier record in "
+                      r"every column \(the first row 2 \(DataFrame index label 1\)\)"):  # fmt: skip
+        pop = read_data(df)
+    assert pop.arrays().dose_amt[0].sum() == 200  # read as written
+
+
+def test_a_design_without_dvs_reads_back_with_design_true(tmp_path):
+    design = make_population(3, doses={"time": 0, "amt": 320}, obs_times=[1, 4, 12])
+    design.to_dataframe().to_csv(tmp_path / "design.csv", index=False)
+    with pytest.raises(deepnlme.DataError, match="without a DV"):
+        read_data(tmp_path / "design.csv")
+    assert read_data(tmp_path / "design.csv", design=True) == design
+    with pytest.raises(OptionError, match=r"read_data\(..., design=...\) must be True or False"):
+        read_data(tmp_path / "design.csv", design="yes")

@@ -196,6 +196,8 @@ def test_cli_passes_ignore_and_accept_to_read_data(tmp_path, capsys, monkeypatch
         assert cli.main([*cmd, *extra, "--ignore", "C", "--accept", "DV.GT.0"]) == 2
     # (the fit reads the data for its model: read_data's `model`)
     assert isinstance(seen[0].pop("model"), deepnlme.Model)
+    # (simulate reads a design: samples may have no DV)
+    assert seen[1].pop("design") is True
     assert seen == [{"ignore": ["C"], "accept": ["DV.GT.0"]}] * 2
 
 

@@ -442,3 +442,17 @@ def test_a_data_error_names_the_command_line_option_that_fixes_it():
     assert _command_line_fix("Pass read_data(..., ignore='@') to leave them out") == "--ignore @"
     assert _command_line_fix("read_data(..., time='YOUR_COLUMN')") == "--column TIME=YOUR_COLUMN"
     assert _command_line_fix("nothing to give") == ""
+
+
+def test_simulate_reads_a_design_whose_samples_have_no_dv(in_tmp):
+    # make_population's design written by to_dataframe (empty DV, MDV 0) was refused; without
+    # its MDV column every sample was no observation and nothing was simulated (exit 0)
+    design = dn.make_population(3, doses={"time": 0, "amt": 320}, obs_times=[1, 4, 12])
+    frame = design.to_dataframe()
+    frame.to_csv(in_tmp / "design.csv", index=False)
+    frame.drop(columns="MDV").to_csv(in_tmp / "design_no_mdv.csv", index=False)
+    for name in ("design.csv", "design_no_mdv.csv"):
+        args = ["simulate", name, "--model", "theophylline.model", "--out", "sim.csv"]
+        assert main([*args, "--quiet"]) == 0
+        sim = pd.read_csv(in_tmp / "sim.csv")
+        assert sim.loc[sim["EVID"] == 0, "DV"].notna().sum() == 9, name

@@ -74,6 +74,7 @@ def read_data(
     ignore: str | Sequence[str] | None = None,
     accept: str | Sequence[str] | None = None,
     model: Any = None,
+    design: bool = False,
 ) -> Population:
     """Read a CSV file or a DataFrame in NONMEM layout into a `Population`.
 
@@ -126,6 +127,10 @@ def read_data(
       `covariates:` do not name is then left out of the covariates (a `DataWarning` names
       it) instead of refused; the model's own covariates must still be complete (or
       `fill`ed). The command line's `deepnlme fit` reads its data so.
+    - `design`: True for a design to simulate: an observation record (EVID 0, and MDV 0 or
+      no MDV column) may have no DV, as the populations of `make_population` have none (their
+      `to_dataframe()` writes them so). Otherwise such a record is an error (with MDV 0) or
+      not an observation (without an MDV column). `deepnlme simulate` reads its data so.
 
     Every problem raises `deepnlme.DataError` naming the row (as counted in the file: row 1 is
     the first data row), the column, the value and the fix. A subject without observations
@@ -164,7 +169,15 @@ def read_data(
         sort=sort,
         rules=row_rules(ignore, accept),
         needed=_model_covariates(model),
+        allow_missing_dv=_flag(design, "design"),
     )
+
+
+def _flag(value: object, name: str) -> bool:
+    """`value` of the read_data option `name`, which must be True or False."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise OptionError(f"read_data(..., {name}=...) must be True or False; got {value!r}")
+    return bool(value)
 
 
 def _model_covariates(model: Any) -> tuple[str, ...] | None:
@@ -303,6 +316,7 @@ def read_table(
     )
     _warn_no_observations(rd.table, rec.is_obs, subjects)
     _warn_blq_as_censoring(rd, cols, columns.get("cens"), rec)
+    _warn_repeated_doses(rd.table, rec)
     return Population(
         frame,
         [subjects.ids[a] for a in subjects.starts],
@@ -404,6 +418,23 @@ def _find_columns(rd: Reader, columns: Mapping[str, str | None]) -> Columns:
         for option, standard in COLUMN_OPTIONS.items()
     }
     return Columns(**found)
+
+
+def _warn_repeated_doses(table: RawTable, rec) -> None:
+    """Warn of dose records that repeat an earlier record cell for cell (the same subject,
+    time, amount, everything): each is given, as NONMEM gives it, but a dose twice is far more
+    often a slip of the data's merge than a design. (Observation records may repeat: samples
+    before and after a dose at one time, a design's placeholder DVs.)"""
+    repeated = table.frame.duplicated(keep="first").to_numpy() & np.isin(rec.evid, (1, 4))
+    repeated = np.flatnonzero(repeated)
+    if repeated.size:
+        warnings.warn(
+            f"{repeated.size} dose record(s) repeat an earlier record in every column (the "
+            f"first {table.where(int(repeated[0]))}): each dose is given, so the subject gets "
+            "it twice. Remove the copies if they are not meant.",
+            DataWarning,
+            stacklevel=4,  # the caller of read_data (or of make_population)
+        )
 
 
 def _warn_blq_as_censoring(rd: Reader, cols: Columns, named: object, rec) -> None:

@@ -314,16 +314,21 @@ def _header_line(lines: list[str]) -> int:
     return 0 if last_hash is None else last_hash
 
 
-def _read_population(data: str, args: argparse.Namespace | None, model=None):
+def _read_population(
+    data: str, args: argparse.Namespace | None, model=None, *, design: bool = False
+):
     """The Population of a DATA argument (a file or a bundled data set), with the read
     options of the command line; read for `model` where one is given (columns with missing
-    values that it does not use are left out, as NONMEM reads only what its model uses)."""
+    values that it does not use are left out, as NONMEM reads only what its model uses);
+    `design`: observation records may have no DV (a design to simulate)."""
     from ..data import read_data
 
     sep = _separator(getattr(args, "sep", "auto"))
     options = _read_options(args) if args is not None else {}
     if model is not None:
         options["model"] = model
+    if design:
+        options["design"] = True
     with _readable(_data_source(data), sep) as source:
         try:
             return read_data(source, **options)
@@ -739,7 +744,7 @@ def _simulate(args) -> None:
 
     if args.replicates < 1:
         raise OptionError(f"--replicates must be >= 1; got {args.replicates}")
-    pop = _read_population(args.data, args)
+    pop = _read_population(args.data, args, design=True)  # (sampling times without DVs)
     if args.fit:
         fit = _load_fit_arg(args.fit)
         model, params = fit.model, fit.estimates
