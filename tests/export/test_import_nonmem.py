@@ -6,6 +6,7 @@ deepnlme models predict; constructs with no translation are refused naming their
 from __future__ import annotations
 
 import pathlib
+import re
 import warnings
 
 import numpy as np
@@ -353,7 +354,8 @@ BASE = PHENO.read_text()
         (
             " 0.03  ;        IVV",
             " 0.03  ;        IVV\n$OMEGA BLOCK(1) SAME",
-            "SAME (inter-occasion variability) on line 28",
+            "SAME (inter-occasion variability) on line 28 ('$OMEGA BLOCK(1) SAME') is not "
+            "supported; write one $OMEGA BLOCK(1) per occasion without SAME",
         ),
         ("$ESTIMATION METHOD=1 INTERACTION", "$ESTIMATION METHOD=1 LAPLACE", "LAPLACE without"),
         ("Y=F+W*EPS(1)", "Y=F+W*EPS(1)+PHI(F)*EPS(1)", "the function PHI in $ERROR on line 17"),
@@ -387,6 +389,14 @@ def test_data_conditions_take_either_name_of_a_synonym_and_need_parentheses():
         assert n < 155 and from_nonmem(by_conc).read_data(data).n_observations == n
     msg = _error(BASE.replace("IGNORE=@", "IGNORE=@ IGNORE=APGR.LT.5"))
     assert "NM-TRAN takes conditions in parentheses, IGNORE=(APGR.LT.5)" in msg, msg
+
+
+def test_a_theta_without_its_initial_value_is_named():
+    # pharmpy's parse tree was the whole message
+    theta = re.search(r"\$THETA[^\n]*\n", BASE).group(0)
+    msg = _error(BASE.replace(theta, "$THETA (0,,10)\n" + theta[len("$THETA") :], 1))
+    assert msg.endswith("($THETA (0,,10) has no initial value between its bounds: write "
+                        "(low, init, up))"), msg  # fmt: skip
 
 
 def test_an_if_without_a_value_before_it_is_refused():

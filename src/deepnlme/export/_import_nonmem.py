@@ -288,6 +288,14 @@ def _quote(line: str) -> str:
     return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
+# what to write instead of $OMEGA ... SAME
+_IOV_FIX = (
+    "write one $OMEGA BLOCK(1) per occasion without SAME (each occasion its own variance), or "
+    "write the model in deepnlme's language, one random effect per occasion sharing one SD "
+    "(docs/model-language.md, inter-occasion variability)"
+)
+
+
 def _refuse(what: str, line: int, text: str, fix: str = "") -> NonmemImportError:
     return NonmemImportError(
         f"from_nonmem: {what} on line {line} ({_quote(text)}) is not supported"
@@ -329,7 +337,10 @@ def _check_records(records: Sequence[_Record]) -> None:
             for line, code in r.code():
                 if re.search(r"\bSAME\b", code):
                     raise _refuse(
-                        "$OMEGA ... SAME (inter-occasion variability)", line, r.lines[line - r.line]
+                        "$OMEGA ... SAME (inter-occasion variability)",
+                        line,
+                        r.lines[line - r.line],
+                        _IOV_FIX,
                     )
         if r.name == "SIGMA":
             for line, code in r.code():
@@ -494,7 +505,7 @@ class _Translator:
             names = [str(n) for n in dist.parameter_names]
             if used & set(names):
                 line, text = _line_of(self.records, r"\bSAME\b", ("OMEGA",))
-                raise _refuse("$OMEGA ... SAME (inter-occasion variability)", line, text)
+                raise _refuse("$OMEGA ... SAME (inter-occasion variability)", line, text, _IOV_FIX)
             used |= set(names)
             size = len(dist.names)
             idx = list(range(k + 1, k + size + 1))
@@ -1096,14 +1107,20 @@ def from_nonmem(path_or_text: str | os.PathLike) -> NonmemImport:
         pm = read_model_from_string(_without_data_file(text, records))
     except Exception as e:  # pharmpy's parse errors are of many kinds
         bare = re.search(r"\b(IGNORE|ACCEPT)\s*=\s*([A-Z]\w*\s*\.[A-Z]+\.[^\s)]*)", text, re.I)
+        theta = "\n".join(ln.split(";")[0] for r in records if r.name == "THETA" for ln in r.lines)
+        bounds = re.search(r"\(\s*[^,()\s]*\s*,\s*,[^)]*\)", theta)
         hint = (
             f" ({bare.group(1)}={bare.group(2)} in $DATA: NM-TRAN takes conditions in "
             f"parentheses, {bare.group(1)}=({bare.group(2)}))"
             if bare
+            else f" ($THETA {bounds.group(0)} has no initial value between its bounds: write "
+            "(low, init, up))"
+            if bounds
             else ""
         )
-        raise NonmemImportError(
-            f"from_nonmem: pharmpy could not read the control stream{hint}: {e}"
+        raise NonmemImportError(  # (pharmpy's parse tree says no more where the record does)
+            f"from_nonmem: pharmpy could not read the control stream{hint}"
+            + ("" if bounds and not bare else f": {e}")
         ) from e
     return _translate(records, pm, text, base, origin)
 
