@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -456,3 +457,18 @@ def test_simulate_reads_a_design_whose_samples_have_no_dv(in_tmp):
         assert main([*args, "--quiet"]) == 0
         sim = pd.read_csv(in_tmp / "sim.csv")
         assert sim.loc[sim["EVID"] == 0, "DV"].notna().sum() == 9, name
+
+
+def test_simulated_data_sets_of_neighbouring_seeds_share_none(in_tmp):
+    # data set r used seed SEED + r - 1: --seed 1's data sets 2-3 were --seed 2's 1-2
+    base = ["simulate", "theophylline", "--model", "theophylline.model", "--replicates", "3"]
+    for seed in (1, 2):
+        assert main([*base, "--seed", str(seed), "--out", f"s{seed}.csv", "--quiet"]) == 0
+    one, two = (pd.read_csv(in_tmp / f"s{seed}.csv") for seed in (1, 2))
+    dv = {(k, r): d.loc[d["REP"] == r, "DV"].to_numpy() for k, d in ((1, one), (2, two))
+          for r in (1, 2, 3)}  # fmt: skip
+    assert not any(np.allclose(dv[1, r], dv[2, s], equal_nan=True) for r in (2, 3) for s in (1, 2))
+    # data set 1 is dn.simulate's with the seed itself
+    model = dn.load_model(dn.datasets.example_path("theophylline.model"))
+    sim = dn.simulate(model, dn.datasets.load("theophylline"), seed=1).to_dataframe()
+    np.testing.assert_array_equal(dv[1, 1], sim["DV"].to_numpy())

@@ -739,6 +739,21 @@ def _load_fit_arg(path: str):
     return dn.load_fit(_saved_fit_folder(path))
 
 
+def replicate_seed(seed: int, r: int) -> int:
+    """The seed of `deepnlme simulate`'s data set r + 1: `seed` itself for the first (as
+    `deepnlme.simulate(..., seed=seed)`), then a 63-bit number from child r of
+    `numpy.random.SeedSequence(seed)`. (They were `seed + r`: the data sets 2 to N of seed 1
+    were data sets 1 to N - 1 of seed 2, two "independent" studies sharing N - 1 of them.)"""
+    import numpy as np
+
+    if r == 0:
+        return int(seed)
+    state = np.random.SeedSequence(int(seed) % (1 << 128), spawn_key=(int(r),)).generate_state(
+        2, np.uint32
+    )
+    return int(((int(state[0]) << 32) | int(state[1])) >> 1)
+
+
 def _simulate(args) -> None:
     import deepnlme as dn
 
@@ -753,7 +768,7 @@ def _simulate(args) -> None:
     frames = []
     with Progress(enabled=not args.quiet and args.replicates > 1) as display:
         for r in range(args.replicates):
-            sim = dn.simulate(model, pop, params, seed=args.seed + r)
+            sim = dn.simulate(model, pop, params, seed=replicate_seed(args.seed, r))
             df = sim.to_dataframe()
             if args.replicates > 1:
                 df.insert(0, "REP", r + 1)
