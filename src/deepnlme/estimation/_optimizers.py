@@ -6,9 +6,10 @@ minimiser does not offer. No trial step moves a parameter by more than `MAX_TRIA
 tenth of its value where that is larger (a huge trial step can make an ODE stiff and cost more
 to reject than the fit gains); BFGS starts from, and in its first iterations takes, the
 Hessian guess the fit supplies (BHHH from the per-subject gradients), or else from a diagonal
-matrix in the parameters' scales; a stall away from a stationary point is reported as not converged;
-and the EBE searches' warm starts move only at accepted points (`on_accept`; scipy's
-`callback` can stand in for that). Measured against scipy on the same compiled objectives
+matrix in the parameters' scales; a stall away from a stationary point is reported as not
+converged, and an OFV that settles with the gradient left restarts the curvature; and the
+EBE searches' warm starts move only at accepted points (`on_accept`; scipy's `callback` can
+stand in for that). Measured against scipy on the same compiled objectives
 (`python benchmarks/bench_optimizer.py`, `benchmarks/RESULTS_optimizer.md`): the same optima;
 ours took half the evaluations where the BHHH guess applies (100 subjects), scipy's BFGS about
 half of ours on Theoph (12 subjects: no guess, and our first steps are short), and the same on
@@ -192,8 +193,9 @@ def _isatty(isatty: Callable[[], bool]) -> bool:
 # unit is a factor e on a log-parameter. A parameter whose value is large (one in natural
 # units on the identity scale, `xmid = Real(init=300)`) may move by `RELATIVE_TRIAL_STEP` of
 # its value instead: with one unit a trial, nlme's Orange growth model from xmid = 300 (728 at
-# the optimum) took 991 FOCE iterations, with 10% 214 (a log-parameter, |u| < 10, keeps one
-# unit: `benchmarks/NOTES_estimation.md`, "The outer optimiser").
+# the optimum) took 991 FOCE iterations, with 10% 214, and with BFGS's start diagonal in these
+# scales as well 55 (a log-parameter, |u| < 10, keeps one unit: `benchmarks/
+# NOTES_estimation.md`, "The outer optimiser").
 MAX_TRIAL_STEP = 1.0
 RELATIVE_TRIAL_STEP = 0.1
 
@@ -318,7 +320,8 @@ class Optimizer:
         stalled = False
         small_f = 0
         restarts = 0
-        settled_at = None  # (f, message) where the OFV settled and the curvature restarted
+        # (f, message, converged, stalled) where the OFV settled and the curvature restarted
+        settled_at = None
         for it in range(1, max_iter + 1):
             try:
                 x_new, f_new, g_new, full_step = self.trial(state, call, x, f, g, it)
@@ -327,8 +330,8 @@ class Optimizer:
             except _Stop as stop:
                 message, stalled = stop.message, stop.stalled
                 if settled_at is not None and f >= settled_at[0] - ftol * max(1.0, abs(f)):
-                    # nothing gained since the restart: the OFV had settled there
-                    message, stalled, converged = settled_at[1], False, True
+                    # nothing gained since the restart: the OFV had settled there (as before)
+                    _, message, converged, stalled = settled_at
                 break
             if on_accept is not None:
                 on_accept()
@@ -347,14 +350,6 @@ class Optimizer:
             small_f = small_f + 1 if abs(df) <= ftol * max(1.0, abs(f)) else 0
             if self.quasi_newton and small_f >= 2:
                 message = f"relative OFV change below ftol {ftol:g} in two successive iterations"
-                if gmax > gtol and restarts < _SETTLED_RESTARTS:
-                    # the OFV settled while the gradient is not small: the curvature learnt
-                    # on the way may be stuck (variances drifting towards 0 from a poor start
-                    # stopped pheno's fit 46 above its optimum, "converged"): start it afresh
-                    restarts, small_f = restarts + 1, 0
-                    settled_at = (f, message)
-                    state = self.start(x.size, hessian_guess)
-                    continue
                 converged = True
                 if far_from_stationary:  # the OFV stalled
                     message += (
@@ -363,6 +358,19 @@ class Optimizer:
                         "not converged"
                     )
                     converged, stalled = False, True
+                if gmax > gtol and restarts < _SETTLED_RESTARTS:
+                    # the OFV settled while the gradient is not small: the curvature learnt
+                    # on the way may be stuck (variances drifting towards 0 from a poor start
+                    # stopped pheno's fit 46 above its optimum, "converged"): start it afresh
+                    restarts, small_f = restarts + 1, 0
+                    settled_at = (f, message, converged, stalled)
+                    message, converged, stalled = (
+                        "maximum number of iterations reached",
+                        False,
+                        False,
+                    )
+                    state = self.start(x.size, hessian_guess)
+                    continue
                 break
             # a small step counts as convergence only when it is the step first tried (a step
             # the line search had to shorten says the direction was poor), the OFV has settled
