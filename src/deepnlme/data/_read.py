@@ -425,8 +425,8 @@ def _warn_repeated_doses(table: RawTable, rec) -> None:
     time, amount, everything): each is given, as NONMEM gives it, but a dose twice is far more
     often a slip of the data's merge than a design. (Observation records may repeat: samples
     before and after a dose at one time, a design's placeholder DVs.)"""
-    repeated = table.frame.duplicated(keep="first").to_numpy() & np.isin(rec.evid, (1, 4))
-    repeated = np.flatnonzero(repeated)
+    doses = np.flatnonzero(np.isin(rec.evid, (1, 4)))  # (a dose can repeat only a dose)
+    repeated = doses[table.frame.iloc[doses].duplicated(keep="first").to_numpy()]
     if repeated.size:
         warnings.warn(
             f"{repeated.size} dose record(s) repeat an earlier record in every column (the "
