@@ -505,7 +505,15 @@ def vpc_chart(result, *, log_y: bool = False, endpoint_label: str = "DV") -> Cha
             if np.isfinite(limit):  # (percentiles beyond it are not drawn: censored)
                 p.add("hline", y=[limit], **_REF, label=side)
         g = s[s["stratum"] == st]
-        for j, pc in enumerate(result.percentiles):
+        means = g[g["statistic"] == "mean"].sort_values("x_mid") if "statistic" in g else g[:0]
+        if len(means):  # counts or 0/1 data: the mean (proportion) per bin
+            p.add("band", means["x_mid"], means["sim_lo"], y2=means["sim_hi"], colour="blue",
+                  alpha=0.18, label=f"simulated mean, {ci}")  # fmt: skip
+            p.add("line", means["x_mid"], means["sim_median"], colour="blue", dash=True,
+                  label="simulated mean, median")  # fmt: skip
+            p.add("line", means["x_mid"], means["observed"], colour="blue", width=2.0,
+                  label="observed mean (proportion of 1s for binary data)")  # fmt: skip
+        for j, pc in enumerate(result.percentiles if not len(means) else ()):
             gp = g[g["percentile"] == pc].sort_values("x_mid")
             c = three[j] if len(result.percentiles) == 3 else CYCLE[j % len(CYCLE)]
             n = _ordinal(pc)

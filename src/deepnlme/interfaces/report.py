@@ -847,7 +847,14 @@ def _vpc_section(fit, table, reps, vpc_sims: int, seed: int, ep_label: str) -> s
         f'<p class="note">{vpc_sims} data sets simulated from the fitted model (seed '
         f"{seed}). Solid lines: observed 5th, 50th and 95th percentiles; dashed lines: "
         f"the medians of the simulated percentiles; shaded bands: {100 * v.ci:g}% "
-        "confidence intervals of the simulated percentiles.</p>",
+        "confidence intervals of the simulated percentiles"
+        + (
+            "; for count and binary endpoints the same for the mean per bin (the proportion "
+            "of 1s), as their percentiles are a few integers whatever the model"
+            if (v.summary["statistic"] == "mean").any()
+            else ""
+        )
+        + ".</p>",
     ]
     if _multiple_doses(fit.population):
         # over the study's time a dosing interval's profile is spread out: binned on the time
@@ -910,8 +917,21 @@ def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[s
     if same:
         nd = nd.assign(TIME=table["TIME"].to_numpy())
     parts = _by_endpoint(nd.assign(_PRED=pred) if same else nd, fit.population, ep_label)
+    # NPDE are those of Gaussian records: an endpoint of counts or 0/1 has none (say so, and
+    # draw no empty panels)
+    without = [label for part, label, _ in parts if not np.isfinite(part["NPDE"]).any()]
+    parts = [pt for pt in parts if pt[1] not in without]
+    why = (
+        f'<p class="note">NPDE are computed for continuous (Gaussian) observations only: '
+        f"{'this fit has none' if not parts else 'none for ' + ', '.join(without)} (count "
+        "and binary endpoints: their VPC shows the mean per bin).</p>"
+        if without
+        else ""
+    )
+    if not parts:
+        return [why]
     stats = pd.DataFrame({"statistic": ["records", "mean (0 expected)", "variance (1 expected)"]})
-    for part, label, _ in parts if len(parts) > 1 else [(nd, "value", "")]:
+    for part, label, _ in parts if len(parts) > 1 else [(parts[0][0], "value", "")]:
         v = part["NPDE"].to_numpy(dtype=float)
         v = v[np.isfinite(v)]
         mean = float(np.mean(v)) if v.size else math.nan
@@ -933,6 +953,7 @@ def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[s
         _table(stats, table_id="npde-stats"),
         f'<p class="note">{n_sim} replicates simulated (seed {seed}); decorrelated NPDE '
         "(Brendel 2006, Comets 2008).</p>",
+        *([why] if why else []),
     ]
 
 
