@@ -565,3 +565,26 @@ def test_individual_parameters_per_time_name_the_endpoint_where_there_are_severa
     obs = per[per["EVID"] == 0]
     assert sorted(obs["ENDPOINT"]) == ["CP"] * 4 + ["EFF"] * 4
     assert (per.loc[per["EVID"] != 0, "ENDPOINT"] == "").all()
+
+
+def test_random_effects_sharing_one_variance_say_so():
+    # inter-occasion variability (one random effect per occasion, one SD): two rows with the
+    # same numbers and nothing saying they are one parameter (NONMEM's SAME)
+    df = dn.datasets.load("theophylline").to_dataframe()
+    df["OCC"] = np.where(df["TIME"] < 10, 1.0, 2.0)
+    text = (
+        dn.datasets.example_path("theophylline.model")
+        .read_text()
+        .replace("    sigma", "    om_iov = Positive(init=0.1)\n    sigma", 1)
+        .replace(
+            "random:\n", "random:\n    kap1 ~ Normal(0, om_iov)\n    kap2 ~ Normal(0, om_iov)\n", 1
+        )
+        .replace("pre:\n", "covariates: OCC\npre:\n", 1)
+        .replace("exp(tcl + eta[1])", "exp(tcl + eta[1] + (kap1 if OCC == 1 else kap2))")
+    )
+    fit = dn.fit(dn.load_model(text), dn.read_data(df), dn.FOCEI(), max_iter=0,
+                 progress=False, covariance=None)  # fmt: skip
+    notes = fit.table().set_index("parameter")["note"]
+    assert notes["var(kap1)"].startswith("one variance with kap2 (om_iov; NONMEM's SAME)")
+    assert notes["var(kap2)"].startswith("one variance with kap1 (om_iov; NONMEM's SAME)")
+    assert "NONMEM's SAME" not in notes["omega[1,1]"]

@@ -705,6 +705,17 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
                 else "SD only"
             )
         shrink = fit.shrinkage.get(labels[j], math.nan)
+        # random effects with one variance parameter between them (inter-occasion
+        # variability: one per occasion, one SD; NONMEM's $OMEGA ... SAME)
+        same = [
+            labels[k] for k in range(q) if k != j and g.any() and np.array_equal(grads[k, k], g)
+        ]
+        shared = (
+            f"one variance with {', '.join(same)} ("
+            f"{', '.join(elem_labels[i] for i in np.flatnonzero(g))}; NONMEM's SAME)"
+            if same
+            else ""
+        )
         out.append(
             _row(
                 BLOCK_BSV,
@@ -718,6 +729,7 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
                 note=_join(
                     "fixed" if fixed else "",
                     BOUNDARY_NOTE if f"var({labels[j]})" in fit.near_boundary else "",
+                    shared,
                     how,
                     "CI on the log scale" if se == se else "",
                 ),
