@@ -68,3 +68,15 @@ def test_the_report_of_a_binary_fit_says_why_it_has_no_npde(tmp_path):
     )
     assert "NPDE: mean nan" not in text
     assert "for count and binary endpoints the same for the mean per bin" in text
+
+
+def test_fewer_distinct_times_than_bins_give_a_bin_each():
+    # 4 visit times and 8 bins: quantile edges fell on the times, two in the first bin and an
+    # empty bin between
+    pop = dn.read_data(_data())
+    fit = dn.fit(dn.load_model(MODEL), pop, dn.LaplaceI(), progress=False, max_iter=0)
+    v = dn.vpc(fit, n_sim=20, seed=1)
+    per_bin = v.observed.groupby("bin")["x"].agg(["min", "max"])
+    assert list(per_bin.index) == [0, 1, 2, 3]
+    assert (per_bin["min"] == per_bin["max"]).all()
+    assert list(per_bin["min"]) == [0.0, 7.0, 14.0, 21.0]

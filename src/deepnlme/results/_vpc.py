@@ -74,6 +74,9 @@ def _edges(x: np.ndarray, bins, quiet: bool = False) -> np.ndarray:
     if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
         if bins < 1:
             raise OptionError(f"vpc: option `bins` must be >= 1; got {bins}")
+        if np.unique(x).size <= bins:  # nominal times, no more than the bins: one bin each
+            # (quantile edges fell on the times: two times in one bin, another bin empty)
+            return _edges(x, "unique")
         e = np.unique(np.quantile(x, np.linspace(0.0, 1.0, int(bins) + 1)))
         return e if e.size >= 2 else np.array([lo, hi])
     try:
@@ -120,8 +123,9 @@ def vpc(
     - `n_sim`: replicates of the data set simulated from the fitted model (random effects and
       residuals drawn; the design, doses and covariates of the data).
     - `seed`: seed of the simulations (same seed, same result).
-    - `bins`: a number of bins with equal counts of observations (quantiles of x), a sequence
-      of bin edges, or "unique" (one bin per distinct x, for nominal sampling times).
+    - `bins`: a number of bins with equal counts of observations (quantiles of x; one bin per
+      distinct x where there are no more of them), a sequence of bin edges, or "unique" (one
+      bin per distinct x, for nominal sampling times).
     - `percentiles`: the percentiles (0-100) compared, default 5, 50, 95.
     - `ci`: width of the confidence interval of each simulated percentile (default 0.95).
     - `stratify`: None, "ENDPOINT", or a covariate column (its value on each observation record).
