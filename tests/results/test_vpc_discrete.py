@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import deepnlme as dn
 
@@ -80,3 +81,20 @@ def test_fewer_distinct_times_than_bins_give_a_bin_each():
     assert list(per_bin.index) == [0, 1, 2, 3]
     assert (per_bin["min"] == per_bin["max"]).all()
     assert list(per_bin["min"]) == [0.0, 7.0, 14.0, 21.0]
+
+
+def test_the_reports_time_grid_does_not_repeat_the_datas_warnings():
+    # the grid of the individual curves is read like data: a -99 covariate (warned of when
+    # read) was warned of again with the grid's row numbers ("8 records ... row 17")
+    import warnings
+
+    from deepnlme.interfaces.report import _grid_population
+
+    df = _data()
+    df.loc[3, "C"] = -99.0
+    with pytest.warns(dn.data.DataWarning, match="covariate C is -99 on 1 record"):
+        pop = dn.read_data(df)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grid = _grid_population(pop, list(pop.ids)[:3], 20)
+    assert grid.ids == pop.ids[:3]

@@ -19,6 +19,7 @@ import math
 import os
 import platform
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -235,7 +236,6 @@ def _other_data(pop, data_file, model) -> str | None:
     `read_data`'s defaults for `model`, differ: IDs, times, DV, doses), said as a warning
     too; None where they are the same. The covariates are left out of the comparison, which
     read options such as `fill` change."""
-    import warnings
 
     from ..data import DataWarning, read_data
     from ..estimation._persist import data_fingerprint
@@ -472,6 +472,7 @@ def _grid_population(pop, ids: list, n_points: int):
     and endpoint, its rows copies of the endpoint's first observation; the table built with
     array operations (the grids' rows per subject in pandas took 32 ms of pheno's report:
     benchmarks/RESULTS_report.md)."""
+    from ..data import DataWarning
     from ..data._read import read_table
 
     # on the continuous clock: a subject whose clock restarts at an EVID 3/4 record keeps its
@@ -515,16 +516,19 @@ def _grid_population(pop, ids: list, n_points: int):
     full["ID"] = full["ID"].astype(object)
     full = _fill_covariates(full, covs, pop.covariate_rule)
     ep = "DVID" if "DVID" in full.columns else False
-    return read_table(
-        full,
-        columns={},
-        endpoint=ep,
-        endpoints=list(pop.endpoints) if ep else None,
-        covariates=covs,
-        covariate_rule=pop.covariate_rule,
-        allow_missing_dv=True,
-        source_name="the report's time grid",
-    )
+    # the data's warnings were given when they were read: not again with the grid's rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        return read_table(
+            full,
+            columns={},
+            endpoint=ep,
+            endpoints=list(pop.endpoints) if ep else None,
+            covariates=covs,
+            covariate_rule=pop.covariate_rule,
+            allow_missing_dv=True,
+            source_name="the report's time grid",
+        )
 
 
 def dense_predictions(fit, ids: list | None = None, *, n_points: int = 150) -> pd.DataFrame:
