@@ -117,6 +117,15 @@ def omega_jac_args(problem, estimates) -> tuple[dict, dict] | None:
     return var_vals, {k: jnp.asarray(v) for k, v in theta.items() if k not in var_vals}
 
 
+def informed_ebes(eta_j: np.ndarray, omega_jj: float) -> np.ndarray:
+    """The EBEs of one random effect (`eta_j`, one per subject) of the subjects whose data
+    inform it: those not 0 to 1e-8 SD (no observation depends on it for a subject without
+    observations of the endpoint it enters), as NONMEM's ETASTYPE=1 counts them."""
+    sd = math.sqrt(omega_jj) if omega_jj > 0 else 0.0
+    e = np.asarray(eta_j, dtype=np.float64)
+    return e[np.abs(e) > 1e-8 * sd]
+
+
 def shrinkage(problem, eta, omega, method) -> dict[str, float]:
     """eta-shrinkage in percent (NONMEM's SD-based 100 (1 - SD(EBE_j) / sqrt(Omega_jj))), by
     random-effect label, over the subjects whose data inform that random effect: a subject
@@ -126,8 +135,7 @@ def shrinkage(problem, eta, omega, method) -> dict[str, float]:
     out = {}
     for j, label in enumerate(problem.eta_labels):
         sd = math.sqrt(omega[j, j]) if omega[j, j] > 0 else 0.0
-        e = np.asarray(eta[:, j], dtype=np.float64)
-        e = e[np.abs(e) > 1e-8 * sd]
+        e = informed_ebes(eta[:, j], omega[j, j])
         if not method.random_effects or e.size < 2 or not sd > 0:
             out[label] = float("nan")
         else:

@@ -17,7 +17,7 @@ import pandas as pd
 from .._gc import owned_cache
 from ..errors import OptionError, SolveError
 from ..estimation._compiled import fit_values, posthoc_modes, run_once_jit
-from ..estimation._table import individual_frame
+from ..estimation._table import individual_frame, informed_ebes
 from ..likelihood._evaluation import data_entries
 from ..likelihood._from_model import (
     batched,
@@ -51,8 +51,8 @@ def t_test_p(t: float, df: int) -> float:
     """The two-sided p-value of Student's t statistic `t` with `df` degrees of freedom
     (scipy's `2 * stats.t.sf(|t|, df)`), by Abramowitz and Stegun's finite sums 26.7.3-4 in
     theta = atan(|t| / sqrt(df)), exact for integer df up to rounding (about 1e-15 absolute).
-    Not scipy.stats: importing it took
-    0.43 s of a first pheno report (0.49 s without it), scipy.special 0.06 s."""
+    Not scipy.stats: importing it took 0.43 s of a first pheno report (0.49 s without it),
+    scipy.special 0.06 s."""
     theta = math.atan(abs(t) / math.sqrt(df))
     c2, s_ = math.cos(theta) ** 2, math.sin(theta)
     if df % 2:  # odd: A = (2/pi)(theta + sin cos (1 + 2/3 cos^2 + 2 4/(3 5) cos^4 + ...))
@@ -311,9 +311,7 @@ def shrinkage(fit, table: pd.DataFrame | None = None) -> pd.DataFrame:
     ebes = np.asarray(fit.ebe_array, dtype=np.float64).reshape(len(fit.population.ids), -1)
     omega = np.asarray(fit_values(fit)[1], dtype=np.float64)
     for j, (k, v) in enumerate(fit.shrinkage.items()):  # (fit.shrinkage is in %)
-        sd = float(np.sqrt(omega[j, j])) if omega[j, j] > 0 else 0.0
-        e = ebes[:, j]
-        e = e[np.abs(e) > 1e-8 * sd]  # (the subjects the shrinkage counts)
+        e = informed_ebes(ebes[:, j], omega[j, j])  # (the subjects the shrinkage counts)
         mean = se = p = nan
         if e.size >= 2 and v == v:
             mean, se = float(np.mean(e)), float(np.std(e, ddof=1) / np.sqrt(e.size))

@@ -353,13 +353,7 @@ def _summary_rows(
         obs_q = _uncensored(np.quantile(y_obs[m], q), low, high)
         sim_q = np.quantile(y_sim[:, m], q, axis=1)  # [nq, K]
         lo, med, hi = _uncensored(np.quantile(sim_q, [alpha, 0.5, 1.0 - alpha], axis=1), low, high)
-        per_bin = (
-            int(j),
-            float(edges[j]),
-            float(edges[j + 1]),
-            float(np.median(x[m])),
-            int(m.sum()),
-        )
+        per_bin = _bin_columns(j, edges, x, m)
         for k, p in enumerate(pcts):
             rows.append(
                 (stratum, *per_bin, p, float(obs_q[k]), float(lo[k]), float(med[k]),
@@ -379,11 +373,16 @@ def _mean_rows(stratum, edges, bin_of, x, y_obs, y_sim, ci: float) -> list[tuple
         m = bin_of == j
         lo, med, hi = np.quantile(np.mean(y_sim[:, m], axis=1), [alpha, 0.5, 1.0 - alpha])
         rows.append(
-            (stratum, int(j), float(edges[j]), float(edges[j + 1]), float(np.median(x[m])),
-             int(m.sum()), np.nan, float(np.mean(y_obs[m])), float(lo), float(med), float(hi),
-             "mean")
+            (stratum, *_bin_columns(j, edges, x, m), np.nan, float(np.mean(y_obs[m])),
+             float(lo), float(med), float(hi), "mean")
         )  # fmt: skip
     return rows
+
+
+def _bin_columns(j, edges: np.ndarray, x: np.ndarray, m: np.ndarray) -> tuple:
+    """A summary row's bin columns: bin, x_lo, x_hi, x_mid (median x of its observations
+    `m`), n_obs."""
+    return int(j), float(edges[j]), float(edges[j + 1]), float(np.median(x[m])), int(m.sum())
 
 
 def _observed_part(ids, x, y_obs, pred, stratum, bin_of) -> pd.DataFrame:
