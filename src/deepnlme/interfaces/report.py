@@ -236,7 +236,6 @@ def _other_data(pop, data_file, model) -> str | None:
     `read_data`'s defaults for `model`, differ: IDs, times, DV, doses), said as a warning
     too; None where they are the same. The covariates are left out of the comparison, which
     read options such as `fill` change."""
-
     from ..data import DataWarning, read_data
     from ..estimation._persist import data_fingerprint
 
@@ -531,11 +530,15 @@ def _grid_population(pop, ids: list, n_points: int):
         )
 
 
-def dense_predictions(fit, ids: list | None = None, *, n_points: int = 150) -> pd.DataFrame:
+def dense_predictions(
+    fit, ids: list | None = None, *, n_points: int = 150, grid=None
+) -> pd.DataFrame:
     """IPRED (at the EBEs) and PRED (eta = 0) of the subjects `ids` (default all) on a fine
     time grid, with their own doses and covariates: one row per grid point and endpoint
     (columns ID, ENDPOINT, TIME, IPRED, PRED), from `model_predict`'s program (compiled
-    without LLVM optimisation, it runs once, and kept in the program store)."""
+    without LLVM optimisation, it runs once, and kept in the program store). `grid`: the
+    time grid's population (`_grid_population(fit.population, ids, n_points)`) where it is
+    built already."""
     import jax
 
     from ..likelihood._from_model import binding_of, model_problem
@@ -544,7 +547,7 @@ def dense_predictions(fit, ids: list | None = None, *, n_points: int = 150) -> p
 
     pop = fit.population
     ids = list(pop.ids) if ids is None else list(ids)
-    grid = _grid_population(pop, ids, n_points)
+    grid = _grid_population(pop, ids, n_points) if grid is None else grid
     ode = fit_ode_options(fit)
     problem, predictor = model_problem(fit.model, grid, ode_options=ode)
     binding = binding_of(fit.model, grid, ode)
@@ -646,8 +649,8 @@ def report_html(
     shown = _observed_ids(fit.population)[: max_individual_pages * _PER_PAGE]
     pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="deepnlme-report")
     try:
+        curves = _curves(pool, fit, shown, grid_points)
         sims = pool.submit(_replicates, fit, vpc_sims, npde_sims, seed)
-        curves = pool.submit(dense_predictions, fit, shown, n_points=grid_points) if shown else None
         # the plots on the continuous clock of the dense curves (the table's TIME is as
         # written, which restarts at an EVID 3/4 reset that restarts the clock)
         a = fit.population.arrays()
@@ -659,6 +662,23 @@ def report_html(
         )  # fmt: skip
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _curves(pool, fit, shown: list, grid_points: int):
+    """The future of `dense_predictions` of the subjects `shown` on `pool` (None without
+    any), its time grid built on this thread, before any other starts: the grid silences
+    the data's warnings (given when they were read), and `warnings.catch_warnings` is not
+    for threads. A grid that cannot be built is the future's exception, as a failed curve
+    is (the report says so)."""
+    if not shown:
+        return None
+    try:
+        grid = _grid_population(fit.population, shown, grid_points)
+    except Exception as err:  # noqa: BLE001 (the report says what it cannot show)
+        failed: concurrent.futures.Future = concurrent.futures.Future()
+        failed.set_exception(err)
+        return failed
+    return pool.submit(dense_predictions, fit, shown, n_points=grid_points, grid=grid)
 
 
 def _observed_ids(pop) -> list:
