@@ -55,6 +55,29 @@ def test_two_outputs_need_an_endpoint_column():
         dn.model_predict(model, dn.read_data(df, endpoint="DVID"))
 
 
+def test_one_output_and_one_endpoint_of_another_name_is_refused():
+    """A PK model (CP) met PD-only data (DVID 2, or named EFF) and fitted them as CP without
+    a word; the names and codes must match as they do with several outputs. The same
+    measurement under another name, DVID 1, no endpoint column or CMT numbers pass."""
+    model = dn.load_model(
+        "param:\n    a = Real(init=1.0)\n    s = Positive(init=1)\n"
+        "derived:\n    CP ~ Normal(a, s)\n"
+    )
+    df = _frame([[1, 0, 0, 1.0, 0, 0, 2], [1, 1, 0, 2.0, 0, 0, 2]])
+    for code, said in ((2, r"endpoints=\{2: 'CP'\}"), ("EFF", r"name the model's output EFF")):
+        pop = dn.read_data(df.assign(DVID=code), endpoint="DVID")
+        with pytest.raises(dn.DataError, match=f"only endpoint is '{code}'.*{said}"):
+            dn.model_predict(model, pop)
+        ok = dn.read_data(df.assign(DVID=code), endpoint="DVID", endpoints={code: "CP"})
+        np.testing.assert_allclose(dn.model_predict(model, ok)["PRED"], [1.0, 1.0])
+    for pop in (
+        dn.read_data(df.assign(DVID=1), endpoint="DVID"),
+        dn.read_data(df.assign(DVID=2), endpoint=False),
+        dn.read_data(df, endpoint="CMT"),
+    ):
+        np.testing.assert_allclose(dn.model_predict(model, pop)["PRED"], [1.0, 1.0])
+
+
 def test_numeric_endpoint_codes_follow_declaration_order():
     text = (
         "param:\n    a = Real(init=1.0)\n    b = Real(init=2.0)\n    s = Positive(init=1)\n"

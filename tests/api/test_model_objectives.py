@@ -143,6 +143,36 @@ def test_models_without_random_effects_give_the_exact_likelihood(method):
     assert fit.m2ll == pytest.approx(expect, rel=1e-9)
 
 
+def test_counts_alone_get_laplaces_approximation_under_foce_focei_and_laplacei():
+    """A Poisson random-intercept model (docs/estimation.md): FOCE, FOCEI and LaplaceI all
+    give Laplace's approximation, computed here by hand per subject at its mode:
+    cond + eta^2/omega + log omega + log(1/omega + sum lam), cond = 2 sum(lam - y log lam +
+    log y!), lam = exp(mu + eta)."""
+    from scipy.special import gammaln
+
+    model = dn.load_model(
+        "param:\n    mu = Real(init=1.0)\n    omega = PDiag(init=[0.2])\n"
+        "random:\n    eta ~ MvNormal(omega)\npre:\n    lam = exp(mu + eta[0])\n"
+        "derived:\n    DV ~ Poisson(lam)\n"
+    )
+    y = np.array([[0, 1, 3, 2], [5, 7, 4, 6], [1, 0, 0, 2]])
+    rows = [dict(ID=i + 1, TIME=t, DV=int(v)) for i, yi in enumerate(y) for t, v in enumerate(yi)]
+    problem, _ = model_problem(model, dn.read_data(pd.DataFrame(rows)))
+    mu, omega = 1.0, 0.2
+    expect = 0.0
+    for yi in y:
+        eta = 0.0
+        for _ in range(50):  # Newton on the conditional -2 log density
+            lam = np.exp(mu + eta)
+            eta -= (2 * np.sum(lam - yi) + 2 * eta / omega) / (2 * yi.size * lam + 2 / omega)
+        lam = np.exp(mu + eta)
+        cond = 2 * np.sum(lam - yi * np.log(lam) + gammaln(yi + 1))
+        expect += cond + eta**2 / omega + np.log(omega) + np.log(1 / omega + yi.size * lam)
+    u = problem.init_u()
+    for method in (dn.FOCE(), dn.FOCEI(), dn.LaplaceI()):
+        assert _objective(problem, method)(u)[0] == pytest.approx(expect, rel=1e-10), method
+
+
 def test_kinds_of_observation_counted_from_the_data_as_the_model_gives_them():
     """`model_problem` counts Gaussian, censored and other observations from the data and the
     model's distributions, without evaluating the model; the count equals the evaluated one."""

@@ -66,6 +66,49 @@ def test_noise_free_simulation_equals_ipred(theo):
     np.testing.assert_allclose(pred["PRED"], pred0["PRED"], rtol=1e-13)
 
 
+def test_etas_as_a_frame_are_taken_by_subject_id_and_label(theo):
+    """`etas=fit.etas` (index ID, columns the model's labels) for a population in another
+    order gave each subject the EBEs of the subject in its row position; now by ID and by
+    label. A frame with a default index and other column names is positional, as an array;
+    non-finite etas are named before any solve."""
+    import pandas as pd
+
+    model, pop = theo
+    rng = np.random.default_rng(5)
+    labels = list(model.compiled.eta_labels)
+    frame = pd.DataFrame(rng.normal(0, 0.2, (len(pop), len(labels))), index=pop.ids,
+                         columns=labels)  # fmt: skip
+    want = dn.model_predict(model, pop, etas=frame.to_numpy())
+    order = list(reversed(pop.ids))[:5]
+    sub = pop.subset(order)
+    shuffled = frame.sample(frac=1.0, random_state=1)[list(reversed(labels))]
+
+    def simulated(m, p, etas):
+        df = dn.simulate(m, p, etas=etas, seed=1, residual=False).to_dataframe()
+        return df[df["EVID"] == 0]
+
+    for fn in (dn.model_predict, simulated):
+        got = fn(model, sub, etas=shuffled)
+        col = "IPRED" if "IPRED" in got else "DV"
+        for sid in order:
+            np.testing.assert_allclose(
+                got.loc[got["ID"] == sid, col].to_numpy(dtype=float),
+                want.loc[want["ID"] == sid, "IPRED"].to_numpy(dtype=float), rtol=1e-12,
+            )  # fmt: skip
+    positional = pd.DataFrame(frame.to_numpy(), columns=["a", "b", "c"])
+    np.testing.assert_array_equal(
+        dn.model_predict(model, pop, etas=positional)["IPRED"], want["IPRED"]
+    )
+    with pytest.raises(dn.OptionError, match=r"no row for subject\(s\) ID 1\b"):
+        dn.model_predict(model, pop, etas=frame.drop(index=pop.ids[0]))
+    with pytest.raises(dn.OptionError, match="columns eta_ka, .* name the columns so"):
+        dn.model_predict(model, pop, etas=frame.set_axis(["eta_ka", "eta_cl", "eta_v"], axis=1))
+    bad = frame.to_numpy().copy()
+    bad[2, 1] = np.nan
+    with pytest.raises(dn.OptionError, match=r"non-finite values in the rows of subject\(s\) ID 3"):
+        dn.simulate(model, pop, etas=bad, seed=1)
+
+
 def test_model_predict_matches_bateman_by_hand(theo):
     model, pop = theo
     params = {"tka": np.log(1.5), "tcl": np.log(2.8), "tv": np.log(31.0)}

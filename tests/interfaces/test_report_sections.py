@@ -23,6 +23,8 @@ from deepnlme.interfaces.report import (
     _data_source,
     _endpoint_label,
     _estimates_shown,
+    _gof_caveats,
+    _warned,
     dense_predictions,
     eta_names,
     report_html,
@@ -494,3 +496,82 @@ def test_the_vpc_of_several_endpoints_has_a_panel_for_each():
     parser.feed(html)
     assert {"gof-plot", "gof-plot-2", "npde-plot", "npde-plot-2"} <= set(parser.order)
     assert "CP" in parser.text["npde-stats"] and "EFF" in parser.text["npde-stats"]
+
+
+def test_numeric_endpoint_codes_are_named_as_the_model_and_pages_hold_whole_subjects():
+    """DVID 1 and 2 stand for the model's CP and EFF (as the fit matched them): the report
+    names them so throughout, as its estimates table does. With two endpoints a page of
+    individual fits holds 6 subjects (12 panels), and the note counts the subjects not drawn."""
+    model = dn.load_model(PKPD)
+    dose = {"time": 0, "amt": 100}
+    design = dn.make_population(8, doses=dose, obs_times=[1, 4, 12], endpoints=["CP", "EFF"])
+    df = dn.simulate(model, design, seed=3).to_dataframe()
+    df["DVID"] = df["DVID"].map({"CP": 1, "EFF": 2}).fillna(0).astype(int)
+    data = dn.read_data(df, endpoint="DVID")
+    assert data.endpoints == ("1", "2")
+    fit = dn.fit(model, data, dn.FOCEI(), max_iter=0, covariance=None, progress=False)
+    html = report_html(fit, vpc_sims=20, npde_sims=20, max_individual_pages=1)
+    assert "ENDPOINT = CP" in html and "ENDPOINT = EFF" in html
+    assert "ENDPOINT = 1" not in html
+    for what in ("goodness-of-fit panel", "NPDE panel"):
+        assert f'aria-label="{what} of CP"' in html, what
+    assert "ID 6 - EFF" in html and "ID 7 - " not in html and "ID 1 - 1" not in html
+    assert "2 more subjects are not shown" in html
+    parser = _ById()
+    parser.feed(html)
+    assert "CP" in parser.text["npde-stats"] and "EFF" in parser.text["npde-stats"]
+
+
+def _gof_table(cens, cwres):
+    n = len(cens)
+    return pd.DataFrame(
+        {
+            "ID": np.repeat([1, 2], n // 2), "TIME": np.tile(np.arange(n // 2.0), 2),
+            "ENDPOINT": "DV", "DV": np.linspace(0.5, 3.0, n), "PRED": np.linspace(0.4, 2.8, n),
+            "IPRED": np.linspace(0.45, 2.9, n), "IWRES": cwres, "CWRES": cwres, "CENS": cens,
+        }
+    )  # fmt: skip
+
+
+def test_censored_records_are_drawn_apart_and_residual_less_panels_left_out():
+    """BLQ records (CENS 1) were blue points at the LLOQ under the smoother; a count
+    endpoint (no residuals) got four empty panels. Now: grey points outside the smoother,
+    the residual panels from the rows that have residuals, and none without any."""
+    cens = np.array([0, 0, 0, 1, 0, 0, 0, 1])
+    cwres = np.where(cens == 1, np.nan, np.linspace(-1, 1, 8))
+    chart = plots.gof_chart(_gof_table(cens, cwres))
+    titles = [p.title for p in chart.panels]
+    assert titles[0] == "observed vs population prediction" and len(titles) == 6
+    first = chart.panels[0]
+    grey = [ly for ly in first.layers if ly.kind == "points" and ly.colour == "grey"]
+    blue = [ly for ly in first.layers if ly.kind == "points" and ly.colour == "blue"]
+    assert len(grey[0].x) == 2 and len(blue[0].x) == 6
+    np.testing.assert_array_equal(grey[0].y, _gof_table(cens, cwres)["DV"][cens == 1])
+    residual = chart.panels[2]  # IWRES vs IPRED: only the rows with a residual
+    assert [len(ly.x) for ly in residual.layers if ly.kind == "points"] == [6]
+    note = _gof_caveats(_gof_table(cens, cwres))
+    assert "2 censored records" in note and "No residual panels" not in note
+    counts = plots.gof_chart(_gof_table(np.zeros(8, int), np.full(8, np.nan)))
+    assert [p.title for p in counts.panels] == [
+        "observed vs population prediction", "observed vs individual prediction"
+    ]  # fmt: skip
+    assert "No residual panels for DV" in _gof_caveats(
+        _gof_table(np.zeros(8, int), np.full(8, np.nan))
+    )
+    pages = plots.individual_fits_charts(_gof_table(cens, cwres))
+    layers = pages[0].panels[0].layers
+    assert [ly.label for ly in layers if ly.kind == "points"] == [
+        "observed", "censored (at its limit)"
+    ]  # fmt: skip
+
+
+def test_the_summary_points_to_the_covariance_steps_warnings():
+    import types
+
+    cov = pd.DataFrame(np.eye(2), index=["a", "b"], columns=["a", "b"])
+    fit = types.SimpleNamespace(
+        covariance=cov, covariance_status="ok", correlation=cov, eigenvalues=np.ones(2),
+        condition_number=3526.0, covariance_warnings=("condition number 3526", "r(a, b)"),
+    )  # fmt: skip
+    assert "with 2 warnings" in _warned(fit) and 'href="#covariance"' in _warned(fit)
+    assert _warned(types.SimpleNamespace(**{**vars(fit), "covariance_warnings": ()})) == ""

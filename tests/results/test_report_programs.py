@@ -173,12 +173,14 @@ def test_a_program_asked_for_by_two_threads_at_once_is_compiled_once(monkeypatch
 
 
 def test_the_subjects_shown_are_those_with_observations_in_the_tables_order(fit):
-    assert report._observed_ids(fit.population) == list(dict.fromkeys(dn.predict(fit)["ID"]))
+    every = list(dict.fromkeys(dn.predict(fit)["ID"]))
+    assert report._shown_ids(fit.population, 10**6) == every
+    assert report._shown_ids(fit.population, 5) == every[:5]
     df = fit.population.to_dataframe()
     dose = df[df["EVID"] == 1].iloc[:1].assign(ID=1000)  # a subject with a dose alone
     with pytest.warns(DataWarning, match="no observations: ID 1000"):
         pop = dn.read_data(pd.concat([dose, df], ignore_index=True))
-    ids = report._observed_ids(pop)
+    ids = report._shown_ids(pop, 10**6)
     assert 1000 in pop.ids and 1000 not in ids
     assert ids == [s.id for s in pop.subjects if s.n_observations > 0]
 

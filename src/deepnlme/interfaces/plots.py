@@ -219,10 +219,16 @@ def gof_chart(
     ]
     if "TAD" in table.columns:  # (multiple doses: the report adds the time after dose)
         kinds.insert(4, ("TAD", "CWRES", False, "CWRES vs time after dose"))
+    # censored (BLQ) records: DV is the limit, not a measurement; drawn apart (grey, at the
+    # limit) and left out of the smoothers; they have no residuals
+    cens = table["CENS"].to_numpy() != 0 if "CENS" in table.columns else np.zeros(len(table), bool)
     for xc, yc, ident, name in kinds:
         xv, yv = table[xc].to_numpy(dtype=float), table[yc].to_numpy(dtype=float)
-        if xc == "TAD":  # (none before a subject's first dose)
-            xv, yv = xv[np.isfinite(xv)], yv[np.isfinite(xv)]
+        if not ident:  # residuals: only where defined (none for counts, 0/1 and BLQ records)
+            keep = np.isfinite(xv) & np.isfinite(yv)
+            if not keep.any():
+                continue
+            xv, yv = xv[keep], yv[keep]
         log_x = log_scale and xc in ("PRED", "IPRED")
         log_y = log_scale and yc == "DV"
         p = Panel(
@@ -232,6 +238,11 @@ def gof_chart(
             ylabel=lab.get(yc, yc),
             xlabel=lab.get(xc, xc) + (f" ({endpoint_label})" if xc in lab else ""),
         )
+        if ident and cens.any():
+            p.add("points", xv[cens], yv[cens], colour="grey", alpha=0.6, size=3.2,
+                  label="censored (at its limit)")  # fmt: skip
+            xv, yv = xv[~cens], yv[~cens]
+            p.legend = "inside"
         p.add("points", xv, yv, **_DOTS)
         if ident:
             _identity(p, xv, yv)
@@ -243,12 +254,14 @@ def gof_chart(
 
     r = np.sort(table["CWRES"].to_numpy(dtype=float))
     r = r[np.isfinite(r)]
-    qq = Panel(title="normal QQ plot of CWRES", xlabel="N(0, 1) quantile", ylabel="CWRES quantile")
     if r.size:
+        qq = Panel(
+            title="normal QQ plot of CWRES", xlabel="N(0, 1) quantile", ylabel="CWRES quantile"
+        )
         q = normal_quantile((np.arange(1, r.size + 1) - 0.5) / r.size)
         qq.add("points", q, r, **_DOTS)
         _identity(qq, q, r)
-    panels.append(qq)
+        panels.append(qq)
     title = title or f"Goodness of fit ({endpoint_label}; red: LOWESS smoother)"
     rows = -(-len(panels) // 3)
     return Chart(grid_of(panels, 3), 12, 3.75 * rows, title=title)
@@ -264,7 +277,9 @@ def gof(
     """Goodness-of-fit panel from a `predict(fit)` table: DV vs PRED, DV vs IPRED, IWRES vs
     IPRED, CWRES vs TIME, CWRES vs TAD (where the table has a TAD column: the report adds
     it for multiple-dose data), CWRES vs PRED, and a normal QQ plot of CWRES, each with a
-    LOWESS smoother (red). `log_scale` puts DV, PRED and IPRED on logarithmic axes;
+    LOWESS smoother (red). Censored records (CENS not 0) are grey points at their limit in
+    the first two panels, outside the smoothers; residual panels without any residual (count
+    and binary endpoints) are left out. `log_scale` puts DV, PRED and IPRED on logarithmic axes;
     `endpoint_label` names the observed variable on the axes. Returns a Figure."""
     return to_figure(
         gof_chart(table, title=title, log_scale=log_scale, endpoint_label=endpoint_label)
@@ -442,6 +457,7 @@ def individual_fits_charts(
         else "IPRED and PRED at the observation times"
     )
     charts = []
+    censored = "CENS" in table.columns and bool((table["CENS"] != 0).any())
     for start in starts:
         page = keys[start : start + per_page]
         nc = min(ncols, len(page))
@@ -458,7 +474,12 @@ def individual_fits_charts(
             p.add("line", src["TIME"], src["IPRED"], colour="blue", width=1.3, label="IPRED")
             p.add("line", src["TIME"], src["PRED"], colour="orange", width=1.1, dash=True,
                   label="PRED")  # fmt: skip
-            p.add("points", g["TIME"], g["DV"], colour="black", size=3.5, label="observed")
+            cens = g["CENS"].to_numpy() != 0 if "CENS" in g.columns else np.zeros(len(g), bool)
+            p.add("points", g["TIME"][~cens], g["DV"][~cens], colour="black", size=3.5,
+                  label="observed")  # fmt: skip
+            if censored:
+                p.add("points", g["TIME"][cens], g["DV"][cens], colour="grey", size=3.5,
+                      alpha=0.7, label="censored (at its limit)")  # fmt: skip
             panels.append(p)
         charts.append(Chart(grid_of(panels, nc), 3.1 * nc, 2.5 * nr + 0.5,
                             title=f"Individual fits ({what})", legend="top"))  # fmt: skip

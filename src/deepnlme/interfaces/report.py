@@ -364,6 +364,20 @@ def _covariance_diagnostics(fit) -> _CovarianceDiagnostics:
     return _CovarianceDiagnostics(corr, eig, cond, tuple(warns), source)
 
 
+def _warned(fit) -> str:
+    """The Summary's pointer to the covariance step's warnings (condition number,
+    correlations), where it has any beyond its own failure."""
+    if fit.covariance is None:
+        return ""
+    n = len(_covariance_diagnostics(fit).warnings)
+    if not n:
+        return ""
+    return (
+        f', <span class="bad">with {n} warning{"s" if n > 1 else ""}</span> (see '
+        '<a href="#covariance">Covariance step</a>)'
+    )
+
+
 def _own_warnings(fit, corr, cond) -> list[str]:
     out = []
     if fit.covariance is None:
@@ -646,7 +660,8 @@ def report_html(
     # interpreter) on threads of their own, started together: their programs are traced and
     # compiled while this thread traces and compiles the predictions', and run while it draws
     # the first figures (the report is bound by the processor there: RESULTS_report.md)
-    shown = _observed_ids(fit.population)[: max_individual_pages * _PER_PAGE]
+    names = _endpoint_names(fit)
+    shown = _shown_ids(fit.population, max_individual_pages * _PER_PAGE)
     pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="deepnlme-report")
     try:
         curves = _curves(pool, fit, shown, grid_points)
@@ -654,9 +669,9 @@ def report_html(
         # the plots on the continuous clock of the dense curves (the table's TIME is as
         # written, which restarts at an EVID 3/4 reset that restarts the clock)
         a = fit.population.arrays()
-        table = predict(fit).assign(TIME=a.obs_time[a.obs_mask])
+        table = _named(predict(fit).assign(TIME=a.obs_time[a.obs_mask]), names)
         return _report_html(
-            fit, table, sims, shown, curves, title=title, name=name, vpc_sims=vpc_sims,
+            fit, table, sims, shown, curves, names, title=title, name=name, vpc_sims=vpc_sims,
             npde_sims=npde_sims, seed=seed, max_individual_pages=max_individual_pages,
             log_scale=log_scale, data_file=data_file, started=started,
         )  # fmt: skip
@@ -681,15 +696,24 @@ def _curves(pool, fit, shown: list, grid_points: int):
     return pool.submit(dense_predictions, fit, shown, n_points=grid_points, grid=grid)
 
 
-def _observed_ids(pop) -> list:
-    """The subjects of `pop` with at least one observation, in the data's order (the order of
-    `predict`'s rows)."""
-    observed = pop.arrays().obs_mask.any(axis=1)
-    return [sid for sid, seen in zip(pop.ids, observed) if seen]
+def _shown_ids(pop, panels: int) -> list:
+    """The first subjects of `pop` with observations, in the data's order (the order of
+    `predict`'s rows), whose individual-fit panels (one per subject and endpoint observed)
+    fill at most `panels`."""
+    a = pop.arrays()
+    shown, used = [], 0
+    for sid, mask, ep in zip(pop.ids, np.asarray(a.obs_mask), np.asarray(a.obs_endpoint)):
+        n = len(np.unique(ep[mask]))
+        if n and used + n > panels:
+            break
+        if n:
+            shown.append(sid)
+            used += n
+    return shown
 
 
 def _report_html(
-    fit, table, sims, shown, curves, *, title, name, vpc_sims, npde_sims, seed,
+    fit, table, sims, shown, curves, names, *, title, name, vpc_sims, npde_sims, seed,
     max_individual_pages, log_scale, data_file, started,
 ) -> str:  # fmt: skip
     from ..results import ebe_table, shrinkage
@@ -697,6 +721,7 @@ def _report_html(
 
     pop = fit.population
     ep_label = _endpoint_label(fit.model, pop.endpoints)
+    order = list(dict.fromkeys(names.values()))  # the endpoints' names, in the data's order
     sections: list[str] = []
     status = (
         '<span class="ok">converged</span>'
@@ -737,7 +762,7 @@ def _report_html(
             "Summary",
             [
                 f"<p>Optimisation: {status} ({html.escape(fit.message)}). "
-                f"Covariance step: {html.escape(fit.covariance_status)}.</p>",
+                f"Covariance step: {html.escape(fit.covariance_status)}" + _warned(fit) + ".</p>",
                 _table(summary),
             ],
         )
@@ -764,12 +789,13 @@ def _report_html(
                         "gof-plot" if k == 0 else f"gof-plot-{k + 1}",
                     )
                     for k, (part, label, of) in enumerate(
-                        _by_endpoint(_with_tad(fit, table), pop, ep_label)
+                        _by_endpoint(_with_tad(fit, table), order, ep_label)
                     )
                 ),
                 '<p class="note">Red: LOWESS smoother (f = 2/3, 3 robustness iterations)'
                 + ("; DV, PRED and IPRED on log scales." if log_scale else ".")
                 + (" One panel per endpoint." if len(pop.endpoints) > 1 else "")
+                + _gof_caveats(table)
                 + "</p>",
             ],
         )
@@ -786,7 +812,7 @@ def _report_html(
     if npde_reps is None:
         sections.append(_section("npde", "NPDE", [unsimulated]))
     else:
-        body = _npde_body(fit, table, npde_reps, npde_sims, seed, ep_label)
+        body = _npde_body(fit, table, npde_reps, npde_sims, seed, ep_label, names)
         sections.append(_section("npde", "NPDE", body))
     ebes = ebe_table(fit)
     labels = list(fit.model.compiled.eta_labels)
@@ -800,7 +826,9 @@ def _report_html(
         _section(
             "individual-fits",
             "Individual fits",
-            _individual_body(table, shown, curves, max_individual_pages, log_scale, ep_label),
+            _individual_body(
+                table, shown, curves, max_individual_pages, log_scale, ep_label, names
+            ),
         )
     )
     nets = [p.name for p in fit.model.compiled.params if p.kind == "network"]
@@ -841,17 +869,68 @@ def _report_html(
     return "\n".join(parts)
 
 
-def _by_endpoint(frame: pd.DataFrame, pop, label: str):
+def _gof_caveats(table: pd.DataFrame) -> str:
+    """What the goodness-of-fit panels leave out: censored records' residuals, and the
+    residual panels of endpoints without any (counts, 0/1)."""
+    out = ""
+    n_cens = int((table["CENS"] != 0).sum()) if "CENS" in table.columns else 0
+    if n_cens:
+        out += (
+            f" {n_cens} censored records (below or above a limit: M3) are grey points at "
+            "their limit in the observed-vs-prediction panels, left out of the smoothers; "
+            "they have no residuals."
+        )
+    measured = table[table["CENS"] == 0] if "CENS" in table.columns else table
+    none = [
+        str(ep)
+        for ep, r in measured.groupby("ENDPOINT", sort=False)["CWRES"]
+        if not np.isfinite(r.to_numpy(dtype=float)).any()
+    ]
+    if none:
+        out += (
+            f" No residual panels for {', '.join(none)}: count and binary observations have "
+            "no residuals (their VPC shows the mean per bin)."
+        )
+    return out
+
+
+def _by_endpoint(frame: pd.DataFrame, names: list[str], label: str):
     """(rows, axis label, alt-text suffix) of `frame` per endpoint where the data has several
     (a concentration and an effect on one axis, under one smoother, mean nothing); the whole
-    frame once otherwise."""
-    if len(pop.endpoints) < 2 or "ENDPOINT" not in frame:
+    frame once otherwise. `names`: the endpoints' names in `frame`'s ENDPOINT column
+    (`_endpoint_names`), in the data's order."""
+    if len(names) < 2 or "ENDPOINT" not in frame:
         return [(frame, label, "")]
     return [
-        (frame[frame["ENDPOINT"] == ep], str(ep), f" of {ep}")
-        for ep in pop.endpoints
-        if (frame["ENDPOINT"] == ep).any()
+        (frame[frame["ENDPOINT"] == n], n, f" of {n}")
+        for n in names
+        if (frame["ENDPOINT"] == n).any()
     ]
+
+
+def _endpoint_names(fit) -> dict[str, str]:
+    """The report's name of each of the data's endpoint labels: the model's output where a
+    numeric code (DVID 1, 2, ...) stands for it, as the fit matched them (the estimates
+    table names the outputs: "additive SD of CP"); the label itself otherwise."""
+    from ..solve._subject import _match_outputs
+
+    pop = fit.population
+    names = {ep: ep for ep in pop.endpoints}
+    if len(names) < 2:
+        return names
+    outputs = tuple(fit.model.compiled.outputs)
+    try:
+        index = _match_outputs(outputs, tuple(pop.endpoints), pop.endpoint_column)
+    except Exception:  # noqa: BLE001 (the fit matched them; a report shows the labels)
+        return names
+    return {ep: outputs[k] for ep, k in zip(pop.endpoints, index)}
+
+
+def _named(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
+    """`frame` with its ENDPOINT labels replaced by the report's names."""
+    if "ENDPOINT" not in frame or all(k == v for k, v in names.items()):
+        return frame
+    return frame.assign(ENDPOINT=frame["ENDPOINT"].astype(str).map(names).fillna(frame["ENDPOINT"]))
 
 
 def _vpc_section(fit, table, reps, vpc_sims: int, seed: int, ep_label: str) -> str:
@@ -929,18 +1008,21 @@ def _multiple_doses(pop) -> bool:
     return bool((doses.sum(axis=1) > 1).any() or (doses & (a.dose_ss > 0)).any())
 
 
-def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[str]:
+def _npde_body(
+    fit, table, reps, n_sim: int, seed: int, ep_label: str, names: dict[str, str]
+) -> list[str]:
     from ..results._diagnostics import npde_of
     from . import plots
 
-    nd = npde_of(fit, reps)
+    nd = _named(npde_of(fit, reps), names)
     # the same records in the same order as predict's table (whose TIME the report's plots
     # take on the continuous clock)
     same = len(table) == len(nd)
     pred = table["PRED"].to_numpy(dtype=float) if same else None
     if same:
         nd = nd.assign(TIME=table["TIME"].to_numpy())
-    parts = _by_endpoint(nd.assign(_PRED=pred) if same else nd, fit.population, ep_label)
+    order = list(dict.fromkeys(names.values()))
+    parts = _by_endpoint(nd.assign(_PRED=pred) if same else nd, order, ep_label)
     # NPDE are those of Gaussian records: an endpoint of counts or 0/1 has none (say so, and
     # draw no empty panels)
     without = [label for part, label, _ in parts if not np.isfinite(part["NPDE"]).any()]
@@ -972,11 +1054,20 @@ def _npde_body(fit, table, reps, n_sim: int, seed: int, ep_label: str) -> list[s
         )
         for k, (part, label, of) in enumerate(parts)
     ]
+    n_cens = int((table["CENS"] != 0).sum()) if "CENS" in table.columns else 0
+    left = (
+        f" The {n_cens} censored records (M3) have no NPDE here: they are left out, not "
+        "imputed, so where many records are censored (late times, low PRED) the NPDE left "
+        "are those of the higher observations and can trend upwards there; the VPC shows "
+        "censored data as they are."
+        if n_cens
+        else ""
+    )
     return [
         *charts,
         _table(stats, table_id="npde-stats"),
         f'<p class="note">{n_sim} replicates simulated (seed {seed}); decorrelated NPDE '
-        "(Brendel 2006, Comets 2008).</p>",
+        f"(Brendel 2006, Comets 2008).{left}</p>",
         *([why] if why else []),
     ]
 
@@ -1012,16 +1103,16 @@ def _eta_body(fit, ebes) -> list[str]:
 _PER_PAGE = 12  # subjects on a page of individual fits
 
 
-def _individual_body(table, shown, curves, pages: int, log_y: bool, ep_label: str):
+def _individual_body(table, shown, curves, pages: int, log_y: bool, ep_label: str, names):
     """The individual fits of the subjects `shown`; `curves`: the future of their
-    `dense_predictions` (None when none are shown)."""
+    `dense_predictions` (None when none are shown); `names`: `_endpoint_names`."""
     from . import plots
 
     keys = list(dict.fromkeys(table["ID"]))
     body = []
     if curves is not None:
         try:
-            curves = curves.result()
+            curves = _named(curves.result(), names)
         except Exception as err:  # noqa: BLE001 (a report shows what it can)
             curves = None
             body.append(
@@ -1035,7 +1126,8 @@ def _individual_body(table, shown, curves, pages: int, log_y: bool, ep_label: st
     )  # fmt: skip
     for k, fig in enumerate(figs):
         body.append(_chart_html(fig, f"individual fits, page {k + 1}", f"individual-{k + 1}"))
-    rest = len(keys) - len(shown)
+    drawn = set(table["ID"][table["ID"].isin(shown)])
+    rest = len(keys) - len(drawn)
     if rest > 0:
         body.append(
             f'<p class="note">{rest} more subjects are not shown (option '

@@ -128,15 +128,58 @@ def _held_etas(params, population, model, etas):
     return etas
 
 
-def _given_etas(model, n: int, etas) -> np.ndarray:
-    """The user's random effects ``[N, q]``, checked."""
-    q = model.compiled.eta_size
+def _given_etas(model, ids, etas, fname: str) -> np.ndarray:
+    """The user's random effects ``[N, q]`` for the subjects `ids`, checked. A DataFrame
+    (`fit.etas`: index ID, columns the model's labels) is taken by its labels: rows by ID,
+    columns by name, whatever their order (by position it gave a reordered or subset
+    population another subject's EBEs); one with a default index 0..N-1 and other column
+    names, by position, as an array is."""
+    cm = model.compiled
+    q = cm.eta_size
+    ids = list(ids)
+    if isinstance(etas, pd.DataFrame):
+        etas = _etas_by_label(etas, ids, list(cm.eta_labels), fname)
     e = np.asarray(etas, dtype=np.float64)
-    if e.shape != (n, q):
+    if e.shape != (len(ids), q):
         raise OptionError(
-            f"`etas` must have shape (subjects, random effects) = ({n}, {q}); got {e.shape}"
+            f"{fname}: `etas` must have shape (subjects, random effects) = ({len(ids)}, {q}); "
+            f"got {e.shape}"
+        )
+    bad = ~np.isfinite(e).all(axis=1)
+    if bad.any():
+        which = ", ".join(str(ids[i]) for i in np.flatnonzero(bad)[:5])
+        raise OptionError(
+            f"{fname}: `etas` has non-finite values in the rows of subject(s) ID {which}; "
+            "give finite values (0 for the typical individual)"
         )
     return e
+
+
+def _etas_by_label(frame: pd.DataFrame, ids: list, labels: list[str], fname: str):
+    """`frame`'s values ordered as `ids` (rows, by its index) and `labels` (columns)."""
+    cols = [str(c) for c in frame.columns]
+    if set(labels) <= set(cols):
+        frame = frame.set_axis(cols, axis=1)[labels]
+    elif any(c.startswith("eta") for c in cols) or len(cols) != len(labels):
+        raise OptionError(
+            f"{fname}: `etas` has columns {', '.join(cols)}, but the model's random effects "
+            f"are {', '.join(labels)}: name the columns so (as `fit.etas` does) or give an "
+            "array in that order"
+        )
+    index = list(frame.index)
+    if isinstance(frame.index, pd.RangeIndex) and not set(ids) <= set(index):
+        return frame.to_numpy(dtype=np.float64)  # (no IDs in the index: by position)
+    missing = [i for i in ids if i not in set(index)]
+    if missing:
+        shown = ", ".join(str(i) for i in missing[:5])
+        raise OptionError(
+            f"{fname}: `etas` has no row for subject(s) ID {shown} (its index is taken as the "
+            "subjects' IDs, as `fit.etas` has them); give a row for every subject of the "
+            "population, or an array in the population's order"
+        )
+    if frame.index.has_duplicates:
+        raise OptionError(f"{fname}: `etas` has more than one row for a subject ID")
+    return frame.loc[ids].to_numpy(dtype=np.float64)
 
 
 def _drawn_etas(cm, theta, n: int, key) -> jax.Array:
@@ -268,7 +311,11 @@ def _simulate(model, population, params, seed, etas, residual, ode_options) -> _
     theta = _theta(model, params, problem.cache_token)
     n = len(binding.ids)
     drawn = etas is None
-    eta_in = np.zeros((n, model.compiled.eta_size)) if drawn else _given_etas(model, n, etas)
+    eta_in = (
+        np.zeros((n, model.compiled.eta_size))
+        if drawn
+        else _given_etas(model, binding.ids, etas, "simulate")
+    )
     program = _simulation_program(predictor, problem.cache_token, drawn, bool(residual))
     eta, y, ipred, ok, fail_time = program(np.int64(seed), theta, eta_in, binding.data)
     raise_failed_solves(
@@ -355,7 +402,11 @@ def model_predict(
     theta = _theta(model, params, problem.cache_token)
     n = len(binding.ids)
     q = model.compiled.eta_size
-    eta = _given_etas(model, n, etas) if etas is not None else np.zeros((n, q))
+    eta = (
+        _given_etas(model, binding.ids, etas, "model_predict")
+        if etas is not None
+        else np.zeros((n, q))
+    )
     program = _prediction_program(predictor, problem.cache_token)
     ipred, ppred, ok, fail_time, derived = program(theta, eta, binding.data)
     raise_failed_solves(

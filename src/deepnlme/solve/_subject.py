@@ -118,7 +118,18 @@ def _match_outputs(
             "so it cannot be fitted to data. Add one, for example `DV ~ Normal(conc, sigma)`."
         )
     if len(endpoints) == 1 and len(outputs) == 1:
-        return (0,)
+        e = endpoints[0]
+        cmt = column is not None and column.upper() == "CMT"
+        if e in (outputs[0], "DV", "1") or cmt:
+            return (0,)
+        rename = f"read_data(..., endpoints={{{e}: {outputs[0]!r}}}), " if e.isdigit() else ""
+        raise DataError(
+            f"the data's only endpoint is '{e}' (column {column}), but the model observes "
+            f"'{outputs[0]}': are they the same measurement? Fitting one to the other would "
+            f"be silently wrong if not. If they are, say so: {rename}read_data(..., "
+            f"endpoint=False) (no endpoint column), or name the model's output {e} "
+            f"(`{e} ~ ...` in `derived:`)."
+        )
     if len(outputs) == 1:
         raise DataError(
             f"the data has {len(endpoints)} endpoints ({', '.join(endpoints)}) but the model "
