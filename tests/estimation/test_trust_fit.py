@@ -450,3 +450,14 @@ def test_an_ofv_that_settles_with_a_gradient_left_restarts_the_curvature():
     fit = dn.fit(model, pop, dn.FOCEI(), init=init, progress=False, covariance=None)
     assert fit.converged and "gtol" in fit.message, fit.message
     assert fit.ofv == pytest.approx(586.2761, abs=1e-3)
+
+
+def test_an_additive_sd_in_other_units_than_its_start_is_not_near_a_boundary():
+    """Amounts and DV in ng (x 1e-6 of the model's mg): the fit reaches the right optimum from
+    the mg starts, its additive SD 1e-6 of its start, and was said to be "near a boundary"
+    ("the model is better without it"). An additive SD is near 0 against its data's scale."""
+    df = dn.datasets.load("theophylline").to_dataframe()
+    small = dn.read_data(df.assign(AMT=df["AMT"] * 1e-6, DV=df["DV"] * 1e-6))
+    fit = dn.fit(dn.load_model("examples/theophylline.model"), small, dn.FOCEI(), progress=False)
+    assert fit.estimates["sigma"] < 1e-4 * 0.7  # (its start 0.7: far below the old limit)
+    assert fit.near_boundary == () and "near a boundary" not in fit.message

@@ -54,14 +54,46 @@ def near_boundary(fit: Fit, model, init) -> dict[str, str]:
                     out[f"corr({labels[k]}, {labels[j]})"] = f"{r:.4f} (from {r0:.3g})"
     roles = read_model(model).residual_roles if model is not None else {}
     for pi in problem.param_info:
-        positive = roles.get(pi.name, ("", False))[1]
+        role, positive = roles.get(pi.name, ("", False))
         if pi.kind != "residual" or pi.name in fixed or pi.size != 1 or not positive:
             continue
         v0 = float(np.asarray(values0[pi.name]).reshape(()))
         v = float(np.asarray(fit.estimates[pi.name]).reshape(()))
-        if v0 > 0 and 0 <= v < BOUNDARY_FRACTION * v0:
+        if not (v0 > 0 and 0 <= v < BOUNDARY_FRACTION * v0):
+            continue
+        # an additive SD has the units of its observations: data in other units than the
+        # start's (ng/mL for mg/L) move it as far, and it is near 0 only against them
+        scale = (
+            _dv_scale(fit, model, role[len(_ADDITIVE) :]) if role.startswith(_ADDITIVE) else None
+        )
+        if scale is None or v < BOUNDARY_FRACTION * scale:
             out[pi.name] = f"{v:.3g} (from {v0:.3g} at the start)"
     return out
+
+
+_ADDITIVE = "additive SD of "
+
+
+def _dv_scale(fit: Fit, model, output: str) -> float | None:
+    """The median |DV| of the uncensored observations of the model's `output` in the fit's
+    data (None where there are none, or all are 0)."""
+    from ..solve._subject import _match_outputs
+
+    pop = fit.population
+    if pop is None:
+        return None
+    outputs = tuple(model.compiled.outputs)
+    try:
+        index = _match_outputs(outputs, tuple(pop.endpoints), pop.endpoint_column)
+    except Exception:  # noqa: BLE001 (the fit matched them; without it, no scale)
+        return None
+    codes = [k for k, i in enumerate(index) if outputs[i] == output]
+    a = pop.arrays()
+    use = np.asarray(a.obs_mask) & (np.asarray(a.obs_cens) == 0)
+    use &= np.isin(np.asarray(a.obs_endpoint), codes)
+    dv = np.abs(np.asarray(a.obs_dv, np.float64)[use])
+    dv = dv[np.isfinite(dv) & (dv > 0)]
+    return float(np.median(dv)) if dv.size else None
 
 
 def with_boundary(fit: Fit, model, init) -> Fit:
