@@ -461,3 +461,18 @@ def test_an_additive_sd_in_other_units_than_its_start_is_not_near_a_boundary():
     fit = dn.fit(dn.load_model("examples/theophylline.model"), small, dn.FOCEI(), progress=False)
     assert fit.estimates["sigma"] < 1e-4 * 0.7  # (its start 0.7: far below the old limit)
     assert fit.near_boundary == () and "near a boundary" not in fit.message
+
+
+def test_unknown_parameter_names_get_a_hint():
+    """`fixed={"TCL": ...}`, `fixed=["tcll"]` and an element of Omega were refused with the
+    list of names alone; a NONMEM user fixing one $OMEGA block needs the way to do it."""
+    model = dn.load_model("examples/theophylline.model")
+    pop = dn.datasets.load("theophylline")
+    cases = [
+        (dict(fixed={"TCL": 1.0}), r"'TCL' \(did you mean 'tcl'\? names are case-sensitive\)"),
+        (dict(fixed=["tcll"]), r"\['tcll'\] \(did you mean 'tcl'\?\)"),
+        (dict(init={"omega[1,1]": 0.1}), r"'omega' is one parameter.*blocks of their own"),
+    ]
+    for options, said in cases:
+        with pytest.raises(dn.OptionError, match=said):
+            dn.fit(model, pop, dn.FOCE(), progress=False, **options)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import OptionError
 from ..likelihood import Method, Problem
+from ..model._compile import unknown_parameter_hint
 from ._compiled import packed, post_functions
 from ._result import Fit
 
@@ -36,8 +37,9 @@ def resolve_init(problem: Problem, init) -> tuple[np.ndarray, np.ndarray | None]
         unknown = sorted(set(init) - names)
         if unknown:
             raise OptionError(
-                f"fit: option `init` names unknown parameter(s) {unknown}; the parameters are "
-                f"{sorted(names)}"
+                f"fit: option `init` names unknown parameter(s) {unknown}"
+                + unknown_parameter_hint(unknown[0], names)
+                + f"; the parameters are {sorted(names)}"
             )
         values = dict(problem.init)
         values.update(init)
@@ -71,8 +73,9 @@ def resolve_fixed(problem: Problem, fixed, u0: np.ndarray) -> tuple[set[str], np
     unknown = sorted(set(fixed) - names)
     if unknown:
         raise OptionError(
-            f"fit: option `fixed` names unknown parameter(s) {unknown}; the parameters are "
-            f"{sorted(names)}"
+            f"fit: option `fixed` names unknown parameter(s) {unknown}"
+            + unknown_parameter_hint(unknown[0], names)
+            + f"; the parameters are {sorted(names)}"
         )
     if isinstance(fixed, Mapping):
         values = post_functions(problem)[0](jax.device_put(np.asarray(u0, np.float64)))[0]

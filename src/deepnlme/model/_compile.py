@@ -188,6 +188,30 @@ def _f(x) -> jax.Array:
     return jnp.asarray(x, dtype=_F)
 
 
+def unknown_parameter_hint(name: str, names) -> str:
+    """What to say after "unknown parameter NAME": the parameter of another case where there
+    is one, and for an element of a matrix parameter (``om_pk[1,1]``) that options take whole
+    parameters, with the way to hold some random effects' variances (a block of their own)."""
+    names = list(names)
+    name = str(name)
+    same = [n for n in names if n.lower() == name.lower()]
+    if same:
+        return f" (did you mean '{same[0]}'? names are case-sensitive)"
+    base = name.split("[", 1)[0]
+    if "[" not in name:
+        import difflib
+
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.75)
+        return f" (did you mean '{close[0]}'?)" if close else ""
+    if base in names:
+        return (
+            f" ('{base}' is one parameter: `fixed` and `init` take whole parameters. To hold "
+            "some random effects' variances and estimate others, give them blocks of their "
+            "own, e.g. `eta_pk ~ MvNormal(om_pk)` and `eta_pd ~ MvNormal(om_pd)`, and fix one)"
+        )
+    return ""
+
+
 @dataclass(frozen=True, eq=False)
 class CompiledModel:
     """Pure JAX functions of one subject (see docs/internals.md, "model -> solve").
@@ -290,7 +314,9 @@ class CompiledModel:
             p = params.get(name)
             if p is None:
                 raise OptionError(
-                    f"{where} names unknown parameter '{name}'; the model's parameters are "
+                    f"{where} names unknown parameter '{name}'"
+                    + unknown_parameter_hint(name, params)
+                    + "; the model's parameters are "
                     + ", ".join(params)
                 )
             try:
@@ -334,7 +360,9 @@ class CompiledModel:
         unknown = [k for k in values if k not in {p.name for p in self.params}]
         if unknown:
             raise OptionError(
-                f"unknown parameter '{unknown[0]}'; the model's parameters are "
+                f"unknown parameter '{unknown[0]}'"
+                + unknown_parameter_hint(unknown[0], [p.name for p in self.params])
+                + "; the model's parameters are "
                 + ", ".join(p.name for p in self.params)
             )
         parts = []

@@ -39,6 +39,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from ..errors import OptionError
+from ..model._compile import unknown_parameter_hint
 
 # What a worker process gets in its environment before it imports JAX: XLA single-threaded
 # (`_config`'s flag plus one intra-op thread), and the run's JAX cache for the programs that
@@ -381,8 +382,9 @@ def check_fit_options(owner: str, model, method, options: Mapping[str, Any]) -> 
         unknown = [str(n) for n in given if n not in names]
         if unknown:
             raise OptionError(
-                f"{owner}: option `fixed` names unknown parameter '{unknown[0]}'; the model's "
-                f"parameters are {', '.join(sorted(names))}"
+                f"{owner}: option `fixed` names unknown parameter '{unknown[0]}'"
+                + unknown_parameter_hint(unknown[0], names)
+                + f"; the model's parameters are {', '.join(sorted(names))}"
             )
         if isinstance(fixed, Mapping):
             model.compiled.checked_values(fixed, f"{owner}: option `fixed`")
