@@ -61,10 +61,43 @@ def test_a_vpc_of_censored_data_censors_its_simulations_too(censored_fit):
     assert len(check.observed) == fit.n_obs - n_cens
     # every percentile drawn is above the limit; the late bin's 5th percentile, where more
     # than 5% of the records are censored, is not drawn, observed or simulated
-    values = s[["observed", "sim_lo", "sim_median", "sim_hi"]].to_numpy()
+    pct = s[s["statistic"] == "percentile"]
+    values = pct[["observed", "sim_lo", "sim_median", "sim_hi"]].to_numpy()
     assert np.all(values[np.isfinite(values)] >= LLOQ)
     last = s[(s["bin"] == s["bin"].max()) & (s["percentile"] == 5.0)].iloc[0]
     assert np.isnan(last["observed"]) and np.isnan(last["sim_median"])
+    # per bin, the fraction of records below the LLOQ: observed (the censored ones, counted
+    # here by bin from the table) against the simulated fractions
+    frac = s[s["statistic"] == "below LLOQ"].set_index("bin")
+    assert list(frac.index) == sorted(pct["bin"].unique())
+    table = dn.predict(fit)
+    for b, row in frac.iterrows():
+        in_bin = (table["TIME"] >= row["x_lo"]) & (table["TIME"] <= row["x_hi"])
+        want = (table.loc[in_bin, "CENS"] == 1).sum() / row["n_obs"]
+        assert in_bin.sum() >= row["n_obs"] and row["observed"] == pytest.approx(want), b
+        assert 0.0 <= row["sim_lo"] <= row["sim_median"] <= row["sim_hi"] <= 1.0
+    assert frac["observed"].iloc[0] > 0.3  # (the pre-dose zeros of time 0)
+    from deepnlme.interfaces import plots
+
+    chart = plots.vpc_chart(check)
+    assert [p.title for p in chart.grid[1]] == ["fraction of records censored"]
     # a pcVPC leaves the censored records out, as before
     pc = dn.vpc(fit, n_sim=40, seed=2, bins=4, pred_corrected=True)
     assert pc.n_excluded >= n_cens and pc.limits == {}
+
+
+def test_the_fraction_below_the_limit_is_counted_per_bin():
+    from deepnlme.results._vpc import _fraction_rows
+
+    y_obs = np.array([2.0, 2.0, 3.0, 4.0, 1.5, 5.0])  # the fifth, uncensored, below 2 too
+    cens = np.array([1, 1, 0, 0, 0, 0])
+    y_sim = np.array([[1.0, 2.5, 3.0, 1.0, 5.0, 6.0], [3.0, 3.0, 3.5, 4.5, 6.0, 7.0]])
+    bins = np.array([0, 0, 0, 1, 1, 1])
+    rows = _fraction_rows("all", np.array([0.0, 1.0, 2.0]), bins, np.array([0.5] * 3 + [1.5] * 3),
+                          y_obs, y_sim, 0.9, cens, (2.0, np.inf))  # fmt: skip
+    assert [r[-1] for r in rows] == ["below LLOQ"] * 2
+    assert [r[7] for r in rows] == [pytest.approx(2 / 3), pytest.approx(1 / 3)]
+    # simulated: replicate 1 has 1 of 3 below in each bin, replicate 2 none
+    assert [r[9] for r in rows] == [pytest.approx(1 / 6), pytest.approx(1 / 6)]
+    assert _fraction_rows("all", np.array([0.0, 1.0]), np.zeros(6, int), np.zeros(6), y_obs,
+                          y_sim, 0.9, cens, (-np.inf, np.inf)) == []  # fmt: skip

@@ -545,7 +545,29 @@ def vpc_chart(result, *, log_y: bool = False, endpoint_label: str = "DV") -> Cha
             p.add("line", gp["x_mid"], gp["observed"], colour=c, width=2.0,
                   label=f"observed {n} percentile")  # fmt: skip
         panels.append(p)
+    fractions = [_fraction_panel(s[s["stratum"] == st], result.x, ci) for st in strata]
+    if any(f is not None for f in fractions):  # censored data: the fraction beyond the limits
+        return Chart([panels, fractions], 6 * len(strata) + 3.4, 8.4)
     return Chart([panels], 6 * len(strata) + 3.4, 4.8)
+
+
+def _fraction_panel(g: pd.DataFrame, x: str, ci: str) -> Panel | None:
+    """The fraction of records below the LLOQ (above the ULOQ) per bin, observed against
+    simulated, of one stratum's summary rows `g`; None without censored records."""
+    sides = [side for side in ("below LLOQ", "above ULOQ") if (g["statistic"] == side).any()]
+    if not sides:
+        return None
+    p = Panel(title="fraction of records censored", ylabel="fraction",
+              xlabel="time after dose (TAD)" if x == "TAD" else x, legend="right")  # fmt: skip
+    for side, c in zip(sides, ("blue", "red")):
+        f = g[g["statistic"] == side].sort_values("x_mid")
+        p.add("band", f["x_mid"], f["sim_lo"], y2=f["sim_hi"], colour=c, alpha=0.18,
+              label=f"simulated fraction {side}, {ci}")  # fmt: skip
+        p.add("line", f["x_mid"], f["sim_median"], colour=c, dash=True,
+              label=f"simulated fraction {side}, median")  # fmt: skip
+        p.add("line", f["x_mid"], f["observed"], colour=c, width=2.0,
+              label=f"observed fraction {side}")  # fmt: skip
+    return p
 
 
 def vpc_plot(result, *, log_y: bool = False, endpoint_label: str = "DV"):

@@ -957,6 +957,13 @@ def _vpc_section(fit, table, reps, vpc_sims: int, seed: int, ep_label: str) -> s
             if (v.summary["statistic"] == "mean").any()
             else ""
         )
+        + (
+            "; below, the fraction of records beyond the limit of quantification per bin, "
+            "observed against simulated (censored observations and simulated values beyond "
+            "it alike)"
+            if v.summary["statistic"].isin(("below LLOQ", "above ULOQ")).any()
+            else ""
+        )
         + ".</p>",
     ]
     if _multiple_doses(fit.population):

@@ -23,7 +23,10 @@ class VPC:
       simulated percentile over the replicates), statistic ("percentile"). A stratum of
       count or binary observations (Poisson, Bernoulli), whose percentiles are a few integers
       whatever the model, has one row per bin for the mean instead (the proportion of 1s for
-      binary data): statistic "mean", percentile NaN.
+      binary data): statistic "mean", percentile NaN. A stratum with censored records (a
+      limit of quantification) also has, per bin, the fraction of records beyond each limit,
+      observed against the simulated fractions: statistic "below LLOQ" ("above ULOQ"),
+      percentile NaN.
     - `observed`: one row per observation used: ID, x, DV (prediction-corrected for a pcVPC),
       PRED, stratum, bin.
     - `percentiles`, `ci`, `n_sim`, `seed`, `pred_corrected`, `stratify`, `x`: the settings.
@@ -202,6 +205,7 @@ def vpc_of(
             rows += _summary_rows(
                 s, edges, bin_of, xv[sel], y_obs, y_sim, pcts, ci, cens[sel], limits
             )
+            rows += _fraction_rows(s, edges, bin_of, xv[sel], y_obs, y_sim, ci, cens[sel], limits)
         shown = cens[sel] == 0  # (the censored records count, but have no value to show)
         obs_parts.append(
             _observed_part(
@@ -358,6 +362,29 @@ def _summary_rows(
             rows.append(
                 (stratum, *per_bin, p, float(obs_q[k]), float(lo[k]), float(med[k]),
                  float(hi[k]), "percentile")
+            )  # fmt: skip
+    return rows
+
+
+def _fraction_rows(stratum, edges, bin_of, x, y_obs, y_sim, ci, cens, limits) -> list[tuple]:
+    """One stratum's rows of the fraction of records beyond each finite limit of
+    quantification, per bin (statistic "below LLOQ", "above ULOQ"): observed (censored
+    records, and values beyond the limit) against the `ci` interval and median of the
+    simulated fractions (PsN's VPC with -lloq, the vpc R package's BLQ panel). Where most
+    records are censored the percentiles are NaN, and this is what is left to compare."""
+    alpha = (1.0 - ci) / 2.0
+    rows = []
+    for side, limit, code in (("below LLOQ", limits[0], 1), ("above ULOQ", limits[1], -1)):
+        if not np.isfinite(limit):
+            continue
+        obs = (cens == code) | ((y_obs < limit) if code == 1 else (y_obs > limit))
+        sim = (y_sim < limit) if code == 1 else (y_sim > limit)
+        for j in np.unique(bin_of):
+            m = bin_of == j
+            lo, med, hi = np.quantile(np.mean(sim[:, m], axis=1), [alpha, 0.5, 1.0 - alpha])
+            rows.append(
+                (stratum, *_bin_columns(j, edges, x, m), np.nan, float(np.mean(obs[m])),
+                 float(lo), float(med), float(hi), side)
             )  # fmt: skip
     return rows
 
