@@ -59,6 +59,7 @@ def test_a_vpc_of_censored_data_censors_its_simulations_too(censored_fit):
     # the censored records count but have no value to show
     n_cens = int((dn.predict(fit)["CENS"] == 1).sum())
     assert len(check.observed) == fit.n_obs - n_cens
+    assert f"{fit.n_obs} observations ({n_cens} censored)," in str(fit)
     # every percentile drawn is above the limit; the late bin's 5th percentile, where more
     # than 5% of the records are censored, is not drawn, observed or simulated
     pct = s[s["statistic"] == "percentile"]

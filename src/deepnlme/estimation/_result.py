@@ -273,13 +273,23 @@ class Fit:
 
     # ------------------------------------------------------------------ display
 
+    def _observations(self) -> str:
+        """ "N observations", with how many are censored (M3) where some are."""
+        n_cens = 0
+        if self.population is not None:
+            a = self.population.arrays()
+            n_cens = int(np.sum(np.asarray(a.obs_mask) & (np.asarray(a.obs_cens) != 0)))
+        return f"{self.n_obs} observations" + (f" ({n_cens} censored)" if n_cens else "")
+
     def _summary_lines(self) -> list[str]:
         name = getattr(self.method, "name", type(self.method).__name__)
         status = "converged" if self.converged else "NOT converged"
+        import textwrap
+
         return [
-            f"{name} fit: {status} ({self.message})",
+            *textwrap.wrap(f"{name} fit: {status} ({self.message})", 100, subsequent_indent="  "),
             f"OFV {self.ofv:.4f}   -2LL {self.m2ll:.4f}   AIC {self.aic:.3f}   BIC {self.bic:.3f}",
-            f"{self.n_subjects} subjects, {self.n_obs} observations, {self.n_params} estimated "
+            f"{self.n_subjects} subjects, {self._observations()}, {self.n_params} estimated "
             f"parameters, {self.n_iter} iterations, {self.timings.get('total', 0.0):.2f} s",
             f"covariance step: {self.covariance_status}",
         ]
@@ -298,7 +308,7 @@ class Fit:
         status = "converged" if self.converged else "NOT converged"
         return (
             f"<Fit {name}: {status}, OFV {self.ofv:.4f}\n"
-            f" {self.n_subjects} subjects, {self.n_obs} observations, {self.n_params} estimated "
+            f" {self.n_subjects} subjects, {self._observations()}, {self.n_params} estimated "
             f"parameters; covariance step: {self.covariance_status}>"
         )
 

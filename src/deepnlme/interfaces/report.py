@@ -749,7 +749,7 @@ def _report_html(
                 f"{fit.aic:.3f}",
                 f"{fit.bic:.3f}",
                 str(fit.n_subjects),
-                str(fit.n_obs),
+                fit._observations().removesuffix(" observations").replace(" observations ", " "),
                 str(fit.n_params),
                 str(fit.n_iter),
                 str(fit.n_eval),
