@@ -280,6 +280,16 @@ def test_accessors_se_etas_individual_parameters(theo):
     # a PDiag's off-diagonal zeros are not estimated: no SE (it read 0, "known exactly")
     assert np.isnan(theo.se["omega"][0, 1]) and np.isnan(theo.se["omega"][1, 0])
     assert np.isnan(raw.loc["omega[2,1]", "se"]) and np.isnan(raw.loc["omega[2,1]", "ci_2.5%"])
+    # nor a covariance (0.0 read "known exactly" and made the matrix singular); the rest of
+    # the matrix is the estimates' covariance, positive definite
+    cov = theo.covariance
+    assert cov.loc["omega[2,1]"].isna().all() and cov["omega[3,2]"].isna().all()
+    kept = [c for c in cov.columns if not cov[c].isna().all()]
+    assert kept == ["tka", "tcl", "tv", "omega[1,1]", "omega[2,2]", "omega[3,3]", "sigma"]
+    assert np.linalg.eigvalsh(cov.loc[kept, kept].to_numpy()).min() > 0
+    np.testing.assert_allclose(np.sqrt(np.diag(cov.loc[kept, kept])), raw.loc[kept, "se"])
+    # the estimates and their SEs in the model's order, not sorted by name
+    assert list(theo.estimates) == list(theo.se) == ["tka", "tcl", "tv", "omega", "sigma"]
     pd.testing.assert_frame_equal(theo.etas, theo.ebes)
     ind = theo.individual_parameters()
     assert list(ind.columns) == ["ID", "ka", "cl", "v"]

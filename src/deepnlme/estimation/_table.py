@@ -49,7 +49,10 @@ def build_table(
     problem, u_hat, free, cov_pos, cov_u, fixed_names, network, network_se, ev, method, exact
 ):
     values_fn, declared_jac, _ = post_functions(problem)
-    values = {k: np.asarray(v) for k, v in values_fn(jax.device_put(u_hat))[0].items()}
+    raw = values_fn(jax.device_put(u_hat))[0]
+    # in the model's order (a program returns a dict sorted by name, as JAX's trees are)
+    order = [pi.name for pi in problem.param_info if pi.name in raw]
+    values = {k: np.asarray(raw[k]) for k in order + sorted(set(raw) - set(order))}
     for k, v in exact.items():
         values[k] = np.asarray(v, dtype=np.float64).reshape(values[k].shape)
     rows, elem_index = [], []
@@ -86,11 +89,17 @@ def build_table(
         se = np.sqrt(np.clip(np.diag(sub), 0.0, None))
         # an element no estimated entry moves (a PDiag's off-diagonal zeros) has no SE, not 0
         se[~np.any(jac[elem_index] != 0, axis=1)] = np.nan
-        names = [r["parameter"] for r in rows]
-        cov_decl = pd.DataFrame(sub, index=names, columns=names)
         for i, r in enumerate(rows):
             if r["note"]:
                 se[i] = np.nan
+        # the elements without an SE (fixed, structural zeros, networks without SEs) have no
+        # covariance either: NaN, not the 0 of "known exactly"
+        none = np.isnan(se)
+        sub = sub.copy()
+        sub[none, :] = np.nan
+        sub[:, none] = np.nan
+        names = [r["parameter"] for r in rows]
+        cov_decl = pd.DataFrame(sub, index=names, columns=names)
     table = pd.DataFrame(rows)
     table.insert(3, "se", se)
     est = table["estimate"].to_numpy()
@@ -673,6 +682,8 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
     cov = None
     if fit.covariance is not None and elems:
         cov = fit.covariance.loc[elem_labels, elem_labels].to_numpy(dtype=np.float64)
+        # (NaN: an element not estimated, whose zero derivative then must not make it NaN)
+        cov = np.nan_to_num(cov, nan=0.0)
     fixed_elem = np.array(
         [lab not in by_label.index or by_label.loc[lab, "note"] == "fixed" for lab in elem_labels],
         dtype=bool,
