@@ -96,6 +96,17 @@ def test_fixed_effects_back_transformed_where_the_model_writes_exp(theo):
 
 
 @pytest.mark.slow
+def test_columns_empty_throughout_are_left_out_of_the_notebook_and_the_report(pheno):
+    # pheno writes theta * exp(eta): no back-transformed values, whose empty columns the
+    # notebook's table and the report showed where print left them out
+    from deepnlme.interfaces.report import _estimates_shown
+
+    assert pheno.table()["back-transformed"].isna().all()
+    assert "back-transformed" not in pheno._repr_html_() and "back-transformed" not in str(pheno)
+    shown = _estimates_shown(pheno.table())
+    assert "back-transformed" not in shown.columns and "cv%" in shown.columns
+
+
 def test_theta_times_exp_eta_is_not_back_transformed_and_its_cv_is_log_normal(pheno):
     fixed = _rows(pheno, "fixed effects")
     assert fixed["back-transformed"].isna().all()  # cl = th_cl * WT * exp(eta[0])
@@ -288,6 +299,10 @@ def test_accessors_se_etas_individual_parameters(theo):
     assert kept == ["tka", "tcl", "tv", "omega[1,1]", "omega[2,2]", "omega[3,3]", "sigma"]
     assert np.linalg.eigvalsh(cov.loc[kept, kept].to_numpy()).min() > 0
     np.testing.assert_allclose(np.sqrt(np.diag(cov.loc[kept, kept])), raw.loc[kept, "se"])
+    # one ID type in every table: the data's (int64 here; object arrays of ints were not)
+    tables = [dn.predict(theo), theo.individual_parameters(), theo.population.to_dataframe(),
+              theo.individual_parameters(per_time=True), dn.ebe_table(theo)]  # fmt: skip
+    assert {str(t["ID"].dtype) for t in tables} == {str(theo.etas.index.dtype)} == {"int64"}
     # the estimates and their SEs in the model's order, not sorted by name
     assert list(theo.estimates) == list(theo.se) == ["tka", "tcl", "tv", "omega", "sigma"]
     pd.testing.assert_frame_equal(theo.etas, theo.ebes)
@@ -550,6 +565,9 @@ def test_parameters_the_model_fixes_are_listed_as_fix(tmp_path):
     residual = _rows(fit, "residual error")
     assert list(residual.index) == ["sigma"] and residual.loc["sigma", "estimate"] == 0.7
     assert "tka FIX" in str(fit) and "sigma FIX" in str(fit) and "tcl FIX" not in str(fit)
+    # the notebook's table marks them as print does
+    html = fit._repr_html_()
+    assert "<td>tka FIX</td>" in html and "<td>sigma FIX</td>" in html
     raw = fit.raw_table().set_index("parameter")
     assert raw.loc["tka", "note"] == "fixed" and raw.loc["sigma", "estimate"] == 0.7
     again = dn.load_fit(fit.save(tmp_path / "fit"))

@@ -40,6 +40,14 @@ RECORD_COLUMNS = (
 INTERNAL_NAMES = frozenset(c.upper() for c in RECORD_COLUMNS) | {"ADDITIONAL", "S", "T"}
 
 
+def id_array(ids) -> np.ndarray:
+    """The subject IDs `ids` as one array of the data's type: int64 for integral IDs, object
+    (str) otherwise; every table's ID column takes it (object arrays of Python ints gave
+    an ID column of dtype object beside the int64 of others, and a frame written to CSV and
+    read back compared unequal)."""
+    return pd.Series(list(ids)).to_numpy()
+
+
 class PopulationArrays(NamedTuple):
     """Padded per-subject arrays (leading axis N = subjects) with masks, for vmapped computation.
 
@@ -375,8 +383,7 @@ class Population:
         """ID, TIME (as written) and CMT of every observation record, in file order."""
         r = self._records
         obs = _is_obs(r)
-        ids = np.empty(len(self._ids), dtype=object)
-        ids[:] = list(self._ids)
+        ids = id_array(self._ids)
         return pd.DataFrame(
             {
                 "ID": ids[r["_S"].to_numpy()[obs]],
@@ -474,8 +481,7 @@ class Population:
         """
         r = self._records
         obs = _is_obs(r)
-        ids = np.empty(len(self._ids), dtype=object)
-        ids[:] = list(self._ids)
+        ids = id_array(self._ids)
         out = pd.DataFrame(
             {
                 "ID": ids[r["_S"].to_numpy()],

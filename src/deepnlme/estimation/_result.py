@@ -322,7 +322,9 @@ class Fit:
         lines = self._summary_lines() + self._covariance_lines()
         parts = [f"<div><p>{'<br>'.join(html.escape(x) for x in lines)}</p>"]
         if self._table is not None:
-            parts.append(html_table(self.table()))
+            # as print shows it: FIX marks, and no column that is empty throughout
+            table = held_marked(self.table())
+            parts.append(html_table(table[["block", *shown_columns(table)]]))
         parts.append("</div>")
         return "".join(parts)
 
@@ -336,7 +338,7 @@ def _cell(v: Any) -> str:
     return "" if v is None else str(v)
 
 
-def _shown_columns(df: pd.DataFrame) -> list[str]:
+def shown_columns(df: pd.DataFrame) -> list[str]:
     """The columns with something to show (not all NaN or empty), `block` left out."""
     keep = []
     for c in df.columns:
@@ -351,19 +353,24 @@ def _shown_columns(df: pd.DataFrame) -> list[str]:
     return keep
 
 
+def held_marked(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` (a `Fit.table()`) with each parameter held fixed (by the model, `fixed=`, or a
+    method that does not estimate it: NaivePooled's Omega) marked " FIX", as NONMEM marks it."""
+    if "note" not in table.columns or "parameter" not in table.columns:
+        return table
+    held = table["note"].astype(str).str.match(r"fixed\b")
+    return table.assign(
+        parameter=np.where(held, table["parameter"].astype(str) + " FIX", table["parameter"])
+    )
+
+
 def format_table(table: pd.DataFrame, *, notes: bool = False) -> str:
     """`Fit.table()` as text: a heading per block, the columns that apply to it, numbers to 4
     significant digits, blanks where a column does not apply (`notes`: the note column too)."""
     out = []
     for block, part in table.groupby("block", sort=False):
-        cols = [c for c in _shown_columns(part) if notes or c != "note"]
-        if "note" in part.columns and "parameter" in cols:
-            # a parameter held fixed (by the model, `fixed=`, or a method that does not
-            # estimate it: NaivePooled's Omega) is marked, as NONMEM's FIX
-            held = part["note"].astype(str).str.match(r"fixed\b")
-            part = part.assign(
-                parameter=np.where(held, part["parameter"] + " FIX", part["parameter"])
-            )
+        cols = [c for c in shown_columns(part) if notes or c != "note"]
+        part = held_marked(part)
         cells = [[_cell(v) for v in row] for row in part[cols].itertuples(index=False)]
         widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(cols)]
         text = [str(block)]

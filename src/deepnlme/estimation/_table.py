@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
+from ..data._population import id_array
 from ..model._distributions import DISTRIBUTIONS
 from ..model._ir import (
     Assign,
@@ -719,7 +720,8 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
         else:
             cv = math.nan
             how = (
-                f"SD only: {labels[j]} does not enter through exp(...)"
+                f"SD only: {labels[j]} does not enter only as a plain term of exp(...) "
+                "(exp(theta + eta)), so it has no log-normal CV% of its own"
                 if reading is not None
                 else "SD only"
             )
@@ -1028,8 +1030,7 @@ def individual_frame(
     n, m = mask.shape
     subject = np.repeat(np.arange(n), m).reshape(n, m)
     order = np.lexsort((seq[mask], subject[mask]))
-    id_arr = np.empty(n, dtype=object)
-    id_arr[:] = ids
+    id_arr = id_array(ids)
     frame = pd.DataFrame(
         {
             "ID": id_arr[subject[mask][order]],

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..data._population import id_array
 from ..errors import OptionError, SolveError
 
 _CSS = """
@@ -403,12 +404,11 @@ def _own_warnings(fit, corr, cond) -> list[str]:
 def _estimates_shown(table: pd.DataFrame) -> pd.DataFrame:
     """`Fit.table()` as the report shows it: without its notes, a held parameter (fixed by
     the model, by `fixed=`, or by the method) marked FIX as `print(fit)` marks it."""
-    if "note" not in table.columns:
-        return table
-    held = table["note"].astype(str).str.match(r"fixed\b")
-    out = table.drop(columns=["note"])
-    out["parameter"] = np.where(held, out["parameter"].astype(str) + " FIX", out["parameter"])
-    return out
+    from ..estimation._result import held_marked, shown_columns
+
+    out = held_marked(table).drop(columns=["note"], errors="ignore")
+    # no column that is empty throughout (pheno's back-transformed values: theta * exp(eta))
+    return out[[c for c in out.columns if c == "block" or c in shown_columns(out)]]
 
 
 def _covariance_section(fit) -> list[str]:
@@ -576,7 +576,7 @@ def dense_predictions(
     a = grid.arrays()
     return pd.DataFrame(
         {
-            "ID": np.repeat(np.asarray(binding.ids, dtype=object), t).reshape(n, t)[mask],
+            "ID": np.repeat(id_array(binding.ids), t).reshape(n, t)[mask],
             "ENDPOINT": np.asarray(grid.endpoints, dtype=object)[a.obs_endpoint][mask],
             "TIME": np.asarray(binding.data.obs_time)[mask],
             "IPRED": np.asarray(ipred)[mask],

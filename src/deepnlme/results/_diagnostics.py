@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .._gc import owned_cache
+from ..data._population import id_array
 from ..errors import OptionError, SolveError
 from ..estimation._compiled import fit_values, posthoc_modes, run_once_jit
 from ..estimation._table import individual_frame, informed_ebes
@@ -567,7 +568,7 @@ def npde_of(fit, reps: _Replicates) -> pd.DataFrame:
         pde[i, sel] = np.clip(np.mean(dec_sim < dec_obs, axis=0), lo, hi)
     mask = np.asarray(b.binding.data.obs_mask)
     a = b.population.arrays()
-    ids = np.repeat(np.asarray(b.binding.ids, dtype=object), t).reshape(n, t)
+    ids = np.repeat(id_array(b.binding.ids), t).reshape(n, t)
     return pd.DataFrame(
         {
             "ID": ids[mask],

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .._gc import owned_cache
+from ..data._population import id_array
 from ..errors import OptionError
 from ..estimation._compiled import model_program, run_once_jit
 from ..likelihood._from_model import batched, binding_of, model_problem
@@ -343,8 +344,7 @@ def _simulated_frame(sim: _Simulated, wanted: tuple[str, ...]) -> pd.DataFrame:
     mask = np.asarray(binding.data.obs_mask)
     n, t = mask.shape
     subject = np.repeat(np.arange(n), t).reshape(n, t)[mask]
-    ids = np.empty(n, dtype=object)
-    ids[:] = list(binding.ids)
+    ids = id_array(binding.ids)
     a = pop.arrays()
     frame = {
         "ID": ids[subject],
@@ -457,7 +457,7 @@ def predictions_frame(binding, population, ppred, ipred, derived: dict) -> pd.Da
     then the `derived:` variables."""
     mask = np.asarray(binding.data.obs_mask)
     n, t = mask.shape
-    ids = np.repeat(np.asarray(binding.ids, dtype=object), t).reshape(n, t)
+    ids = np.repeat(id_array(binding.ids), t).reshape(n, t)
     outputs = population.endpoints
     a = population.arrays()
     frame = {
