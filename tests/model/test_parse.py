@@ -58,7 +58,7 @@ def test_design_example():
     tab = m.parameter_table()
     assert list(tab.columns) == ["name", "domain", "init", "kind", "fixed", "size"]
     assert tab.loc[3, "init"] == [0.4, 0.07, 0.02]
-    assert tab.loc[4, "domain"] == "Real(init=0.7, lower=0.0)"
+    assert tab.loc[4, "domain"] == "Positive(init=0.7)"
     r = repr(m)
     assert "omega  PDiag(init=[0.4, 0.07, 0.02])" in r and "states Depot, Central" in r
 

@@ -198,6 +198,8 @@ class Real(_BoundedMixin):
 
     def describe(self) -> str:
         fx = ", fixed=True" if self.fixed else ""
+        if self.lower == 0.0 and self.upper is None:  # (as written: Positive(...) is this)
+            return f"Positive(init={_lit(self.init)}{fx})"
         return f"Real(init={_lit(self.init)}{self._bounds_text()}{fx})"
 
 
