@@ -132,3 +132,23 @@ def test_a_modelled_infusion_longer_than_ii_at_steady_state_is_named():
         "(duration[Central] of 'dosing:'), longer than its II = 12"
     )):  # fmt: skip
         dn.model_predict(dn.load_model(text), dn.read_data(table))
+
+
+@pytest.mark.parametrize("rate", [49.9, 50.0, 50.0 * (1 + 1e-9)])
+def test_a_constant_infusion_at_the_elimination_capacity_has_no_steady_state(model, rate):
+    """A constant infusion at steady state (AMT=0, RATE, II=0, SS=1) of C = km R / (vm - R):
+    at R = vm there is none, and Newton's iterates double each step while the residual falls
+    (R - vm C / (km + C) = vm km / (km + C)): the state they reached after `ss_iterations`
+    was taken as the steady state, silently. Below vm it is found to the solver's accuracy."""
+    rows = [
+        dict(ID=1, TIME=0.0, AMT=0.0, RATE=rate, II=0.0, SS=1, EVID=1, MDV=1, DV=None),
+        dict(ID=1, TIME=1.0, AMT=0.0, RATE=0.0, II=0.0, SS=0, EVID=0, MDV=0, DV=1.0),
+    ]
+    population = dn.read_data(pd.DataFrame(rows))
+    if rate < 50.0:
+        pred = dn.model_predict(model, population)["PRED"].to_numpy()
+        # one hour after the record the infusion still runs: the state is the steady state
+        np.testing.assert_allclose(pred, 2.0 * rate / (50.0 - rate), rtol=1e-8)
+        return
+    with pytest.raises(dn.SolveError, match=r"the steady state of its SS dose record"):
+        dn.model_predict(model, population)

@@ -775,23 +775,30 @@ def _constant_infusion_state(prob: _Problem, d, args):
         jac = jax.jacfwd(lambda xx: rhs(t, xx, a))(x)
         return x - jnp.linalg.solve(jnp.where(is_c, jac, -eye), jnp.where(is_c, g, 0.0)), g
 
-    def small(x, g, u):
-        return jnp.max(jnp.abs(g)) <= 1e-6 * jnp.max(jnp.abs(u)) + opts.atol
+    def small(x, g, u, moved):
+        # the residual small against the rate, and the last Newton step against the amounts:
+        # where elimination saturates at the rate (Michaelis-Menten at Vmax) the residual
+        # falls as the iterates run away (each step doubling them), and alone it passed them
+        return (jnp.max(jnp.abs(g)) <= 1e-6 * jnp.max(jnp.abs(u)) + opts.atol) & (
+            moved <= 10.0 * (opts.rtol * jnp.max(jnp.abs(x)) + opts.atol)
+        )
 
     held, u_held = jax.lax.stop_gradient((args, u_c))
 
     def body(carry):
-        k, x, _ = carry
+        k, x, _, _ = carry
         x_new, g = step(x, held, u_held)
-        return k + 1, x_new, g
+        return k + 1, x_new, g, jnp.max(jnp.abs(x_new - x))
 
     def cond(carry):
-        k, x, g = carry
-        return (k < opts.ss_iterations) & ~small(x, g, u_held) & jnp.all(jnp.isfinite(x))
+        k, x, g, moved = carry
+        return (k < opts.ss_iterations) & ~small(x, g, u_held, moved) & jnp.all(jnp.isfinite(x))
 
-    carry = (jnp.array(0), x0, jnp.full(x0.shape[0], jnp.inf))
-    _, xc, _ = jax.lax.while_loop(cond, body, carry)
+    carry = (jnp.array(0), x0, jnp.full(x0.shape[0], jnp.inf), jnp.array(jnp.inf))
+    _, xc, _, _ = jax.lax.while_loop(cond, body, carry)
     xc = jax.lax.stop_gradient(xc)
     for _ in range(2):
+        x_last = xc
         xc, g = step(xc, args, u_c)
-    return xc, small(xc, g, u_c), is_c
+    moved = jnp.max(jnp.abs(jax.lax.stop_gradient(xc - x_last)))
+    return xc, small(jax.lax.stop_gradient(xc), g, u_c, moved), is_c
