@@ -923,12 +923,14 @@ def _select(per_output: tuple[ObsDist, ...], idx: jax.Array) -> ObsDist:
 
 
 NO_STEADY_STATE = (
-    "A steady state needs a dosing interval II longer than the dose's lag time (a lag of II "
-    "or more is not supported: give the doses as a history, with ADDL, instead of SS) and "
-    "than an SS infusion's duration. With saturable (nonlinear) elimination a dose above what "
-    "the model eliminates in one dosing interval has no steady state: check the dose, II and "
-    "the parameter values of that subject. Where a steady state exists, raise "
-    "OdeOptions.ss_iterations (the most Newton iterations, default 20)."
+    "Most often the model eliminates less than the dose in one dosing interval: with "
+    "saturable (nonlinear) elimination, a dose rate (AMT/II, or RATE) at or above the "
+    "capacity (Michaelis-Menten's Vmax) has no steady state; check the dose, II and that "
+    "subject's parameter values. A steady state also needs II longer than the dose's lag time "
+    "(a lag of II or more: give the doses as a history, with ADDL, instead of SS) and than an "
+    "SS infusion's duration. Where one exists but Newton's method needs more steps to reach "
+    "it (a dose rate just below the capacity), raise OdeOptions.ss_iterations (the most "
+    "Newton iterations, default 20)."
 )
 
 
