@@ -575,3 +575,11 @@ def test_the_summary_points_to_the_covariance_steps_warnings():
     )  # fmt: skip
     assert "with 2 warnings" in _warned(fit) and 'href="#covariance"' in _warned(fit)
     assert _warned(types.SimpleNamespace(**{**vars(fit), "covariance_warnings": ()})) == ""
+
+
+def test_a_misspelt_report_option_and_a_missing_covariate_column_are_named(shared_fit, tmp_path):
+    with pytest.raises(dn.OptionError, match="write_report: unknown option `vpc_sim`. Did you"):
+        dn.write_report(shared_fit, tmp_path / "r.html", vpc_sim=10)
+    ebes = dn.ebe_table(shared_fit)
+    with pytest.raises(dn.OptionError, match=r"eta_covariates: no column 'AGE' .* it has ID"):
+        plots.eta_covariates_chart(ebes, ["eta[0]"], ["WT", "AGE"])

@@ -356,6 +356,13 @@ def eta_covariates_chart(ebes: pd.DataFrame, eta_labels, covariates) -> Chart:
     eta_labels, covariates = list(eta_labels), list(covariates)
     if not eta_labels:
         raise OptionError("eta_covariates: the model has no random effects to plot")
+    missing = [c for c in eta_labels + covariates if c not in ebes.columns]
+    if missing:
+        raise OptionError(
+            f"eta_covariates: no column {', '.join(map(repr, missing))} in the EBE table; it "
+            f"has {', '.join(map(str, ebes.columns))} (`dn.ebe_table(fit)`: the random effects, "
+            "the baseline covariates and the individual parameters)"
+        )
     grid: list[list[Panel | None]] = []
     for e in eta_labels:
         row: list[Panel | None] = []

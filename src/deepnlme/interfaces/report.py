@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..data._population import id_array
-from ..errors import OptionError, SolveError
+from ..errors import OptionError, SolveError, check_keywords
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;
@@ -1167,6 +1167,10 @@ def write_report(fit, path: str | os.PathLike, **options: Any) -> Path:
     Example:
         >>> dn.write_report(fit, "out/report.html", data_file="pheno.csv", log_scale=True)
     """
+    import inspect
+
+    accepted = [k for k in inspect.signature(report_html).parameters if k != "fit"]
+    check_keywords("write_report", options, accepted)
     p = Path(path)
     text = report_html(fit, **options)
     p.parent.mkdir(parents=True, exist_ok=True)
