@@ -402,3 +402,20 @@ def test_a_simulated_design_with_blq_records_is_censored_again_at_their_limits()
     np.testing.assert_array_equal(a.obs_cens[:, 3], np.where(below, 1, 0))
     np.testing.assert_array_equal(a.obs_dv[:, 3], np.where(below, limit, drawn))
     assert (a.obs_cens[:, :3] == 0).all()
+
+
+def test_a_fit_predicts_and_simulates_with_its_own_ode_options():
+    """model_predict(fit) and simulate(fit) solved with the default OdeOptions whatever the
+    fit used: at rtol 1e-6 its IPRED differed from predict(fit)'s by 4e-6."""
+    model = dn.load_model("examples/theophylline_ode.model")
+    pop = dn.datasets.load("theophylline").subset([1, 2, 3])
+    loose = dn.OdeOptions(solver="tsit5", rtol=1e-6, atol=1e-8)
+    fit = dn.fit(model, pop, dn.FOCEI(), ode_options=loose, max_iter=0, covariance=None,
+                 progress=False)  # fmt: skip
+    own = dn.predict(fit)["IPRED"].to_numpy()
+    got = dn.model_predict(fit, etas=fit.ebe_array)["IPRED"].to_numpy()
+    np.testing.assert_allclose(got, own, rtol=1e-13)
+    sim = dn.simulate(fit, etas=fit.ebe_array, residual=False, seed=1, include=["ipred"])
+    np.testing.assert_allclose(sim["IPRED"].to_numpy(), own, rtol=1e-13)
+    tight = dn.model_predict(fit, etas=fit.ebe_array, ode_options=dn.OdeOptions(solver="tsit5"))
+    assert np.max(np.abs(tight["IPRED"].to_numpy() - own)) > 1e-9  # (the options matter)

@@ -264,3 +264,25 @@ def test_an_estimated_sd_of_a_random_effect_stays_a_parameter(tmp_path):
         assert pk["V"] == pytest.approx(float(ind.loc[sid, "v"]), rel=TOL), sid
     r = dn.export(fit, to="nlmixr2", out=tmp_path / "r")["model"].read_text()
     assert "kv ~ fix(1)  # standardised: the model uses om_v * it" in r and "(om_v*kv)" in r
+
+
+def test_a_gelu_network_that_cannot_be_exported_is_named(tmp_path):
+    """gelu brings erf, which NONMEM and nlmixr2 lack: the refusal named erf alone, a function
+    the user never wrote."""
+    from deepnlme.export import ExportError
+
+    text = (
+        "param:\n    tcl = Real(init=1.0)\n    omega = PDiag(init=[0.1])\n"
+        "    sigma = Positive(init=0.5)\n    NN = MLP(1, (3, gelu), (1, identity), seed=1)\n"
+        "random:\n    eta ~ MvNormal(omega)\ncovariates: WT\n"
+        "pre:\n    v = 10\n    cl = exp(tcl + eta[0] + NN(WT / 70)[0])\n"
+        "dynamics: OneCompartment\nderived:\n    DV ~ Additive(Central / v, sigma)\n"
+    )
+    rows = [(i, t, 100.0 if t == 0 else 0.0, int(t == 0), 1.0 + t, 60.0 + 10 * i)
+            for i in (1, 2) for t in (0.0, 1.0, 4.0)]  # fmt: skip
+    df = pd.DataFrame(rows, columns=["ID", "TIME", "AMT", "EVID", "DV", "WT"])
+    fit = dn.fit(dn.load_model(text), dn.read_data(df.assign(MDV=df["EVID"])), dn.FO(),
+                 max_iter=0, covariance=None, progress=False)  # fmt: skip
+    for target in ("nonmem", "nlmixr2"):
+        with pytest.raises(ExportError, match=r"function erf .* from a network's gelu"):
+            dn.export(fit, to=target, out=tmp_path / target)

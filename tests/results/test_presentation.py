@@ -244,6 +244,7 @@ def test_network_has_one_row_and_its_weights_their_own_table(small_net):
     row = net.iloc[0]
     assert row["parameter"] == "NN" and row["label"] == "NN: MLP 1-3-1, 10 weights"
     assert f"reg=L2(1.0): penalty {fit.penalty:.6g} at the estimates" in row["note"]
+    assert f"networks' penalty {fit.penalty:.4f} (not in the OFV)" in str(fit)
     w = fit.network_weights()
     assert list(w["parameter"]) == [f"NN[{k}]" for k in range(1, 11)]
     np.testing.assert_array_equal(w["estimate"].to_numpy(), fit.estimates["NN"])
@@ -616,3 +617,26 @@ def test_random_effects_sharing_one_variance_say_so():
     assert notes["var(kap1)"].startswith("one variance with kap2 (om_iov; NONMEM's SAME)")
     assert notes["var(kap2)"].startswith("one variance with kap1 (om_iov; NONMEM's SAME)")
     assert "NONMEM's SAME" not in notes["omega[1,1]"]
+
+
+def test_a_fit_of_another_network_as_init_is_refused_or_warned(small_net):
+    """init=fit gave a relu network a tanh network's weights (as many) silently, and a model
+    scaled on another population the weights without a word."""
+    from deepnlme.nn import networks
+
+    act = networks(small_net.model)["NN"].activations[0]
+    other = "relu" if act != "relu" else "tanh"
+    text = SMALL_NET.replace("MLP(1, 3, (1, identity)", f"MLP(1, (3, {other}), (1, identity)")
+    assert text != SMALL_NET
+    with pytest.raises(dn.OptionError, match=r"its network 'NN' has layers .* would mean"):
+        dn.fit(dn.load_model(text), small_net.population, dn.FOCE(), init=small_net,
+               max_iter=0, progress=False)  # fmt: skip
+    scaled = SMALL_NET.replace("seed=2,", "seed=2, scale=zscore,")
+    pop = small_net.population
+    first = dn.fit(dn.load_model(scaled), pop, dn.FOCE(), max_iter=0, covariance=None,
+                   progress=False)  # fmt: skip
+    df = pop.to_dataframe()
+    heavier = dn.read_data(df.assign(WT=df["WT"] + 40.0))
+    with pytest.warns(UserWarning, match="scales its inputs from the population"):
+        dn.fit(dn.load_model(scaled), heavier, dn.FOCE(), init=first, max_iter=0,
+               covariance=None, progress=False)  # fmt: skip

@@ -98,6 +98,7 @@ def fit(
     ode_options = resolved_options(ode_options, predictor)  # the solver "auto" chose
     init_eta = options.pop("init_eta", None)
     if isinstance(init, Fit) and init.problem is not problem:
+        _check_init_networks(model, init)
         if init_eta is None:
             init_eta = _matching_ebes(init, problem)
         init = _fit_start(model, problem, init)
@@ -131,3 +132,42 @@ def _fit_start(model, problem, init: Fit) -> dict:
                 a = np.diag(a)
             values[k] = a
     return model.compiled.checked_values(values, "fit: option `init` (a Fit)")
+
+
+def _check_init_networks(model, init: Fit) -> None:
+    """A Fit given as `init` to a model whose networks are not its own: another architecture
+    (layers, activations, bias) with as many weights is an error (the weights would mean
+    something else: a tanh network's weights started a relu one, silently), inputs scaled
+    from another population a warning (the weights see inputs on another scale)."""
+    import warnings
+
+    from ..nn import networks, resolved_model
+
+    if init.model is None or init.model is model:
+        return
+    ours, theirs = networks(resolved_model(model)), networks(resolved_model(init))
+    for name, net in ours.items():
+        other = theirs.get(name)
+        if other is None:
+            continue
+        shape = (net.dims, net.activations, net.bias)
+        if shape != (other.dims, other.activations, other.bias):
+            raise OptionError(
+                f"fit: option `init` (a Fit): its network '{name}' has layers "
+                f"{other.dims}, activations {other.activations}, bias {other.bias}; this "
+                f"model's has {net.dims}, {net.activations}, bias {net.bias}: its weights "
+                "would mean something else here. Start from a fit of this architecture, or "
+                "give the other parameters by name (init={...})"
+            )
+        if net.scale != "none" and not all(
+            np.allclose(a, b, rtol=1e-12, atol=0)
+            for a, b in zip(net.input_transform(), other.input_transform())
+        ):
+            warnings.warn(
+                f"fit: the network '{name}' of this model scales its inputs from the "
+                "population it was first used with, not as in the fit given as `init`: its "
+                "weights start on inputs of another scale. Fit the fit's own model "
+                "(fit(init.model, population, method, init=init)) to keep its scaling.",
+                UserWarning,
+                stacklevel=3,
+            )

@@ -288,7 +288,12 @@ class Fit:
 
         return [
             *textwrap.wrap(f"{name} fit: {status} ({self.message})", 100, subsequent_indent="  "),
-            f"OFV {self.ofv:.4f}   -2LL {self.m2ll:.4f}   AIC {self.aic:.3f}   BIC {self.bic:.3f}",
+            f"OFV {self.ofv:.4f}   -2LL {self.m2ll:.4f}   AIC {self.aic:.3f}   BIC {self.bic:.3f}"
+            + (
+                f"   networks' penalty {self.penalty:.4f} (not in the OFV)"
+                if self.penalty and math.isfinite(self.penalty)
+                else ""
+            ),
             f"{self.n_subjects} subjects, {self._observations()}, {self.n_params} estimated "
             f"parameters, {self.n_iter} iterations, {self.timings.get('total', 0.0):.2f} s",
             f"covariance step: {self.covariance_status}",
