@@ -286,3 +286,42 @@ def test_a_gelu_network_that_cannot_be_exported_is_named(tmp_path):
     for target in ("nonmem", "nlmixr2"):
         with pytest.raises(ExportError, match=r"function erf .* from a network's gelu"):
             dn.export(fit, to=target, out=tmp_path / target)
+
+
+def test_censored_records_are_exported_as_m3(tmp_path):
+    """The export wrote `Y = IPRED + W*EPS(1)` for every record: NONMEM read the censored
+    records (CENS 1, DV the LLOQ) as measurements at the LLOQ. Now their likelihood, as
+    NONMEM's M3 takes it (F_FLAG with LAPLACIAN), read back by pharmpy and evaluated."""
+    from scipy.stats import norm
+
+    df = pd.read_csv(dn.datasets.path("theophylline"), na_values=".")
+    blq = (df["EVID"] == 0) & (df["DV"] < 1.0)
+    df["CENS"] = blq.astype(int)
+    df.loc[blq, "DV"] = 1.0
+    model = dn.load_model(dn.datasets.example_path("theophylline.model"))
+    fit = dn.fit(model, dn.read_data(df), dn.FOCEI(), max_iter=0, covariance=None,
+                 progress=False)  # fmt: skip
+    files = dn.export(fit, to="nonmem", out=tmp_path / "nm")
+    text = files["control_stream"].read_text()
+    assert "ELSE IF (CENS.EQ.1) THEN" in text and "Y = PHI((DV - IPRED)/W)" in text
+    assert "$ESTIMATION METHOD=COND LAPLACE INTER MAXEVAL=0" in text
+    assert "need LAPLACIAN in NONMEM: the FOCEI OFV above is that method's" in text
+    nm = pm.read_model(str(files["control_stream"]))
+    env = dict(nm.parameters.inits)
+    env.update(ETA_1=0.0, ETA_2=0.0, ETA_3=0.0, EPS_1=0.0, A_DEPOT=0.0, A_CENTRAL=20.0)
+    env.update(KA=1.0, CL=1.0, V=30.0, t=1.0, TIME=1.0)
+
+    def phi(x):  # NONMEM's PHI, the standard normal CDF (pharmpy keeps it a function)
+        return (1 + sp.erf(x.args[0] / sp.sqrt(2))) / 2
+
+    is_phi = lambda x: isinstance(x, sp.Function) and type(x).__name__ == "PHI"  # noqa: E731
+    st = [
+        type(s)(s.symbol, sp.sympify(s.expression).replace(is_phi, phi))
+        for s in nm.statements.after_odes
+        if hasattr(s, "expression")
+    ]
+    below = _evaluate(st, dict(env, CENS=1, DV=1.0))
+    want = norm.cdf((1.0 - below["IPRED"]) / below["W"])
+    assert below["F_FLAG"] == 1 and below["Y"] == pytest.approx(want, rel=1e-12)
+    measured = _evaluate(st, dict(env, CENS=0, DV=2.0))
+    assert measured["F_FLAG"] == 0 and measured["Y"] == pytest.approx(measured["IPRED"])

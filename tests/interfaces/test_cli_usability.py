@@ -388,13 +388,15 @@ def test_compare_prints_the_run_table_of_the_saved_fits(cheap_fit, tmp_path, cap
     shutil.copytree(out, tmp_path / "run2")
     seen = {}
 
-    def compare(fits):
+    def compare(fits, reference="best"):
         seen.update(fits)
+        seen["reference"] = reference
         return pd.DataFrame({"run": list(fits), "ofv": [f.ofv for f in fits.values()]})
 
     monkeypatch.setattr(dn, "compare", compare, raising=False)
     args = ["compare", str(tmp_path / "run1"), str(tmp_path / "run2" / "fit")]
-    assert main([*args, "--out", str(tmp_path / "runs.csv")]) == 0
+    assert main([*args, "--reference", "first", "--out", str(tmp_path / "runs.csv")]) == 0
+    assert seen.pop("reference") == "first"
     printed = capsys.readouterr().out
     assert list(seen) == ["run1", "run2"]
     assert all(isinstance(f, dn.Fit) for f in seen.values())

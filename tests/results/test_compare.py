@@ -46,8 +46,8 @@ def test_numbers_are_each_fits_own(two_fits):
     start, moved = two_fits
     table = dn.compare({"start": start, "moved": moved})
     assert list(table.columns) == [
-        "name", "method", "OFV", "dOFV_to_best", "n_params", "AIC", "BIC", "condition_number",
-        "converged", "covariance", "n_subjects", "n_obs",
+        "name", "method", "OFV", "dOFV_to_best", "n_params", "df", "p_LRT", "AIC", "BIC",
+        "condition_number", "converged", "covariance", "n_subjects", "n_obs",
     ]  # fmt: skip
     assert moved.ofv < start.ofv
     assert table.attrs["reference"] == "moved"
@@ -55,7 +55,9 @@ def test_numbers_are_each_fits_own(two_fits):
         assert row.OFV == f.ofv and row.AIC == f.aic and row.BIC == f.bic
         assert row.n_params == f.n_params and row.n_obs == f.n_obs == 132
         assert row.n_subjects == 12 and row.method == "FO"
-        assert row.covariance == f.covariance_status and row.converged == f.converged
+        assert row.covariance.startswith(f.covariance_status) and row.converged == f.converged
+        n_warn = len(f.covariance_warnings)
+        assert (f"; {n_warn} warning" in row.covariance) == (n_warn > 0)
         cond = getattr(f, "condition_number", None)
         if cond is not None:
             assert row.condition_number == cond or (
@@ -101,6 +103,9 @@ def test_a_jointmap_fit_beside_another_method_is_refused(two_fits):
     joint = dataclasses.replace(start, method=dn.JointMAP())
     with pytest.raises(OptionError, match=r"'run2' is a JointMAP fit, .* and 'run1' is not"):
         dn.compare(start, joint)
+    # other methods beside each other: warned (an FO base against a FOCEI model is no LRT)
+    with pytest.warns(UserWarning, match=r"different methods \(FO, FOCEI\)"):
+        dn.compare(start, dataclasses.replace(start, method=dn.FOCEI()))
     assert len(dn.compare(joint, dataclasses.replace(joint))) == 2  # (JointMAP with JointMAP)
 
 
@@ -113,3 +118,36 @@ def test_bad_arguments():
         dn.compare([object()])
     with pytest.raises(OptionError, match="'best' or 'first'"):
         dn.compare([], reference="last")
+
+
+def test_the_likelihood_ratio_test_against_the_reference():
+    """p_LRT is chi-square's upper tail of the larger model's OFV drop with df = the
+    difference in estimated parameters (scipy.stats.chi2.sf), either way round; NaN at df 0."""
+    import types
+
+    from scipy.stats import chi2
+
+    def fit(ofv, k, name="FOCEI"):
+        return types.SimpleNamespace(
+            ofv=ofv, n_params=k, method=types.SimpleNamespace(name=name), aic=ofv + 2 * k,
+            bic=ofv, converged=True, covariance_status="ok", covariance_warnings=(),
+            condition_number=10.0, n_subjects=10, n_obs=50, population=None,
+        )  # fmt: skip
+
+    from deepnlme.results import _compare
+
+    base, one, two = fit(600.0, 5), fit(594.0, 6), fit(593.0, 8)
+    pairs = [("base", base), ("one", one), ("two", two)]
+    real = _compare._named
+    _compare._named = lambda fits: pairs  # (plain objects in place of fits)
+    try:
+        first = dn.compare(pairs, reference="first")
+        best = dn.compare(pairs, reference="best")
+    finally:
+        _compare._named = real
+    assert first["df"].tolist() == [0, 1, 3]
+    assert np.isnan(first["p_LRT"][0])
+    np.testing.assert_allclose(first["p_LRT"][1:], [chi2.sf(6.0, 1), chi2.sf(7.0, 3)], rtol=1e-12)
+    # against the best (two): the smaller models' p-values of dropping its extra parameters
+    assert best.attrs["reference"] == "two" and best["df"].tolist() == [-3, -2, 0]
+    np.testing.assert_allclose(best["p_LRT"][:2], [chi2.sf(7.0, 3), chi2.sf(1.0, 2)], rtol=1e-12)

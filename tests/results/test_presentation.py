@@ -457,6 +457,14 @@ def test_reading_the_expression_tree_not_the_names():
         "    NN = MLP(1, 3, (1, identity), seed=1)\n    tv2 = Real(init=0.1)\n",
     )
     assert r.shifted == {("tcl", "cl"): ["NN"], ("tv", "v"): ["tv2"], ("tv2", "v"): ["tv"]}
+    # exp(tcl) beside factors with other fixed effects (a power covariate model, a THETA per
+    # category) is cl where those are 1: said so, not "typical cl" alone
+    r = _reading(
+        "    cl = exp(tcl + eta[0]) * (WT / 70) ** wcl\n"
+        "    v = exp(tv + eta[1]) * (sm if WT > 70 else sf)\n",
+        "    wcl = Real(init=0.75)\n    sm = Real(init=1.1)\n    sf = Real(init=0.9)\n",
+    )
+    assert r.factored == {("tcl", "cl"): ["wcl"], ("tv", "v"): ["sf", "sm"]}
     # a parameter of `derived:` or `dynamics:` is labelled with the variable it enters
     r = read_model(
         dn.load_model(

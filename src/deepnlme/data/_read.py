@@ -772,7 +772,8 @@ def _selected_covariates(
             c,
             "covariate values must be numbers",
             f"Encode {c} numerically (for example SEX: 0 = female, 1 = male) and "
-            "describe the coding in the model, or leave it out of covariates=[...].",
+            "describe the coding in the model (e.g. `SEX == 1`); if the model does not use "
+            f"{c}, leave it out of covariates=[...].",
         )
         names.append(c)
         values.append(v)
@@ -803,7 +804,8 @@ def _filled(
             "'baseline' (the subject's first value))"
             + (
                 f"; if {c} is not a covariate, select the covariates: "
-                "read_data(..., covariates=[...])."
+                "read_data(..., covariates=[...]), or read the data for the model, "
+                "read_data(..., model=model), which leaves out the columns it does not use."
                 if by_default
                 else "."
             ),

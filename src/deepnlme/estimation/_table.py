@@ -233,6 +233,9 @@ class _Reading:
     shifted: dict[tuple[str, str], list[str]] = dataclasses.field(default_factory=dict)
     # label -> pre names written logistic(label + ...) as a whole (a bioavailability)
     logit_scale: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    # (label, pre name) -> the fixed effects in the product's other factors (WT^theta, a
+    # THETA per category): exp(label) is the name's value where those factors are 1
+    factored: dict[tuple[str, str], list[str]] = dataclasses.field(default_factory=dict)
 
 
 def _eta_offsets(ir) -> dict[str, tuple[int, int]]:
@@ -400,6 +403,7 @@ def read_model(model) -> _Reading:
     eta_targets: dict[int, list[str]] = {}
     log_scale: dict[str, list[str]] = {}
     shifted: dict[tuple[str, str], list[str]] = {}
+    factored: dict[tuple[str, str], list[str]] = {}
     exp_etas: set[int] = set()
     aliases: set[str] = set()
     direct_exp: dict[str, set[int]] = {}
@@ -421,7 +425,15 @@ def read_model(model) -> _Reading:
                 if th is not None and sign > 0 and plain:
                     logit_scale.setdefault(th, []).append(name)
         direct_exp[name] = set()
-        for f in _factors(expr, pre, budget):
+        factors = _factors(expr, pre, budget)
+        # fixed effects in the product's other factors (a covariate model's exponents,
+        # a THETA per category): exp(theta) is the name's value where they are 1
+        other_thetas = {
+            id(f): _mentions(f, offsets, shapes)[1]
+            for f in factors
+            if not (isinstance(f, Call) and f.kind == "function" and f.func == "exp")
+        }
+        for f in factors:
             if not (isinstance(f, Call) and f.kind == "function" and f.func == "exp"):
                 continue
             direct = f in _factors(expr, {}, [0])
@@ -433,6 +445,9 @@ def read_model(model) -> _Reading:
                     others = [_shift_of(o) for _, o in terms if o is not t]
                     if any(others):
                         shifted[th, name] = [x for x in others if x]
+                    scaled = sorted(set().union(*other_thetas.values()) - {th})
+                    if scaled:
+                        factored[th, name] = scaled
                 for j in _plain_etas(t, offsets):
                     exp_etas.add(j)
                     if direct:
@@ -482,8 +497,9 @@ def read_model(model) -> _Reading:
             for th in sorted(_scale_mentions(arg, derived_vars, offsets, shapes)):
                 roles.setdefault(th, (f"in the {argname} of {s.name}: {to_source(arg)}", False))
     return _Reading(
-        theta_targets, log_scale, eta_targets, exp_etas - other, roles, shifted, logit_scale
-    )
+        theta_targets, log_scale, eta_targets, exp_etas - other, roles, shifted, logit_scale,
+        factored,
+    )  # fmt: skip
 
 
 def _through_aliases(theta_targets, eta_targets, aliases, statements) -> None:
@@ -626,8 +642,19 @@ def _fixed_rows(raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
             row["back-transformed"] = math.exp(est)
             row["back_ci_2.5%"] = math.exp(lo) if np.isfinite(lo) else math.nan
             row["back_ci_97.5%"] = math.exp(hi) if np.isfinite(hi) else math.nan
-            plain = [w for w in dict.fromkeys(where) if (name, w) not in reading.shifted]
+            plain = [
+                w
+                for w in dict.fromkeys(where)
+                if (name, w) not in reading.shifted and (name, w) not in reading.factored
+            ]
             notes = [f"exp({name}): typical {', '.join(plain)}"] if plain else []
+            for w in dict.fromkeys(where):
+                if (name, w) in reading.factored and (name, w) not in reading.shifted:
+                    by = ", ".join(reading.factored[name, w])
+                    notes.append(
+                        f"exp({name}): typical {w} where the factors with {by} are 1 "
+                        "(covariates at their reference values)"
+                    )
             for w in dict.fromkeys(where):
                 if (name, w) in reading.shifted:
                     at = ", ".join(reading.shifted[name, w])

@@ -291,6 +291,21 @@ def not_marginal_note(fit: Any, tool: str) -> str:
     )
 
 
+def _censored_column(fit: Any, frame) -> str | None:
+    """The data column that flags censored (M3) records where the fit's data have any (the
+    export then writes their likelihood); None otherwise."""
+    a = fit.population.arrays()
+    if not np.any(np.asarray(a.obs_mask) & (np.asarray(a.obs_cens) != 0)):
+        return None
+    for c in frame.columns:
+        if str(c).upper() == "CENS":
+            return "CENS"
+    raise ExportError(
+        "export to NONMEM: the fit's data have censored (M3) records, but the data written "
+        "have no CENS column to flag them"
+    )
+
+
 def _numbered_ids(frame):
     """`frame` with its IDs as NONMEM reads them, and whether they were renumbered: IDs that
     are not all numbers (text) become 1, 2, ... in the order of the data, the IDs as written
@@ -435,7 +450,25 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
     printer.names.update({"t": "TIME"})
     _emit(err, _live(form.derived, [e for _, e in outs]), outs)
     printer.names["t"] = "T"
-    err.lines += ["Y = IPRED + W*EPS(1)", "IRES = DV - IPRED", "IWRES = IRES/W"]
+    cens = _censored_column(fit, frame)
+    if cens is None:
+        err.lines += ["Y = IPRED + W*EPS(1)"]
+    else:
+        # M3 (Beal 2001): a censored record's likelihood is the normal probability beyond its
+        # limit, which DV holds (deepnlme's M3 records), as NONMEM takes it with F_FLAG
+        err.lines += [
+            f"IF ({cens}.EQ.0) THEN",
+            "  F_FLAG = 0",
+            "  Y = IPRED + W*EPS(1)",
+            f"ELSE IF ({cens}.EQ.1) THEN  ; below the limit DV (M3)",
+            "  F_FLAG = 1",
+            "  Y = PHI((DV - IPRED)/W)",
+            "ELSE  ; above the limit DV",
+            "  F_FLAG = 1",
+            "  Y = 1 - PHI((DV - IPRED)/W)",
+            "ENDIF",
+        ]
+    err.lines += ["IRES = DV - IPRED", "IWRES = IRES/W"]
     lines += ["", "$ERROR", *err.lines]
 
     # $THETA $OMEGA $SIGMA
@@ -469,6 +502,13 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
             lines.append(f"$OMEGA {_fortran_float(sd**2)} FIX  ; {name} (sd {sd:g})")
     lines.append("$SIGMA 1 FIX  ; EPS(1): the residual SD is W")
     method = _METHODS.get(type(fit.method).__name__, "METHOD=COND INTER")
+    if cens is not None:  # (F_FLAG: NONMEM takes likelihoods with LAPLACIAN only)
+        if method != _METHODS["LaplaceI"]:
+            lines.append(
+                f"; the censored records' likelihoods (F_FLAG) need LAPLACIAN in NONMEM: the "
+                f"{type(fit.method).__name__} OFV above is that method's, not this estimation's"
+            )
+        method = _METHODS["LaplaceI"]
     lines += [
         "",
         f"$ESTIMATION {method} MAXEVAL=0 PRINT=1",

@@ -502,6 +502,12 @@ def _parser() -> argparse.ArgumentParser:
         "their DIR/fit) and print the run table of deepnlme.compare, one row per fit.",
     )
     comp.add_argument("fits", nargs="+", metavar="FIT_DIR", help="saved fit folders")
+    comp.add_argument(
+        "--reference",
+        choices=("best", "first"),
+        default="best",
+        help="dOFV and the likelihood-ratio test against the best fit (default) or the first",
+    )
     comp.add_argument("--out", default=None, help="also write the table to this CSV file")
 
     boot = sub.add_parser(
@@ -844,13 +850,14 @@ def _compare(args) -> None:
     if len(set(labels)) < len(labels):
         raise OptionError(f"compare: a fit folder is given twice: {', '.join(args.fits)}")
     fits = {label: dn.load_fit(path) for label, path in zip(labels, paths)}
-    table = compare(fits)
+    table = compare(fits, reference=args.reference)
     import pandas as pd
 
     # OFVs and their differences to 4 decimals: a difference of 1e-8 beside 3.3 turned the
     # whole column into scientific notation
     fixed = {c: "{:.4f}".format for c in table.columns if c in ("OFV", "AIC", "BIC")}
     fixed.update({c: "{:.4f}".format for c in table.columns if c.startswith("dOFV")})
+    fixed.update({c: "{:.4g}".format for c in table.columns if c == "p_LRT"})
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(table.to_string(index=not isinstance(table.index, pd.RangeIndex), formatters=fixed))
     if args.out:

@@ -13,8 +13,8 @@ from ..errors import OptionError
 
 # the columns of `compare`'s table, in order (the dOFV column is named for its reference)
 COLUMNS = (
-    "name", "method", "OFV", "dOFV", "n_params", "AIC", "BIC", "condition_number",
-    "converged", "covariance", "n_subjects", "n_obs",
+    "name", "method", "OFV", "dOFV", "n_params", "df", "p_LRT", "AIC", "BIC",
+    "condition_number", "converged", "covariance", "n_subjects", "n_obs",
 )  # fmt: skip
 
 
@@ -71,6 +71,33 @@ def _check_same_objective(pairs: list[tuple[str, Any]]) -> None:
         )
 
 
+def _warn_mixed_methods(pairs: list[tuple[str, Any]]) -> None:
+    """Warn where the fits were made by different methods: FO and FOCEI approximate the
+    likelihood differently, and an OFV difference between them is no likelihood-ratio
+    statistic (an FO base beside a FOCEI model read -260 where both by FOCEI read -109)."""
+    import warnings
+
+    methods = list(dict.fromkeys(getattr(f.method, "name", type(f.method).__name__)
+                                 for _, f in pairs))  # fmt: skip
+    if len(methods) > 1:
+        warnings.warn(
+            f"compare: the fits were made by different methods ({', '.join(methods)}): "
+            "their OFVs approximate the likelihood differently, so their differences (dOFV, "
+            "p_LRT, AIC, BIC) are not what they would be with one method. Refit the models "
+            "by one method to compare them.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+def _lrt(d_ofv: float, df: int) -> float:
+    """The likelihood-ratio test's p-value of an OFV difference (the larger model's OFV
+    lower by `d_ofv`) against chi-square with `df` > 0 degrees of freedom."""
+    from scipy.special import gammaincc
+
+    return float(gammaincc(df / 2.0, max(d_ofv, 0.0) / 2.0))
+
+
 def _check_same_data(pairs: list[tuple[str, Any]]) -> None:
     """Refuse fits whose OFVs do not compare: a different number of observations or
     subjects, or different records (the digests of the populations' records, covariates left
@@ -116,6 +143,14 @@ def _condition_number(fit) -> float:
     return float(eig[-1] / eig[0]) if eig[0] > 0 else math.inf
 
 
+def _covariance_text(fit) -> str:
+    """The covariance step's status, with the number of its warnings where it has any ("ok"
+    beside a condition number of 6e7 read as a clean step)."""
+    n = len(getattr(fit, "covariance_warnings", ()) or ())
+    status = str(fit.covariance_status)
+    return f"{status}; {n} warning{'s' if n > 1 else ''}" if n else status
+
+
 def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
     """A run table of fits of the same data, one row per fit (PsN's `sumo`, run records).
 
@@ -127,9 +162,14 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
       are positive) or "first" (dOFV to the first fit, negative where a fit does better).
 
     Columns: name, method, OFV, `dOFV_to_best` (or `dOFV_to_first`), n_params (estimated
-    parameters), AIC, BIC (each fit's own), condition_number (of the correlation matrix of
-    the estimates; NaN without a covariance step), converged, covariance (the covariance
-    step's status), n_subjects, n_obs. `table.attrs["reference"]` names the reference fit.
+    parameters), df and p_LRT (the likelihood-ratio test against the reference fit, for
+    nested models only: df the difference in estimated parameters, p_LRT the chi-square
+    p-value with |df| degrees of freedom of the larger model's OFV drop, as PsN's scm reads
+    it; NaN where df is 0), AIC, BIC (each fit's own), condition_number (of the correlation
+    matrix of the estimates; NaN without a covariance step), converged, covariance (the
+    covariance step's status, with the number of its warnings: condition number, high
+    correlations), n_subjects, n_obs. `table.attrs["reference"]` names the reference fit.
+    Fits made by different methods are warned of (their OFVs do not compare as differences).
 
     Fits of different data are refused (numbers of subjects and observations, and the digest
     of the data's records where the fits carry it: the covariate columns read need not be the
@@ -151,12 +191,22 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
         raise OptionError(f"compare: the fits' names must be distinct; got {names}")
     _check_same_data(pairs)
     _check_same_objective(pairs)
+    _warn_mixed_methods(pairs)
     ofv = np.array([float(f.ofv) for _, f in pairs])
     finite = np.isfinite(ofv)
     if reference == "first":
         ref = 0
     else:
         ref = int(np.nanargmin(np.where(finite, ofv, np.nan))) if finite.any() else 0
+    p_ref = int(pairs[ref][1].n_params)
+
+    def lrt(f) -> float:
+        df = int(f.n_params) - p_ref
+        if df == 0 or not (finite[ref] and math.isfinite(f.ofv)):
+            return math.nan
+        drop = float(ofv[ref]) - float(f.ofv) if df > 0 else float(f.ofv) - float(ofv[ref])
+        return _lrt(drop, abs(df))
+
     rows = [
         {
             "name": name,
@@ -164,11 +214,13 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
             "OFV": float(f.ofv),
             "dOFV": float(f.ofv) - float(ofv[ref]),
             "n_params": int(f.n_params),
+            "df": int(f.n_params) - p_ref,
+            "p_LRT": lrt(f),
             "AIC": float(f.aic),
             "BIC": float(f.bic),
             "condition_number": _condition_number(f),
             "converged": bool(f.converged),
-            "covariance": str(f.covariance_status),
+            "covariance": _covariance_text(f),
             "n_subjects": int(f.n_subjects),
             "n_obs": int(f.n_obs),
         }
