@@ -583,3 +583,24 @@ def test_a_misspelt_report_option_and_a_missing_covariate_column_are_named(share
     ebes = dn.ebe_table(shared_fit)
     with pytest.raises(dn.OptionError, match=r"eta_covariates: no column 'AGE' .* it has ID"):
         plots.eta_covariates_chart(ebes, ["eta[0]"], ["WT", "AGE"])
+
+
+def test_a_vpc_never_pools_two_endpoints():
+    """dn.vpc without `stratify` (and with a covariate) pooled a concentration and an effect
+    in one set of bins: a bin's 95th percentile was an effect among concentrations."""
+    model = dn.load_model(PKPD)
+    dose = {"time": 0, "amt": 100}
+    design = dn.make_population(6, doses=dose, obs_times=[1, 4, 12], endpoints=["CP", "EFF"],
+                                covariates={"WT": [60.0, 80.0] * 3})  # fmt: skip
+    data = dn.simulate(model, design, seed=3)
+    fit = dn.fit(model, data, dn.FOCEI(), max_iter=0, covariance=None, progress=False)
+    plain = dn.vpc(fit, n_sim=10, seed=1, bins=3)
+    assert sorted(set(plain.summary["stratum"])) == ["CP", "EFF"]
+    assert plain.summary.groupby("stratum")["n_obs"].sum().tolist() == [18 * 3, 18 * 3]
+    by_wt = dn.vpc(fit, n_sim=10, seed=1, bins=3, stratify="WT")
+    assert sorted(set(by_wt.summary["stratum"])) == [
+        "CP, WT = 60", "CP, WT = 80", "EFF, WT = 60", "EFF, WT = 80"
+    ]  # fmt: skip
+    titles = [p.title for p in plots.vpc_chart(by_wt).grid[0]]
+    assert titles[0] == "VPC, 10 simulated replicates - CP, WT = 60"
+    assert [p.title for p in plots.vpc_chart(plain).grid[0]][1].endswith("- ENDPOINT = EFF")

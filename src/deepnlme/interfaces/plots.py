@@ -520,8 +520,9 @@ def vpc_chart(result, *, log_y: bool = False, endpoint_label: str = "DV") -> Cha
     name = "pcVPC" if result.pred_corrected else "VPC"
     panels = []
     for k, st in enumerate(strata):
+        by = result.stratify or "ENDPOINT"  # (several endpoints: each a stratum)
         title = f"{name}, {result.n_sim} simulated replicates" + (
-            "" if st == "all" else f" - {result.stratify} = {st}"
+            "" if st == "all" else f" - {st}" if " = " in str(st) else f" - {by} = {st}"
         )
         xlabel = "time after dose (TAD)" if result.x == "TAD" else result.x
         p = Panel(title=title, xlabel=xlabel, ylabel=y, ylog=log_y,

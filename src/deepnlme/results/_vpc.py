@@ -132,6 +132,8 @@ def vpc(
     - `percentiles`: the percentiles (0-100) compared, default 5, 50, 95.
     - `ci`: width of the confidence interval of each simulated percentile (default 0.95).
     - `stratify`: None, "ENDPOINT", or a covariate column (its value on each observation record).
+      With several endpoints each endpoint is a stratum whatever `stratify` says (within it
+      the covariate's values: strata "CP, OCC = 1").
     - `pred_corrected`: prediction-corrected VPC (Bergstrand et al. 2011): observed and simulated
       values are multiplied by PRED_bin / PRED_ij, PRED_bin the median PRED in the bin.
     - `x`: what is binned: "TIME", "TAD" (time after dose: since the last dose before the
@@ -267,14 +269,22 @@ def _check_options(fit, ci, percentiles: Sequence[float], x: str) -> tuple[float
 
 
 def _strata(b, table: pd.DataFrame, mask: np.ndarray, stratify: str | None) -> np.ndarray:
-    """The stratum of each observation record: "all", its endpoint or its covariate value."""
-    if stratify is None:
-        return np.full(len(table), "all", dtype=object)
-    if stratify == "ENDPOINT":
+    """The stratum of each observation record: "all", its endpoint or its covariate value.
+    With several endpoints each is a stratum of its own whatever `stratify` says (a
+    concentration's and an effect's percentiles pooled in one bin meant nothing): the
+    endpoint, or "ENDPOINT, COV = value"."""
+    several = len(b.population.endpoints) > 1
+    if stratify is None or stratify == "ENDPOINT":
+        if stratify is None and not several:
+            return np.full(len(table), "all", dtype=object)
         return table["ENDPOINT"].to_numpy(dtype=object)
     if stratify in b.population.covariate_names:
         k = b.population.covariate_names.index(stratify)
-        return b.population.arrays().obs_cov[:, :, k][mask].astype(object)
+        values = b.population.arrays().obs_cov[:, :, k][mask].astype(object)
+        if not several:
+            return values
+        ep = table["ENDPOINT"].to_numpy(dtype=object)
+        return np.array([f"{e}, {stratify} = {v:g}" for e, v in zip(ep, values)], dtype=object)
     raise OptionError(
         f"vpc: option `stratify` must be None, 'ENDPOINT' or a covariate column "
         f"({', '.join(b.population.covariate_names) or 'none in this data'}); got {stratify!r}"

@@ -301,7 +301,7 @@ def _warn_observation_compartments(cm, population) -> None:
 
     from ..data import DataWarning
 
-    first = bad.iloc[0]
+    first = {c: bad[c].iloc[0] for c in bad.columns}  # (a row would make an int ID float)
     warnings.warn(
         f"subject {first['ID']}, time {first['TIME']:g}: an observation record has CMT "
         f"{int(first['CMT'])}, but the model has {len(states)} states "
