@@ -378,30 +378,32 @@ def test_a_naive_pooled_fit_simulates_no_random_effects(theo):
 
 def test_a_simulated_design_with_blq_records_is_censored_again_at_their_limits():
     # the 24 h samples are censored (CENS=1, LLOQ 0.5 or 2.0): a simulation that kept CENS=1
-    # with the simulated value in DV told the M3 likelihood "below 3.40", not "below 0.5"
+    # with the simulated value in DV told the M3 likelihood "below 3.40", not "below 0.5".
+    # Every sample of the endpoint is censored below its limit (it was only the censored
+    # records: simulated values below the LLOQ elsewhere stayed, which no study records), a
+    # subject's own limit where it has censored records, else the endpoint's highest
     import pandas as pd
 
     rows = []
-    for i in range(1, 9):
+    for i in range(1, 10):
         lloq = 0.5 if i <= 4 else 2.0
         rows.append(
             dict(ID=i, TIME=0, AMT=320, EVID=1, MDV=1, DV=np.nan, CENS=0, LLOQ=np.nan, CMT=1)
         )
         for t in (1, 4, 12, 24):
-            c = int(t == 24)
+            c = int(t == 24 and i < 9)
             dv = np.nan if c else 5.0
             rows.append(dict(ID=i, TIME=t, AMT=0, EVID=0, MDV=0, DV=dv, CENS=c, LLOQ=lloq, CMT=2))
     pop = dn.read_data(pd.DataFrame(rows))
     model = dn.load_model(THEO)
     sim = dn.simulate(model, pop, seed=1)
-    drawn = dn.simulate(model, pop, seed=1, include="ipred")["DV"].to_numpy().reshape(8, 4)[:, 3]
+    drawn = dn.simulate(model, pop, seed=1, include="ipred")["DV"].to_numpy().reshape(9, 4)
     a = sim.arrays()
-    limit = np.array([0.5] * 4 + [2.0] * 4)
+    limit = np.array([0.5] * 4 + [2.0] * 5)[:, None]
     below = drawn < limit
-    assert below.any() and (~below).any()
-    np.testing.assert_array_equal(a.obs_cens[:, 3], np.where(below, 1, 0))
-    np.testing.assert_array_equal(a.obs_dv[:, 3], np.where(below, limit, drawn))
-    assert (a.obs_cens[:, :3] == 0).all()
+    assert below[:, 3].any() and (~below[:, 3]).any() and below[8].any()
+    np.testing.assert_array_equal(a.obs_cens[:, :4], np.where(below, 1, 0))
+    np.testing.assert_array_equal(a.obs_dv[:, :4], np.where(below, limit, drawn))
 
 
 def test_a_fit_predicts_and_simulates_with_its_own_ode_options():

@@ -570,10 +570,14 @@ class Population:
         is an `[N, T]` array shaped like `arrays().obs_dv` (padding entries are ignored). Used
         by simulation to fill in the observations of a population from `make_population`.
 
-        A censored record (CENS 1: below the limit its DV holds; CENS -1: above it) stays
-        censored at its limit where its new value is beyond the limit, and becomes an
-        observation of the new value (CENS 0) otherwise, as a simulation of a design with BLQ
-        records is censored again in NONMEM and PsN.
+        An endpoint with censored records (CENS 1: below the limit their DV holds; CENS -1:
+        above it) has limits of quantification, the highest limit of its records censored
+        below and the lowest of those censored above (as the VPC takes them; a subject's own
+        where it has such records): every new value of the endpoint beyond a limit is
+        censored at it (CENS 1 or -1, DV the limit), as a
+        study's assay censors every sample, and every other value is an observation (CENS
+        0). (Only the records censored in the design were censored again: simulated values
+        below the LLOQ elsewhere stayed, which no study records.)
         """
         a = self.arrays()
         values = np.asarray(dv, dtype=float)
@@ -592,11 +596,25 @@ class Population:
         obs = _is_obs(r)
         if "CENS" in r.columns:
             cens = r["CENS"].to_numpy(copy=True)
-            limit = col[obs]
-            c = cens[obs]
-            beyond = ((c == 1) & (flat < limit)) | ((c == -1) & (flat > limit))
-            flat = np.where(beyond, limit, flat)
-            cens[obs] = np.where(beyond, c, 0)
+            c, old = cens[obs], col[obs]
+            ep = r["ENDPOINT"].to_numpy()[obs] if "ENDPOINT" in r.columns else np.zeros(len(c))
+            subj = r["_S"].to_numpy()[obs]
+            low = np.full(len(c), -np.inf)
+            high = np.full(len(c), np.inf)
+            for e in pd.unique(ep):
+                # the endpoint's limits, and each subject's own where it has censored records
+                # (assays of other sites or studies)
+                at = ep == e
+                for code, lim, pick in ((1, low, np.max), (-1, high, np.min)):
+                    if not np.any(at & (c == code)):
+                        continue
+                    lim[at] = pick(old[at & (c == code)])
+                    for k in pd.unique(subj[at & (c == code)]):
+                        own = at & (subj == k)
+                        lim[own] = pick(old[own & (c == code)])
+            below, above = flat < low, flat > high
+            flat = np.where(below, low, np.where(above, high, flat))
+            cens[obs] = np.where(below, 1, np.where(above, -1, 0))
             r["CENS"] = cens
         col[obs] = flat
         r["DV"] = col
