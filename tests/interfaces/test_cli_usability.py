@@ -294,6 +294,8 @@ def test_read_options_reach_read_data(in_tmp):
             "#",
             "--accept",
             "ID.EQ.1",
+            "--endpoints",
+            "1=CP, 2=EFF",
         ]
     )
     assert cli._read_options(args) == {
@@ -305,7 +307,9 @@ def test_read_options_reach_read_data(in_tmp):
         "covariate_rule": "locf",
         "sort": True,
         "endpoint": False,
+        "endpoints": {1: "CP", 2: "EFF"},
     }
+    args.endpoints = None  # (this table has no endpoint column to name)
     pop = cli._read_population("t.csv", args)
     assert len(pop) == 1 and pop.n_observations == 2
     assert list(pop.covariates_frame().columns[-1:]) == ["WT"]

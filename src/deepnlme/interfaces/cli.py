@@ -120,6 +120,13 @@ def _row_options(parser: argparse.ArgumentParser) -> None:
         "for none; default DVID when the data has it)",
     )
     parser.add_argument(
+        "--endpoints",
+        default=None,
+        metavar="CODE=NAME,...",
+        help="names of the endpoint codes, e.g. 1=CP,2=EFF (read_data's endpoints=); the "
+        "tables and plots then say CP and EFF",
+    )
+    parser.add_argument(
         "--sort",
         action="store_true",
         help="sort each subject's records by time instead of reporting time that goes back",
@@ -163,6 +170,18 @@ def _read_options(args: argparse.Namespace) -> dict:
     if getattr(args, "endpoint", None):
         e = args.endpoint
         opts["endpoint"] = False if e.lower() in ("none", "false", "no") else e
+    if getattr(args, "endpoints", None):
+        names = {}
+        for spec in args.endpoints.split(","):
+            code, sep, name = spec.partition("=")
+            if not sep or not code.strip() or not name.strip():
+                raise OptionError(
+                    "--endpoints expects CODE=NAME pairs separated by commas, e.g. "
+                    f"--endpoints 1=CP,2=EFF; got {args.endpoints!r}"
+                )
+            code = code.strip()
+            names[int(code) if code.lstrip("-").isdigit() else code] = name.strip()
+        opts["endpoints"] = names
     if getattr(args, "sort", False):
         opts["sort"] = True
     return opts
@@ -354,6 +373,7 @@ def _command_line_fix(text: str) -> str:
         "covariates": "--covariates A,B",
         "covariate_rule": "--covariate-rule nonmem|locf",
         "sep": "--sep SEP",
+        "endpoints": "--endpoints CODE=NAME,...",
     }
     out = []
     for name, value in re.findall(r"\b([a-z_]+)=('[^']*'|\"[^\"]*\"|\[[^\]]*\]|[\w.@#]+)", text):
