@@ -65,6 +65,11 @@ def test_comment_rows_in_a_c_column_are_refused_without_ignore(tmp_path):
     msg = str(err.value)
     assert "rows 2, 4 (lines 3, 5 of d.csv)" in msg and "ignore='C'" in msg
     assert "read as data" in msg
+    # a comment written out after its C ("C first dose"): NONMEM's IGNORE=C too (the '@' of
+    # "a letter or '@'" was all it said)
+    q = write(tmp_path, "ID,TIME,AMT,DV\nC first dose,0,0,.\n1,0,100,.\n1,1,0,5\n", "q.csv")
+    with pytest.raises(DataError, match=r"starts with 'C'.*ignore='C'\) to leave them out"):
+        read_data(q)
 
 
 def test_ignore_c_drops_the_comment_rows_and_says_so(tmp_path):

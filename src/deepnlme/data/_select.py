@@ -173,8 +173,12 @@ def check_unmarked(
     looks = any(f in ("C", "c") or f.startswith("@") for f in shown)
     if not (looks or numbers_elsewhere or first_name.upper() == "C"):
         return
+    firsts = {f[:1] for f in shown}
     if len(set(shown)) == 1 and len(shown[0]) == 1:
         what, mark = f"{shown[0]!r} in the first field", shown[0]
+    elif len(firsts) == 1 and shown[0][:1] != "@":  # ("C text": NONMEM's IGNORE=C)
+        mark = shown[0][:1]
+        what = f"a first field that starts with {mark!r}"
     else:
         what, mark = "a first field that starts with a letter or '@'", "@"
     also = (

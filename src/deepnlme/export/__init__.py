@@ -86,18 +86,25 @@ def export(
             f"export: {', '.join(there)} already in {str(folder)!r}; give another folder, or "
             "overwrite=True (command line: --force) to replace them"
         )
+    created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
-    if target == "nonmem":
-        from ._nonmem import write_nonmem
+    try:
+        if target == "nonmem":
+            from ._nonmem import write_nonmem
 
-        return write_nonmem(fit, folder)
-    if target == "nlmixr2":
-        from ._nlmixr2 import write_nlmixr2
+            return write_nonmem(fit, folder)
+        if target == "nlmixr2":
+            from ._nlmixr2 import write_nlmixr2
 
-        return write_nlmixr2(fit, folder)
-    path = folder / "model.py"
-    path.write_text(python_module(fit), encoding="utf-8")
-    return {"module": path}
+            return write_nlmixr2(fit, folder)
+        text = python_module(fit)
+        path = folder / "model.py"
+        path.write_text(text, encoding="utf-8")
+        return {"module": path}
+    except BaseException:
+        if created and not any(folder.iterdir()):  # (a refusal leaves nothing behind)
+            folder.rmdir()
+        raise
 
 
 def from_nonmem(path_or_text: str | os.PathLike) -> Any:

@@ -1098,7 +1098,8 @@ def _eta_body(fit, ebes) -> list[str]:
             "<h3>Pairs</h3>",
             _chart_html(plots.eta_pairs_chart(frame, named), "EBE pairs", "eta-pairs"),
         ]
-    covs = list(fit.population.covariate_names)
+    # (a covariate the same for every subject at baseline, OCC = 1, shows nothing)
+    covs = [c for c in fit.population.covariate_names if frame[c].nunique(dropna=True) > 1]
     if covs:
         body += [
             "<h3>Against covariates</h3>",
