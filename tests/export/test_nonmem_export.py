@@ -171,6 +171,12 @@ def test_the_covariate_rule_goes_with_the_export(tmp_path):
         fit = dn.fit(model, pop, dn.FO(), max_iter=0, covariance=None, progress=False)
         out = tmp_path / rule
         dn.export(fit, to="nlmixr2", out=out / "r")
+        # the Python module takes covariates constant within a subject: refused up front (it
+        # failed when run)
+        from deepnlme.export import ExportError as _Refused
+
+        with pytest.raises(_Refused, match=r"covariate\(s\) WT change within subjects"):
+            dn.export(fit, to="python", out=out / "py")
         head = (out / "r" / "model.R").read_text().splitlines()[1]
         assert f'rxode2::rxControl(covsInterpolation = "{interp}")' in head
         if rule == "nonmem":

@@ -39,6 +39,19 @@ def python_module(fit: Any) -> str:
         code = python_code(programs, doc=doc)
     except SymbolicError as e:
         raise ExportError(f"export to Python: {e}") from e
+    used = {s.name.upper() for s in dict(form.pre.args).get("cov", ())}
+    pop = getattr(fit, "population", None)
+    if pop is not None:
+        changing = [
+            c for c, tv in zip(pop.covariate_names, pop.time_varying) if tv and c.upper() in used
+        ]
+        if changing:
+            raise ExportError(
+                f"export to Python: the covariate(s) {', '.join(changing)} change within "
+                "subjects in the fit's data, and the exported module takes covariates constant "
+                "within a subject only; export to NONMEM or nlmixr2, which take them record by "
+                "record"
+            )
     obs = ff.obs
     values = {
         "states": list(form.states),
