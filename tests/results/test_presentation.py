@@ -250,6 +250,8 @@ def test_network_has_one_row_and_its_weights_their_own_table(small_net):
     np.testing.assert_array_equal(w["estimate"].to_numpy(), fit.estimates["NN"])
     assert list(w["layer"]) == [1] * 6 + [2] * 4
     assert list(w["type"]) == ["weight"] * 3 + ["bias"] * 3 + ["weight"] * 3 + ["bias"]
+    # the first layer's weights named by the model's input expression
+    assert list(w["input_name"]) == ["WT / 70"] * 3 + [""] * 7
     assert w["se"].isna().all()
     # the covariance step left the weights out: so do its diagnostics
     assert list(fit.correlation.index) == ["tcl", "log(om[1,1])", "log(sigma)"]

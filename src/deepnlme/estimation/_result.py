@@ -147,8 +147,9 @@ class Fit:
 
         Columns: network, parameter (the element of `raw_table()`: `NN[1]`, ...), layer
         (1 = the first hidden layer), type ("weight" or "bias"), unit (the layer's output
-        unit, 1-based), input (the unit of the layer before, 1-based; 0 for a bias), estimate,
-        se (NaN unless the fit ran with `network_se=True`).
+        unit, 1-based), input (the unit of the layer before, 1-based; 0 for a bias),
+        input_name (for a first-layer weight, the model's expression for its input: `WT` for
+        `NN(WT, AGE)`), estimate, se (NaN unless the fit ran with `network_se=True`).
         """
         from ._table import network_weights
 

@@ -886,9 +886,12 @@ def network_weights(fit) -> pd.DataFrame:
     raw = fit._table.set_index("parameter")
     rows = []
     infos = [pi for pi in fit.problem.param_info if pi.kind == "network"] if fit.problem else []
+    from ..nn._binding import network_inputs
+
     for pi in infos:
         w = np.asarray(fit.estimates[pi.name], dtype=np.float64).ravel()
         dom = domains.get(pi.name)
+        names = (network_inputs(fit.model, pi.name) if fit.model is not None else None) or []
         where: list[tuple[int, str, int, int]] = []
         if dom is not None:
             d = dom.dims
@@ -909,11 +912,17 @@ def network_weights(fit) -> pd.DataFrame:
                     "type": what,
                     "unit": out_unit,
                     "input": in_unit,
+                    # the model's expression for a first-layer input (WT for NN(WT, AGE))
+                    "input_name": names[in_unit - 1]
+                    if layer == 1 and what == "weight" and 0 < in_unit <= len(names)
+                    else "",
                     "estimate": float(w[k]),
                     "se": se,
                 }
             )
-    columns = ["network", "parameter", "layer", "type", "unit", "input", "estimate", "se"]
+    columns = [
+        "network", "parameter", "layer", "type", "unit", "input", "input_name", "estimate", "se",
+    ]  # fmt: skip
     return pd.DataFrame(rows, columns=columns)
 
 

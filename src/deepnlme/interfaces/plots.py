@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError
+from ..nn._binding import network_inputs
 from .charts import CYCLE, Chart, Panel, grid_of, to_figure
 
 _DOTS = {"colour": "blue", "alpha": 0.6, "size": 3.2}
@@ -632,27 +633,6 @@ def optimizer_trace_chart(history: pd.DataFrame) -> Chart:
 def optimizer_trace(history: pd.DataFrame):
     """OFV and max|gradient| against iteration (the fit's `history`)."""
     return to_figure(optimizer_trace_chart(history))
-
-
-def network_inputs(model, name: str) -> list[str] | None:
-    """The model's expressions for the inputs of network `name` (its first call in the model
-    text, e.g. `["WT"]` for `NN(WT)`), or None when the model does not call it plainly."""
-    from ..model._ir import Assign, Call, Derivative, Observation, to_source, walk
-
-    ir = getattr(model, "ir", None)
-    if ir is None:
-        return None
-    for block in (ir.pre, ir.init, ir.dynamics, ir.derived):
-        for stmt in block:
-            exprs = (
-                stmt.args if isinstance(stmt, Observation)
-                else (stmt.expr,) if isinstance(stmt, Assign | Derivative) else ()
-            )  # fmt: skip
-            for e in exprs:
-                for node in walk(e):
-                    if isinstance(node, Call) and node.kind == "param" and node.func == name:
-                        return [to_source(a) for a in node.args]
-    return None
 
 
 def network_curves_chart(fit, network: str | None = None, *, n_points: int = 50) -> Chart:

@@ -185,3 +185,24 @@ def model_penalty(model):
         return total
 
     return penalty
+
+
+def network_inputs(model, name: str) -> list[str] | None:
+    """The model's expressions for the inputs of network `name` (its first call in the model
+    text, e.g. `["WT"]` for `NN(WT)`), or None when the model does not call it plainly."""
+    from ..model._ir import Assign, Call, Derivative, Observation, to_source, walk
+
+    ir = getattr(model, "ir", None)
+    if ir is None:
+        return None
+    for block in (ir.pre, ir.init, ir.dynamics, ir.derived):
+        for stmt in block:
+            exprs = (
+                stmt.args if isinstance(stmt, Observation)
+                else (stmt.expr,) if isinstance(stmt, Assign | Derivative) else ()
+            )  # fmt: skip
+            for e in exprs:
+                for node in walk(e):
+                    if isinstance(node, Call) and node.kind == "param" and node.func == name:
+                        return [to_source(a) for a in node.args]
+    return None
