@@ -378,8 +378,12 @@ def test_vpc_report_and_simulate_take_the_fit_commands_folder(cheap_fit, tmp_pat
     out, _ = cheap_fit
     assert main(["vpc", str(out), "--out", str(tmp_path / "v"), "--n-sim", "20"]) == 0
     assert (tmp_path / "v" / "vpc.csv").is_file()
-    assert main(["report", str(out), "--out", str(tmp_path / "r.html")]) == 0
-    assert (tmp_path / "r.html").is_file()
+    report = ["report", str(out), "--out", str(tmp_path / "r.html")]
+    assert main([*report, "--vpc-sims", "20", "--npde-sims", "30"]) == 0
+    text = (tmp_path / "r.html").read_text()
+    # (a large design's simulations took most of its report: fewer from the command line)
+    assert "20 data sets simulated from the fitted model" in text
+    assert "30 replicates simulated" in text
     data = dn.datasets.path("theophylline")
     assert main(["simulate", data, "--fit", str(out), "--out", str(tmp_path / "s.csv")]) == 0
     assert (tmp_path / "s.csv").is_file()

@@ -51,6 +51,18 @@ def test_replicates_do_not_depend_on_their_number(fit):
     assert _diagnostics.simulate_replicates(fit, 450, 7).shape[0] == 450
 
 
+def test_large_designs_simulate_in_smaller_chunks_and_the_same_replicates(fit, monkeypatch):
+    """A chunk of 100 replicates of a 2,000-subject multiple-dose design peaked at 2.2 GB:
+    chunks hold at most `_CHUNK_ENTRIES` entries times replicates; replicate k is the same."""
+    assert _diagnostics._chunk(11_564) == 100 and _diagnostics._chunk(906_000) == 11
+    assert _diagnostics._chunk(10**9) == 1
+    whole = _diagnostics.replicates(fit, 30, 9)
+    monkeypatch.setattr(_diagnostics, "_CHUNK_ENTRIES", 11_564 * 7)  # (this design: 7 a call)
+    chunked = _diagnostics.replicates(fit, 30, 9)
+    np.testing.assert_array_equal(chunked.y, whole.y)
+    np.testing.assert_array_equal(chunked.h, whole.h)
+
+
 def test_each_replicate_draws_from_its_own_stream():
     """Replicate k's stream is child k of `SeedSequence(seed)` whatever the number drawn;
     seeds (negative ones too) give different streams."""

@@ -133,6 +133,28 @@ def _row_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _report_options(parser: argparse.ArgumentParser) -> None:
+    """The report's simulation counts: fewer for large designs, whose simulations take most
+    of a report's time."""
+    parser.add_argument(
+        "--vpc-sims", type=int, default=200, metavar="N",
+        help="data sets simulated for the report's VPC (default 200)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--npde-sims", type=int, default=500, metavar="N",
+        help="data sets simulated for the report's NPDE (default 500; 200 for large designs)",
+    )  # fmt: skip
+
+
+def _report_kwargs(args: argparse.Namespace | None) -> dict:
+    """write_report's options that the command line gives."""
+    if args is None:
+        return {}
+    return {
+        k: getattr(args, k) for k in ("vpc_sims", "npde_sims") if getattr(args, k, None) is not None
+    }
+
+
 def _column_items() -> list[str]:
     from ..data._read import COLUMN_OPTIONS
 
@@ -447,6 +469,7 @@ def _parser() -> argparse.ArgumentParser:
     fit.add_argument("--out", required=True, help="output folder")
     fit.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
     fit.add_argument("--no-report", action="store_true", help="do not write report.html")
+    _report_options(fit)
     fit.add_argument("--quiet", action="store_true", help="no progress display")
     fit.add_argument("--force", action="store_true", help="replace a saved fit in --out")
     _row_options(fit)
@@ -498,6 +521,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Write the self-contained HTML report of a saved fit.",
     )
     rep.add_argument("fit", help="saved fit folder, or a `deepnlme fit --out` folder")
+    _report_options(rep)
     rep.add_argument("--out", default=None, help="output HTML file (default FIT/../report.html)")
     rep.add_argument(
         "--data",
@@ -621,6 +645,7 @@ def _write_fit(
     report: bool,
     force: bool = False,
     data_file: str | os.PathLike | None = None,
+    report_options: dict | None = None,
 ) -> Path:
     """Write fit.json, the saved fit, the CSV tables and (optionally) report.html to `out` (a
     saved fit there is replaced only with `force`); `data_file`: the file the data were read
@@ -650,7 +675,7 @@ def _write_fit(
             # first: the report compiles the predictions' program while its simulations'
             # compiles beside it; the tables below then reuse the compiled programs
             t0 = time.perf_counter()
-            write_report(fit, out / "report.html", data_file=data_file)
+            write_report(fit, out / "report.html", data_file=data_file, **(report_options or {}))
             timings["report"] = time.perf_counter() - t0
     finally:  # the tables and fit.json also when the report failed
         ebe_table(fit).to_csv(out / "ebes.csv", index=False)
@@ -726,7 +751,8 @@ def _run_fit(
     fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet)
     print(fit)
     if not quiet:
-        print("writing the tables, the saved fit and the report ...", file=sys.stderr)
+        print("writing the tables, the saved fit" + (" and the report ..." if report else " ..."),
+              flush=True)  # fmt: skip
     wall_fit = time.perf_counter() - t0
     path = _write_fit(
         fit,
@@ -735,6 +761,7 @@ def _run_fit(
         report=report,
         force=force,
         data_file=data_file,
+        report_options=_report_kwargs(read),
     )
     written = time.perf_counter() - t0 - wall_fit
     print(
@@ -1032,7 +1059,7 @@ def _report(args) -> None:
     fit = _load_fit_arg(args.fit)
     default = _saved_fit_folder(args.fit).resolve().parent / "report.html"
     out = Path(args.out) if args.out else default
-    write_report(fit, out, data_file=args.data)
+    write_report(fit, out, data_file=args.data, **_report_kwargs(args))
     print(f"wrote {out}")
 
 

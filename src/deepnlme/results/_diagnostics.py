@@ -338,6 +338,16 @@ def shrinkage(fit, table: pd.DataFrame | None = None) -> pd.DataFrame:
 # Quinidine data 0.59-0.63 s against 0.67-0.72 s; issue 25's multiple-dose design 0.51-0.55 s
 # against 0.59-0.66 s (benchmarks/RESULTS_report.md)
 _CHUNK = 100
+# ... and at most this many entries of the subjects' data arrays (padding included) times
+# replicates in one call: the program's working memory grows with both (issue 25's
+# multiple-dose design at 2,000 subjects, 906,000 entries: 2.2 GB of peak memory for a chunk
+# of 100, whatever the number of replicates asked for: benchmarks/RESULTS_report.md)
+_CHUNK_ENTRIES = 10_000_000
+
+
+def _chunk(entries: int) -> int:
+    """Replicates a call of the simulation program for data of `entries` entries."""
+    return max(1, min(_CHUNK, _CHUNK_ENTRIES // max(int(entries), 1)))
 
 
 class _Replicates(NamedTuple):
@@ -461,12 +471,13 @@ def replicates(fit, n_sim: int, seed: int, population=None) -> _Replicates:
     # a fit whose method holds the random effects at 0 (NaivePooled) estimated no Omega: its
     # replicates have none (the model's initial Omega would add variability never fitted)
     held = not getattr(getattr(fit, "method", None), "random_effects", True)
-    for start in range(0, n_sim, _CHUNK):
-        size = min(_CHUNK, n_sim - start)
+    chunk = _chunk(data_entries(b.problem.subjects))
+    for start in range(0, n_sim, chunk):
+        size = min(chunk, n_sim - start)
         gens = [replicate_generator(seed, start + j) for j in range(size)]
         # the last chunk padded with zeros (replicates dropped): one program for every n_sim
-        z_eta = np.zeros((_CHUNK, n, q))
-        z = np.zeros((_CHUNK, n, t))
+        z_eta = np.zeros((chunk, n, q))
+        z = np.zeros((chunk, n, t))
         for j, g in enumerate(gens):
             z_eta[j] = 0.0 if held else g.standard_normal((n, q))
             if held:
