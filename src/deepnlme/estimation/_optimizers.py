@@ -86,6 +86,7 @@ class Progress:
         self.live = bool(enabled and callable(isatty) and _isatty(isatty))
         self._phase: tuple[str, float] | None = None
         self._pending = 0  # the length of a live line on screen without its newline
+        self.phase_ended = -math.inf  # when the last phase ended (perf_counter)
 
     def __enter__(self) -> Progress:
         return self
@@ -117,9 +118,10 @@ class Progress:
         self._write(("\r" if self._pending else "") + text + pad)
         self._pending = len(text)
 
-    def _finish_phase(self, tail: str) -> None:
+    def _finish_phase(self, tail: str, now: float = -math.inf) -> None:
         text, _ = self._phase
         self._phase = None
+        self.phase_ended = now
         if self.live and self._pending:  # the phase's line is still the live one
             self._write(f" {tail}\n")
             self._pending = 0
@@ -138,8 +140,9 @@ class Progress:
         open."""
         if self._phase is None:
             return None
-        elapsed = time.perf_counter() - self._phase[1]
-        self._finish_phase(seconds(elapsed) + (f" ({note})" if note else ""))
+        now = time.perf_counter()
+        elapsed = now - self._phase[1]
+        self._finish_phase(seconds(elapsed) + (f" ({note})" if note else ""), now)
         return elapsed
 
     def end_split(self, first_s: float, then: str, note: str = "") -> None:
@@ -149,11 +152,12 @@ class Progress:
         s)``), and `note` when given (``... 0.24 s (loaded from the program store)``)."""
         if self._phase is None:
             return
-        elapsed = time.perf_counter() - self._phase[1]
+        now = time.perf_counter()
+        elapsed = now - self._phase[1]
         other = elapsed - first_s
         notes = [f"of which {then} {seconds(other)}"] if other >= max(1.0, 0.1 * elapsed) else []
         notes += [note] if note else []
-        self._finish_phase(seconds(elapsed) + "".join(f" ({n})" for n in notes))
+        self._finish_phase(seconds(elapsed) + "".join(f" ({n})" for n in notes), now)
 
     def header(self) -> None:
         """The column names of the iteration lines."""
@@ -296,10 +300,15 @@ class Optimizer:
             return f, g
 
         f, g = call(x)
-        history = [(0, f, float(np.max(np.abs(g))) if g.size else 0.0, time.perf_counter() - t0)]
         # the first evaluation ends the phase open before it (a fit's compilation: the first
-        # call waits for the rest of the program to compile)
+        # call waits for the rest of the program to compile); the iterations' elapsed time
+        # counts from there, not again the compilation that phase's line showed (the time
+        # limit still counts from t0)
         display.end()
+        t_shown = max(t0, display.phase_ended)
+        history = [
+            (0, f, float(np.max(np.abs(g))) if g.size else 0.0, time.perf_counter() - t_shown)
+        ]
         display.header()
         display.iteration(*history[0])
         if not (np.isfinite(f) and np.all(np.isfinite(g))):
@@ -341,9 +350,10 @@ class Optimizer:
             x, f, g = x_new, f_new, g_new
             gmax = float(np.max(np.abs(g)))
             far_from_stationary = gmax > 1e3 * max(gtol, 1e-3)
-            elapsed = time.perf_counter() - t0
-            history.append((it, f, gmax, elapsed))
-            display.iteration(it, f, gmax, elapsed)
+            now = time.perf_counter()
+            elapsed = now - t0
+            history.append((it, f, gmax, now - t_shown))
+            display.iteration(it, f, gmax, now - t_shown)
             if gmax < gtol:
                 message, converged = f"max|gradient| {gmax:.3g} < gtol {gtol:g}", True
                 break
