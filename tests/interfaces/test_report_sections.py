@@ -382,6 +382,18 @@ def test_report_of_a_saved_fit_takes_the_data_file(fitted, tmp_path):
         assert parser.text["data-sha256"] == hashlib.sha256(f.read()).hexdigest()
 
 
+def test_the_grid_resolves_each_dosing_interval_of_a_long_history():
+    from deepnlme.interfaces.report import _per_interval
+
+    doses = np.arange(0.0, 468.0, 12.0)  # 39 doses 12 h apart: 150 even points left 6 each
+    pts = _per_interval(doses, 470.0)
+    per = np.histogram(pts, bins=np.r_[doses, 470.0])[0]
+    assert per.tolist() == [15] * 39
+    assert _per_interval(np.arange(1000.0), 1000.0).size <= 4000
+    assert _per_interval(np.arange(10_000.0), 10_000.0).size == 0
+    assert _per_interval(np.empty(0), 5.0).size == 0
+
+
 def test_time_grid_keeps_every_record_and_adds_each_endpoints_grid():
     """The dense curves' population: the subjects in the order asked, each record of theirs
     as it was, and per subject and endpoint a grid from the subject's first record to the
@@ -418,7 +430,10 @@ def test_time_grid_keeps_every_record_and_adds_each_endpoints_grid():
                 times = added.loc[added["DVID"] == ep, "TIME"].to_numpy()
                 doses = [0.0, 8.0] if last > 8.0 else [0.0]
                 before = [8.0 - 1e-6 * last] if last > 8.0 else []
-                want = np.unique(np.r_[np.linspace(0.0, last, 20), doses, before])
+                # and 16 points a dosing interval (15 inside it), to the last observation
+                ends = [*doses[1:], last]
+                inside = [np.linspace(d, e, 17)[1:-1] for d, e in zip(doses, ends)]
+                want = np.unique(np.r_[np.linspace(0.0, last, 20), doses, before, *inside])
                 np.testing.assert_allclose(times, want, rtol=0, atol=1e-12)
                 assert (added.loc[added["DVID"] == ep, "CENS"] == 0).all()
             # the grid's covariate: NONMEM's rule, the value of the next record (which holds
