@@ -601,17 +601,20 @@ class Population:
             subj = r["_S"].to_numpy()[obs]
             low = np.full(len(c), -np.inf)
             high = np.full(len(c), np.inf)
+            n_subj = int(subj.max()) + 1 if subj.size else 0
             for e in pd.unique(ep):
                 # the endpoint's limits, and each subject's own where it has censored records
                 # (assays of other sites or studies)
                 at = ep == e
-                for code, lim, pick in ((1, low, np.max), (-1, high, np.min)):
-                    if not np.any(at & (c == code)):
+                for code, lim, pick, fill in ((1, low, np.maximum, -np.inf),
+                                              (-1, high, np.minimum, np.inf)):  # fmt: skip
+                    marked = at & (c == code)
+                    if not marked.any():
                         continue
-                    lim[at] = pick(old[at & (c == code)])
-                    for k in pd.unique(subj[at & (c == code)]):
-                        own = at & (subj == k)
-                        lim[own] = pick(old[own & (c == code)])
+                    own = np.full(n_subj, fill)
+                    pick.at(own, subj[marked], old[marked])
+                    whole = pick.reduce(old[marked])
+                    lim[at] = np.where(np.isfinite(own[subj[at]]), own[subj[at]], whole)
             below, above = flat < low, flat > high
             flat = np.where(below, low, np.where(above, high, flat))
             cens[obs] = np.where(below, 1, np.where(above, -1, 0))
