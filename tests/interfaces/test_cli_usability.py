@@ -482,3 +482,38 @@ def test_simulated_data_sets_of_neighbouring_seeds_share_none(in_tmp):
     model = dn.load_model(dn.datasets.example_path("theophylline.model"))
     sim = dn.simulate(model, dn.datasets.load("theophylline"), seed=1).to_dataframe()
     np.testing.assert_array_equal(dv[1, 1], sim["DV"].to_numpy())
+
+
+def test_ctrl_c_is_a_line_and_time_limit_reaches_the_fit(in_tmp, capsys, monkeypatch):
+    """Ctrl-C printed a 30-line traceback; the command line had no time limit."""
+    seen = {}
+
+    def fit(model, pop, method, **kwargs):
+        seen.update(kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dn, "fit", fit)
+    args = ["fit", "theophylline.model", "theophylline", "--out", "o", "--time-limit", "30"]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("deepnlme: interrupted; o may hold part of the outputs")
+    assert "Traceback" not in err and seen["time_limit"] == 30.0
+
+
+def test_a_rerun_stopped_while_writing_leaves_no_earlier_fit_json(cheap_fit, tmp_path, monkeypatch):
+    """fit.json marks a complete folder: a --force rerun stopped while writing left the
+    earlier run's fit.json beside this run's files (and a table cut off at a row)."""
+    out, _ = cheap_fit
+    fit = dn.load_fit(out / "fit")
+    folder = tmp_path / "o"
+    shutil.copytree(out, folder)
+    assert (folder / "fit.json").is_file()
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(dn, "predict", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        cli._write_fit(fit, folder, {}, report=False, force=True)
+    assert not (folder / "fit.json").exists()
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]

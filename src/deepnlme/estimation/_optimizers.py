@@ -392,7 +392,8 @@ class Optimizer:
                 converged = True
                 break
             if elapsed > time_limit:
-                message = f"time limit of {time_limit:g} s reached after {it} iterations"
+                plural = "s" if it != 1 else ""
+                message = f"time limit of {time_limit:g} s reached after {it} iteration{plural}"
                 break
         if stalled:
             message = _with_nonfinite_trials(message, recent)

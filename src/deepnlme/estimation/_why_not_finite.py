@@ -130,10 +130,12 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
                     f"the amounts of {who} are not finite, and it has SS dose records. "
                     f"{NO_STEADY_STATE.rstrip('.')}{hint}"
                 )
+            since = f" from TIME {_fmt(t)} on" if np.isfinite(t) else ""
             return (
-                f"the solve of {who}'s dynamics failed (non-finite amounts; a dose whose "
-                "bioavailability is below 0, or whose modelled rate or duration is not above "
-                f"0, cannot be given){hint}"
+                f"the solve of {who}'s dynamics failed{since} (non-finite amounts: the "
+                "dynamics may grow without bound at these values, e.g. a term of the wrong "
+                "sign or a start far off; or a dose whose bioavailability is below 0, or whose "
+                f"modelled rate or duration is not above 0, cannot be given){hint}"
             )
         for j in np.flatnonzero(mask[i]):
             at = f"{who} at TIME {_fmt(times[i, j])}"

@@ -468,6 +468,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     fit.add_argument("--out", required=True, help="output folder")
     fit.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
+    fit.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop the optimisation after this many seconds (checked after each iteration)",
+    )
     fit.add_argument("--no-report", action="store_true", help="do not write report.html")
     _report_options(fit)
     fit.add_argument("--quiet", action="store_true", help="no progress display")
@@ -653,7 +660,11 @@ def _write_fit(
     from deepnlme import ebe_table, predict, save_fit
 
     out.mkdir(parents=True, exist_ok=True)
-    fit.table().to_csv(out / "estimates.csv", index=False)
+    # fit.json, written last, marks a complete folder: gone first, so that a run stopped
+    # while writing (Ctrl-C, a killed job) leaves no fit.json of the run before beside this
+    # run's files; each file written whole (a temporary file renamed) or not at all
+    (out / "fit.json").unlink(missing_ok=True)
+    _write_whole(out / "estimates.csv", fit.table().to_csv(index=False))
     save_fit(fit, out / "fit", overwrite=force)
     timings = dict(fit.timings)
     timings.update(extra_timings)
@@ -678,8 +689,8 @@ def _write_fit(
             write_report(fit, out / "report.html", data_file=data_file, **(report_options or {}))
             timings["report"] = time.perf_counter() - t0
     finally:  # the tables and fit.json also when the report failed
-        ebe_table(fit).to_csv(out / "ebes.csv", index=False)
-        predict(fit).to_csv(out / "predictions.csv", index=False)
+        _write_whole(out / "ebes.csv", ebe_table(fit).to_csv(index=False))
+        _write_whole(out / "predictions.csv", predict(fit).to_csv(index=False))
         path = _write_record(fit, out, timings)
     return path
 
@@ -714,8 +725,19 @@ def _write_record(fit, out: Path, timings: dict[str, float]) -> Path:
         "timings": timings,
     }
     path = out / "fit.json"
-    path.write_text(json.dumps(_json_safe(record), indent=2, allow_nan=False))
+    _write_whole(path, json.dumps(_json_safe(record), indent=2, allow_nan=False))
     return path
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """`text` into `path` whole or not at all: a temporary file beside it, renamed (a table
+    cut off at a row boundary by a stopped run read as complete)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _json_safe(v):
@@ -736,6 +758,7 @@ def _run_fit(
     *,
     max_iter: int,
     quiet: bool,
+    time_limit: float | None = None,
     report=True,
     read: argparse.Namespace | None = None,
     force: bool = False,
@@ -748,7 +771,8 @@ def _run_fit(
     data_file = None if isinstance(data, dn.Population) else _data_source(data)
     model = dn.load_model(model_src)
     pop = data if data_file is None else _read_population(data_file, read, model)
-    fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet)
+    limit = {} if time_limit is None else {"time_limit": time_limit}
+    fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet, **limit)
     print(fit)
     if not quiet:
         print("writing the tables, the saved fit" + (" and the report ..." if report else " ..."),
@@ -1166,6 +1190,7 @@ def _main(args: argparse.Namespace) -> int:
                 Path(args.out),
                 max_iter=args.max_iter,
                 quiet=args.quiet,
+                time_limit=args.time_limit,
                 report=not args.no_report,
                 read=args,
                 force=args.force,
@@ -1191,6 +1216,15 @@ def _main(args: argparse.Namespace) -> int:
     except _USER_ERRORS as err:
         print(f"deepnlme: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # (Ctrl-C: a line, not a traceback; the shell's status 130)
+        out = getattr(args, "out", None)
+        where = (
+            f"; {out} may hold part of the outputs (no fit.json: not complete)"
+            if args.command == "fit" and out
+            else ""
+        )
+        print(f"deepnlme: interrupted{where}", file=sys.stderr)
+        return 130
     return 0
 
 
