@@ -119,7 +119,7 @@ def test_covariance_numbers_are_the_fits(report, shared_fit):
     cond = getattr(shared_fit, "condition_number", None)
     if cond is None:  # (before the Fit computes it, the report does from fit.covariance)
         pytest.skip("this Fit has no condition_number")
-    assert float(p.text["condition-number"]) == pytest.approx(cond, rel=1e-9)
+    assert float(p.text["condition-number"]) == pytest.approx(cond, rel=5e-4)  # (shown to 4 digits)
     eig = getattr(shared_fit, "eigenvalues", None)
     cells = [float(x) for x in p.chunks["eig"][2:]]  # k, eigenvalue, 1, v1, 2, v2, ...
     np.testing.assert_allclose(cells[1::2], np.sort(eig), rtol=1e-4)

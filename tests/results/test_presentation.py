@@ -259,6 +259,12 @@ def test_network_has_one_row_and_its_weights_their_own_table(small_net):
     # cl = exp(tcl + eta + NN(WT / 70)[0]): exp(tcl) is no typical cl (it said it was)
     note = _rows(fit, "fixed effects").loc["tcl", "note"]
     assert "exp(tcl): cl where NN is 0 (no typical value)" in note and "typical cl" not in note
+    # the report's table has no note column: the notes that qualify a row follow it
+    from deepnlme.interfaces.report import _caveats
+
+    listed = "".join(_caveats(fit.table()))
+    assert "<b>tcl</b>: exp(tcl): cl where NN is 0 (no typical value)" in listed
+    assert "<b>NN</b>: reg=L2(1.0)" in listed
 
 
 @pytest.mark.slow

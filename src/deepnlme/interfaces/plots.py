@@ -243,7 +243,6 @@ def gof_chart(
             p.add("points", xv[cens], yv[cens], colour="grey", alpha=0.6, size=3.2,
                   label="censored (at its limit)")  # fmt: skip
             xv, yv = xv[~cens], yv[~cens]
-            p.legend = "inside"
         p.add("points", xv, yv, **_DOTS)
         if ident:
             _identity(p, xv, yv)
@@ -416,7 +415,10 @@ def npde_chart(npde_table: pd.DataFrame, pred: Any = None, *, endpoint_label: st
         p.add("hline", y=[0.0], colour="ref")
         _smooth(p, x, v)
         panels.append(p)
-    title = "Normalised prediction distribution errors (dashed: 5th, 95th of N(0, 1))"
+    title = (
+        f"Normalised prediction distribution errors of {endpoint_label} (dashed: 5th, 95th of "
+        "N(0, 1))"
+    )
     return Chart(grid_of(panels, 3), 12, 3.9, title=title)
 
 
@@ -478,7 +480,7 @@ def individual_fits_charts(
             last_row = k // nc == nr - 1 or k + nc >= len(page)
             p = Panel(title=f"ID {sid}" + (f" - {ep}" if multi else ""), ylog=log_y,
                       xlabel=time_label if last_row else "",
-                      ylabel=(ep if multi else endpoint_label) if k % nc == 0 else "")  # fmt: skip
+                      ylabel=ep if multi else endpoint_label if k % nc == 0 else "")  # fmt: skip
             p.add("line", src["TIME"], src["IPRED"], colour="blue", width=1.3, label="IPRED")
             p.add("line", src["TIME"], src["PRED"], colour="orange", width=1.1, dash=True,
                   label="PRED")  # fmt: skip
@@ -522,12 +524,19 @@ def vpc_chart(result, *, log_y: bool = False, endpoint_label: str = "DV") -> Cha
     panels = []
     for k, st in enumerate(strata):
         by = result.stratify or "ENDPOINT"  # (several endpoints: each a stratum)
-        title = f"{name}, {result.n_sim} simulated replicates" + (
+        against = " against TAD" if result.x == "TAD" else ""
+        title = f"{name}{against}, {result.n_sim} simulated replicates" + (
             "" if st == "all" else f" - {st}" if " = " in str(st) else f" - {by} = {st}"
         )
         xlabel = "time after dose (TAD)" if result.x == "TAD" else result.x
-        p = Panel(title=title, xlabel=xlabel, ylabel=y, ylog=log_y,
+        # an endpoint's stratum is named by the endpoint: its values on the y axis
+        ep = str(st).split(",")[0] if by == "ENDPOINT" or "," in str(st) else None
+        y_st = y if ep is None or st == "all" else (
+            f"prediction-corrected {ep}" if result.pred_corrected else ep
+        )  # fmt: skip
+        p = Panel(title=title, xlabel=xlabel, ylabel=y_st, ylog=log_y,
                   legend="right" if k == len(strata) - 1 else None)  # fmt: skip
+        limits = getattr(result, "limits", {}).get(st, (-np.inf, np.inf))
         o = result.observed[result.observed["stratum"] == st]
         p.add("points", o["x"], o["DV"], colour="light", alpha=0.6, size=2.8,
               label="observed data")  # fmt: skip
@@ -542,12 +551,19 @@ def vpc_chart(result, *, log_y: bool = False, endpoint_label: str = "DV") -> Cha
             p.add("line", means["x_mid"], means["sim_median"], colour="blue", dash=True,
                   label="simulated mean, median")  # fmt: skip
             p.add("line", means["x_mid"], means["observed"], colour="blue", width=2.0,
-                  label="observed mean (proportion of 1s for binary data)")  # fmt: skip
+                  label="observed mean")  # fmt: skip
         for j, pc in enumerate(result.percentiles if not len(means) else ()):
             gp = g[g["percentile"] == pc].sort_values("x_mid")
             c = three[j] if len(result.percentiles) == 3 else CYCLE[j % len(CYCLE)]
             n = _ordinal(pc)
-            p.add("band", gp["x_mid"], gp["sim_lo"], y2=gp["sim_hi"], colour=c, alpha=0.18,
+            # an interval's end among censored values (NaN) drawn at the limit: the band
+            # stops at the LLOQ rather than vanishing where its line goes on
+            lo = np.where(np.isnan(gp["sim_lo"]) & np.isfinite(gp["sim_hi"]), limits[0],
+                          gp["sim_lo"])  # fmt: skip
+            hi = np.where(np.isnan(gp["sim_hi"]) & np.isfinite(gp["sim_lo"]), limits[1],
+                          gp["sim_hi"])  # fmt: skip
+            lo, hi = (np.where(np.isfinite(v), v, np.nan) for v in (lo, hi))
+            p.add("band", gp["x_mid"], lo, y2=hi, colour=c, alpha=0.18,
                   label=f"simulated {n} percentile, {ci}")  # fmt: skip
             p.add("line", gp["x_mid"], gp["sim_median"], colour=c, dash=True,
                   label=f"simulated {n} percentile, median")  # fmt: skip

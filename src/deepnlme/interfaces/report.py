@@ -411,6 +411,26 @@ def _estimates_shown(table: pd.DataFrame) -> pd.DataFrame:
     return out[[c for c in out.columns if c == "block" or c in shown_columns(out)]]
 
 
+# the table's notes that change how a row reads (the report's table has no note column: it
+# hid that exp(tcl) beside a network is no typical cl, and that two IOV rows are one variance)
+_CAVEATS = (
+    "no typical value", "one variance with", "near its boundary", "where the factors with",
+    "SD only", "reg=",
+)  # fmt: skip
+
+
+def _caveats(table: pd.DataFrame) -> list[str]:
+    """The notes of `table` (a `Fit.table()`) that qualify a row, as a list under the table."""
+    if "note" not in table.columns:
+        return []
+    items = [
+        f"<li><b>{html.escape(str(r['parameter']))}</b>: {html.escape(str(r['note']))}</li>"
+        for r in table.to_dict("records")
+        if any(c in str(r["note"]) for c in _CAVEATS)
+    ]
+    return [f'<ul class="note" id="estimates-notes">{"".join(items)}</ul>'] if items else []
+
+
 def _covariance_section(fit) -> list[str]:
     cd = _covariance_diagnostics(fit)
     status = str(fit.covariance_status)
@@ -431,7 +451,7 @@ def _covariance_section(fit) -> list[str]:
     if cd.condition_number is not None:
         body.append(
             "<p>Condition number of the correlation matrix (largest over smallest eigenvalue): "
-            f'<b id="condition-number">{cd.condition_number:.10g}</b> '
+            f'<b id="condition-number">{cd.condition_number:.4g}</b> '
             f'<span class="note">(from {html.escape(cd.source)}; flagged above '
             f"{_CONDITION_LIMIT:g})</span></p>"
         )
@@ -620,7 +640,13 @@ def _endpoint_label(model, endpoints) -> str:
     if len(eps) != 1:
         return "observed value"
     obs = [s for s in model.ir.derived if isinstance(s, Observation)]
-    if len(obs) == 1 and obs[0].args and isinstance(obs[0].args[0], Name):
+    # (a count's or a 0/1's first argument is its rate or probability, not what is observed)
+    if (
+        len(obs) == 1
+        and obs[0].args
+        and isinstance(obs[0].args[0], Name)
+        and obs[0].dist not in ("Poisson", "Bernoulli")
+    ):
         return f"{eps[0]} ({obs[0].args[0].id})"
     return str(eps[0])
 
@@ -796,7 +822,10 @@ def _report_html(
         _section(
             "estimates",
             "Estimates",
-            [_table(_estimates_shown(fit.table()), table_id="estimates-table")],
+            [
+                _table(_estimates_shown(fit.table()), table_id="estimates-table"),
+                *_caveats(fit.table()),
+            ],
         )
     )
     sections.append(_section("shrinkage", "Shrinkage", [_table(shrinkage(fit, table))]))
@@ -972,12 +1001,19 @@ def _vpc_section(fit, table, reps, vpc_sims: int, seed: int, ep_label: str) -> s
             plots.vpc_chart(v, endpoint_label=ep_label), "visual predictive check", "vpc-plot"
         ),
         f'<p class="note">{vpc_sims} data sets simulated from the fitted model (seed '
-        f"{seed}). Solid lines: observed 5th, 50th and 95th percentiles; dashed lines: "
-        f"the medians of the simulated percentiles; shaded bands: {100 * v.ci:g}% "
-        "confidence intervals of the simulated percentiles"
+        f"{seed}). "
         + (
-            "; for count and binary endpoints the same for the mean per bin (the proportion "
-            "of 1s), as their percentiles are a few integers whatever the model"
+            "Solid lines: observed 5th, 50th and 95th percentiles; dashed lines: the medians "
+            f"of the simulated percentiles; shaded bands: {100 * v.ci:g}% confidence "
+            "intervals of the simulated percentiles"
+            if (v.summary["statistic"] == "percentile").any()
+            else ""
+        )
+        + (
+            ("; for" if (v.summary["statistic"] == "percentile").any() else "For")
+            + " count and binary endpoints, the observed mean per bin (the proportion of 1s) "
+            "against the median and interval of the simulated means, as their percentiles "
+            "are a few integers whatever the model"
             if (v.summary["statistic"] == "mean").any()
             else ""
         )
