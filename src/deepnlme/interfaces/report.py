@@ -35,7 +35,8 @@ max-width:1100px;color:#222;line-height:1.4;padding:0 1em}
 h1{font-size:1.6em;border-bottom:2px solid #246;padding-bottom:.2em}
 h2{font-size:1.25em;margin-top:1.8em;color:#246}
 h3{font-size:1.05em;margin-top:1.2em;color:#246}
-table{border-collapse:collapse;font-size:.88em;margin:.5em 0}
+table{border-collapse:collapse;font-size:.88em;margin:.5em 0;display:block;max-width:100%;
+overflow-x:auto}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
 th{background:#eef2f7}td.l,th.l{text-align:left}
 pre{background:#f6f8fa;border:1px solid #ddd;padding:.8em;overflow:auto;font-size:.85em}
@@ -407,6 +408,8 @@ def _estimates_shown(table: pd.DataFrame) -> pd.DataFrame:
     from ..estimation._result import held_marked, shown_columns
 
     out = held_marked(table).drop(columns=["note"], errors="ignore")
+    if "label" in out.columns:  # (an arrow a narrow column cannot break: "eta[0] -\n> ka")
+        out = out.assign(label=out["label"].astype(str).str.replace(" -> ", " \u2192 "))
     # no column that is empty throughout (pheno's back-transformed values: theta * exp(eta))
     return out[[c for c in out.columns if c == "block" or c in shown_columns(out)]]
 
