@@ -653,6 +653,6 @@ def test_a_fit_of_another_network_as_init_is_refused_or_warned(small_net):
                    progress=False)  # fmt: skip
     df = pop.to_dataframe()
     heavier = dn.read_data(df.assign(WT=df["WT"] + 40.0))
-    with pytest.warns(UserWarning, match="scales its inputs from the population"):
+    with pytest.warns(UserWarning, match="scale their inputs from the population"):
         dn.fit(dn.load_model(scaled), heavier, dn.FOCE(), init=first, max_iter=0,
                covariance=None, progress=False)  # fmt: skip

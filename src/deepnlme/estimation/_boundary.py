@@ -77,17 +77,13 @@ _ADDITIVE = "additive SD of "
 def _dv_scale(fit: Fit, model, output: str) -> float | None:
     """The median |DV| of the uncensored observations of the model's `output` in the fit's
     data (None where there are none, or all are 0)."""
-    from ..solve._subject import _match_outputs
+    from ..solve._subject import endpoint_outputs
 
     pop = fit.population
-    if pop is None:
+    outputs = endpoint_outputs(model, pop) if pop is not None else None
+    if outputs is None:
         return None
-    outputs = tuple(model.compiled.outputs)
-    try:
-        index = _match_outputs(outputs, tuple(pop.endpoints), pop.endpoint_column)
-    except Exception:  # noqa: BLE001 (the fit matched them; without it, no scale)
-        return None
-    codes = [k for k, i in enumerate(index) if outputs[i] == output]
+    codes = [k for k, name in enumerate(outputs) if name == output]
     a = pop.arrays()
     use = np.asarray(a.obs_mask) & (np.asarray(a.obs_cens) == 0)
     use &= np.isin(np.asarray(a.obs_endpoint), codes)

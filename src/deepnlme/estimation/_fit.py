@@ -141,7 +141,7 @@ def _check_init_networks(model, init: Fit) -> None:
     from another population a warning (the weights see inputs on another scale)."""
     import warnings
 
-    from ..nn import networks, resolved_model
+    from ..nn import networks, resolved_model, scaled_otherwise
 
     if init.model is None or init.model is model:
         return
@@ -159,15 +159,13 @@ def _check_init_networks(model, init: Fit) -> None:
                 "would mean something else here. Start from a fit of this architecture, or "
                 "give the other parameters by name (init={...})"
             )
-        if net.scale != "none" and not all(
-            np.allclose(a, b, rtol=1e-12, atol=0)
-            for a, b in zip(net.input_transform(), other.input_transform())
-        ):
-            warnings.warn(
-                f"fit: the network '{name}' of this model scales its inputs from the "
-                "population it was first used with, not as in the fit given as `init`: its "
-                "weights start on inputs of another scale. Fit the fit's own model "
-                "(fit(init.model, population, method, init=init)) to keep its scaling.",
-                UserWarning,
-                stacklevel=3,
-            )
+    moved = scaled_otherwise(model, init)
+    if moved:
+        warnings.warn(
+            f"fit: the network(s) {', '.join(moved)} of this model scale their inputs from "
+            "the population it was first used with, not as in the fit given as `init`: its "
+            "weights start on inputs of another scale. Fit the fit's own model "
+            "(fit(init.model, population, method, init=init)) to keep its scaling.",
+            UserWarning,
+            stacklevel=3,
+        )

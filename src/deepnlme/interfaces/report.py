@@ -968,18 +968,12 @@ def _endpoint_names(fit) -> dict[str, str]:
     """The report's name of each of the data's endpoint labels: the model's output where a
     numeric code (DVID 1, 2, ...) stands for it, as the fit matched them (the estimates
     table names the outputs: "additive SD of CP"); the label itself otherwise."""
-    from ..solve._subject import _match_outputs
+    from ..solve._subject import endpoint_outputs
 
     pop = fit.population
     names = {ep: ep for ep in pop.endpoints}
-    if len(names) < 2:
-        return names
-    outputs = tuple(fit.model.compiled.outputs)
-    try:
-        index = _match_outputs(outputs, tuple(pop.endpoints), pop.endpoint_column)
-    except Exception:  # noqa: BLE001 (the fit matched them; a report shows the labels)
-        return names
-    return {ep: outputs[k] for ep, k in zip(pop.endpoints, index)}
+    outputs = endpoint_outputs(fit.model, pop) if len(names) > 1 else None
+    return names if outputs is None else dict(zip(pop.endpoints, outputs))
 
 
 def _named(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from ._binding import model_penalty as model_penalty
 from ._binding import networks as networks
 from ._binding import resolve_scaling as resolve_scaling
 from ._binding import resolved_model as resolved_model
+from ._binding import scaled_otherwise as scaled_otherwise
 from ._evaluate import Network as Network
 from ._evaluate import network as network
 from ._mlp import ACTIVATIONS as ACTIVATIONS

@@ -206,3 +206,22 @@ def network_inputs(model, name: str) -> list[str] | None:
                     if isinstance(node, Call) and node.kind == "param" and node.func == name:
                         return [to_source(a) for a in node.args]
     return None
+
+
+def scaled_otherwise(model, other) -> list[str]:
+    """The networks of `model` whose inputs are scaled from other statistics than the
+    same-named networks of `other` (a model or a Fit): a model loaded afresh scales from the
+    population it first meets, and weights fitted on another then see inputs on another
+    scale."""
+    ours, theirs = networks(resolved_model(model)), networks(resolved_model(other))
+    moved = []
+    for name, net in ours.items():
+        them = theirs.get(name)
+        if them is None or net.scale == "none":
+            continue
+        if not all(
+            np.allclose(a, b, rtol=1e-12, atol=0)
+            for a, b in zip(net.input_transform(), them.input_transform())
+        ):
+            moved.append(name)
+    return moved

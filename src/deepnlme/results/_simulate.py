@@ -51,19 +51,11 @@ def _warn_other_scale(model, params, fname: str) -> None:
     than `model`'s do now (a model loaded afresh scales from the population it first meets:
     the fit's weights then see inputs on another scale than they were trained on)."""
     from ..estimation._result import Fit
-    from ..nn import networks, resolved_model
+    from ..nn import scaled_otherwise
 
     if not isinstance(params, Fit) or params.model is None or model is params.model:
         return
-    ours, theirs = networks(resolved_model(model)), networks(resolved_model(params))
-    moved = []
-    for name, net in ours.items():
-        other = theirs.get(name)
-        if other is None or net.scale == "none":
-            continue
-        if not all(np.allclose(a, b, rtol=1e-12, atol=0) for a, b in
-                   zip(net.input_transform(), other.input_transform())):  # fmt: skip
-            moved.append(name)
+    moved = scaled_otherwise(model, params)
     if moved:
         warnings.warn(
             f"{fname}: the network(s) {', '.join(moved)} of this model scale their inputs "

@@ -167,6 +167,17 @@ def _match_outputs(
     return tuple(index)
 
 
+def endpoint_outputs(model, population) -> tuple[str, ...] | None:
+    """The model's output that each of `population`'s endpoint labels is (in their order), as a
+    fit matches them (`_match_outputs`); None where they do not match."""
+    outputs = tuple(model.compiled.outputs)
+    try:
+        index = _match_outputs(outputs, tuple(population.endpoints), population.endpoint_column)
+    except (DataError, ModelError):
+        return None
+    return tuple(outputs[k] for k in index)
+
+
 def _check_discrete_observations(cm, a, out_of_ep, population) -> None:
     """A DataError naming the first observation of a count or binary output (Poisson,
     Bernoulli) whose DV that output cannot take: its log-mass formula gives a finite number
