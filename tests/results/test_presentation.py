@@ -633,6 +633,10 @@ def test_random_effects_sharing_one_variance_say_so():
     assert notes["var(kap1)"].startswith("one variance with kap2 (om_iov; NONMEM's SAME)")
     assert notes["var(kap2)"].startswith("one variance with kap1 (om_iov; NONMEM's SAME)")
     assert "NONMEM's SAME" not in notes["omega[1,1]"]
+    # in a block of their own, as NONMEM users read them (they sat under between-subject)
+    blocks = fit.table().set_index("parameter")["block"]
+    assert blocks["var(kap1)"] == blocks["var(kap2)"] == "inter-occasion variability"
+    assert blocks["omega[1,1]"] == "between-subject variability"
 
 
 def test_a_fit_of_another_network_as_init_is_refused_or_warned(small_net):

@@ -107,7 +107,9 @@ class Fit:
           RSE%, a 95% CI on the log scale (exp(log omega^2 -+ 1.96 SE/omega^2), so it stays
           positive), `sd` = sqrt(omega^2), `cv%` = 100 sqrt(exp(omega^2) - 1) for a random
           effect that enters only through exp(...) (else NaN: SD only; the note says which),
-          and its eta-shrinkage in percent. Then one row per estimated off-diagonal element
+          and its eta-shrinkage in percent ("inter-occasion variability" for random effects
+          with one variance between them, one per occasion). Then one row per estimated
+          off-diagonal element
           of Omega (a PSD block), as a correlation omega_jk / sqrt(omega_jj omega_kk), named
           `corr(eta[0], eta[1])`, its SE by the delta method and a CI by Fisher's z; the
           structural zeros of a PDiag (and between random-effect blocks) have no rows. A row's

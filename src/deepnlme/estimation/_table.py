@@ -195,6 +195,8 @@ Z = 1.959963984540054  # the 97.5% quantile of N(0, 1)
 
 BLOCK_FIXED = "fixed effects"
 BLOCK_BSV = "between-subject variability"
+# random effects with one variance between them (one per occasion: NONMEM's $OMEGA SAME)
+BLOCK_IOV = "inter-occasion variability"
 BLOCK_RESIDUAL = "residual error"
 BLOCK_NETWORKS = "networks"
 
@@ -766,7 +768,7 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
         )
         out.append(
             _row(
-                BLOCK_BSV,
+                BLOCK_IOV if same else BLOCK_BSV,
                 element or f"var({labels[j]})",
                 label,
                 estimate=w,
