@@ -476,3 +476,16 @@ def test_unknown_parameter_names_get_a_hint():
     for options, said in cases:
         with pytest.raises(dn.OptionError, match=said):
             dn.fit(model, pop, dn.FOCE(), progress=False, **options)
+
+
+def test_a_parameter_not_finite_for_several_subjects_names_them():
+    """0/0 at WT = 70.5 (subjects 3 and 8): the message named subject 3 alone."""
+    text = (
+        dn.datasets.example_path("theophylline.model")
+        .read_text()
+        .replace("cl = exp(tcl + eta[1])", "cl = exp(tcl + eta[1]) * (WT - 70.5) / (WT - 70.5)")
+        .replace("pre:\n", "covariates: WT\npre:\n", 1)
+    )
+    fit = dn.fit(dn.load_model(text), dn.datasets.load("theophylline"), dn.FOCEI(),
+                 progress=False)  # fmt: skip
+    assert "individual parameter cl is nan for subject ID 3 (and for ID 8)" in fit.message

@@ -109,11 +109,12 @@ class Fit:
           effect that enters only through exp(...) (else NaN: SD only; the note says which),
           and its eta-shrinkage in percent ("inter-occasion variability" for random effects
           with one variance between them, one per occasion). Then one row per estimated
-          off-diagonal element of Omega (a PSD block), as a correlation omega_jk / sqrt(omega_jj omega_kk), named
-          `corr(eta[0], eta[1])`, its SE by the delta method and a CI by Fisher's z; the
-          structural zeros of a PDiag (and between random-effect blocks) have no rows. A row's
-          `parameter` is the model's element (`omega[1,1]`) where omega^2 is that element,
-          else `var(eta_cl)` (a `Normal(0, sd)` random effect: omega^2 = sd^2).
+          off-diagonal element of Omega (a PSD block), as a correlation omega_jk /
+          sqrt(omega_jj omega_kk), named `corr(eta[0], eta[1])`, its SE by the delta method
+          and a CI by Fisher's z; the structural zeros of a PDiag (and between random-effect
+          blocks) have no rows. A row's `parameter` is the model's element (`omega[1,1]`)
+          where omega^2 is that element, else `var(eta_cl)` (a `Normal(0, sd)` random
+          effect: omega^2 = sd^2).
         - "residual error": one row per residual-error parameter, labelled with its role
           (`sigma: additive SD of DV`, `proportional SD (fraction of the prediction)`); the
           CI of an SD or proportional coefficient on the log scale (positive).

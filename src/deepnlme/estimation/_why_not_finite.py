@@ -103,9 +103,16 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
         who = f"subject ID {ids[i]}"
         for name, v in ind.items():
             if not np.isfinite(v[i]):
+                others = [str(ids[k]) for k in np.flatnonzero(~np.isfinite(v)) if k != i]
+                also = (
+                    f" (and for ID {', '.join(others[:5])}{', ...' if len(others) > 5 else ''})"
+                    if others
+                    else ""
+                )
                 return (
-                    f"individual parameter {name} is {_fmt(v[i])} for {who} (eta = 0): check "
-                    "its expression in the `pre:` block and the initial estimates it uses"
+                    f"individual parameter {name} is {_fmt(v[i])} for {who}{also} (eta = 0): "
+                    "check its expression in the `pre:` block (a division by zero at these "
+                    "subjects' covariates?) and the initial estimates it uses"
                 )
         nonpos = [f"{k} = {_fmt(v[i])}" for k, v in ind.items() if v[i] <= 0]
         hint = (
