@@ -43,7 +43,7 @@ def test_report_vpc_simulate_on_saved_fit(fitted, tmp_path):
     svg = ET.parse(tmp_path / "vpc" / "vpc.svg").getroot()  # a standalone, well-formed file
     assert svg.tag == "{http://www.w3.org/2000/svg}svg"
     texts = {t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")}
-    assert {"observed data", "observed 95th percentile"} <= texts
+    assert {"observed data", "observed 5th and 95th percentiles"} <= texts
     data = dn.datasets.path("theophylline")
     assert (
         main(["simulate", data, "--fit", str(fitted / "fit"), "--out", str(tmp_path / "s.csv")])

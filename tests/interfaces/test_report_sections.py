@@ -186,8 +186,11 @@ def test_vpc_legend_tells_observed_from_simulated(shared_fit):
     fig = plots.vpc_plot(dn.vpc(shared_fit, n_sim=20, seed=1), endpoint_label="DV (conc)")
     texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert "observed data" in texts
-    assert "simulated 5th percentile, 95% CI" in texts
-    assert "observed 95th percentile" in texts
+    # the outer percentiles share a colour and one entry each for band, median and observed
+    assert "simulated 5th and 95th percentiles, 95% CI" in texts
+    assert "observed 5th and 95th percentiles" in texts
+    assert "observed 50th percentile" in texts
+    assert len(texts) == len(set(texts)) == 7  # data; band, median, observed x 2
     assert fig.axes[0].get_ylabel() == "DV (conc)"
 
 

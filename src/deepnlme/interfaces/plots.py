@@ -556,6 +556,12 @@ def vpc_chart(result, *, log_y: bool = False, endpoint_label: str = "DV") -> Cha
             gp = g[g["percentile"] == pc].sort_values("x_mid")
             c = three[j] if len(result.percentiles) == 3 else CYCLE[j % len(CYCLE)]
             n = _ordinal(pc)
+            # three percentiles: the outer two share a colour, and one legend entry
+            outer = len(result.percentiles) == 3 and j != 1
+            if outer:
+                lo_pc, hi_pc = result.percentiles[0], result.percentiles[2]
+                n = f"{_ordinal(lo_pc)} and {_ordinal(hi_pc)}"
+            show = not outer or j == 0
             # an interval's end among censored values (NaN) drawn at the limit: the band
             # stops at the LLOQ rather than vanishing where its line goes on
             lo = np.where(np.isnan(gp["sim_lo"]) & np.isfinite(gp["sim_hi"]), limits[0],
@@ -563,12 +569,13 @@ def vpc_chart(result, *, log_y: bool = False, endpoint_label: str = "DV") -> Cha
             hi = np.where(np.isnan(gp["sim_hi"]) & np.isfinite(gp["sim_lo"]), limits[1],
                           gp["sim_hi"])  # fmt: skip
             lo, hi = (np.where(np.isfinite(v), v, np.nan) for v in (lo, hi))
+            pcs = "percentiles" if outer else "percentile"
             p.add("band", gp["x_mid"], lo, y2=hi, colour=c, alpha=0.18,
-                  label=f"simulated {n} percentile, {ci}")  # fmt: skip
+                  label=f"simulated {n} {pcs}, {ci}" if show else None)  # fmt: skip
             p.add("line", gp["x_mid"], gp["sim_median"], colour=c, dash=True,
-                  label=f"simulated {n} percentile, median")  # fmt: skip
+                  label=f"simulated {n} {pcs}, median" if show else None)  # fmt: skip
             p.add("line", gp["x_mid"], gp["observed"], colour=c, width=2.0,
-                  label=f"observed {n} percentile")  # fmt: skip
+                  label=f"observed {n} {pcs}" if show else None)  # fmt: skip
         panels.append(p)
     fractions = [_fraction_panel(s[s["stratum"] == st], result.x, ci) for st in strata]
     if any(f is not None for f in fractions):  # censored data: the fraction beyond the limits
