@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import keyword
 import math
 import re
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from ._domains import (
     DomainError,
     Fixed,
     ParamSpec,
+    Real,
     Symbol,
     domain_factory,
     domain_names,
@@ -61,6 +63,17 @@ from ._ir import (
 BLOCKS = ("param", "random", "covariates", "pre", "dosing", "init", "dynamics", "derived")
 DOSING_KINDS = ("lag", "bioav", "rate", "duration")
 RESERVED = {"t", "True", "False", "None"}
+# NONMEM's $PK names of a compartment's dose modifiers and scale (`check_nonmem_pk_names`)
+_NONMEM_PK_NAME = re.compile(r"(ALAG|alag|F|R|D|S)([1-9][0-9]?)")
+_NONMEM_PK_MEANING = {
+    "ALAG": "absorption lag time",
+    "F": "bioavailability",
+    "R": "modelled infusion rate",
+    "D": "modelled infusion duration",
+    "S": "scale",
+}
+_DOSING_WORD = {"ALAG": "lag", "F": "bioav", "R": "rate", "D": "duration"}
+
 MAX_DEPTH = 200  # nesting of an expression (a left chain a + b + ... counts once)
 _TOO_DEEP = "Split it into intermediate variables, one per line (e.g. s1 = a + b, then s = s1 + c)."
 
@@ -501,6 +514,39 @@ class _Parser:
                 f"'d/dt({m[1]})' (nlmixr2's derivative) is written {m[1]}' = ... here",
                 f"Write {m[1]}' = expression in 'dynamics:'.",
             )
+        if m := re.match(
+            r"(alag|lag|f|bioav|rate|dur|duration)\s*\(\s*([A-Za-z_]\w*)\s*\)\s*(=|<-)", text
+        ):
+            word = {"alag": "lag", "f": "bioav", "dur": "duration"}.get(m[1], m[1])
+            return (
+                f"'{m[1]}({m[2]})' (nlmixr2's dose modifier) is written {word}[{m[2]}] = ... here",
+                f"Write {word}[{m[2]}] = expression in a 'dosing:' block.",
+            )
+        if m := re.match(r"DADT\s*\(\s*(\d+)\s*\)\s*=", text, re.IGNORECASE):
+            return (
+                f"'DADT({m[1]})' (NONMEM's $DES) is written State' = ... here",
+                f"Write the derivative of compartment {m[1]} (CMT {m[1]}: the state at "
+                f"position {m[1]} in 'dynamics:') as Name' = expression, with the amounts by "
+                "name (NONMEM's A(1) is the first state's name).",
+            )
+        if m := re.match(r"(" + "|".join(keyword.kwlist) + r")\s*(=|~)(?!=)", text):
+            return (
+                f"'{m[1]}' is a reserved word and cannot be a name",
+                f"Choose another name, e.g. {m[1]}_ or {m[1][:3]}1.",
+            )
+        if m := re.search(r"\.(EQ|NE|GT|GE|LT|LE|AND|OR|NOT)\.", text, re.IGNORECASE):
+            op = {"EQ": "==", "NE": "!=", "GT": ">", "GE": ">=", "LT": "<", "LE": "<=",
+                  "AND": "and", "OR": "or", "NOT": "not"}[m[1].upper()]  # fmt: skip
+            return (
+                f"'{m[0]}' is NONMEM's (Fortran's) operator, not this language's",
+                f"Write {op} (e.g. th * (SEX == 1), or a if WT > 70 else b).",
+            )
+        if m := re.match(r"(" + "|".join(BLOCKS) + r")\s*:", text):
+            return (
+                f"the block header '{m[1]}:' is indented",
+                f"Write '{m[1]}:' at column 0 (block headers start at the line's beginning; "
+                "their statements are indented below them).",
+            )
         if re.match(r"[A-Za-z_]\w*\s*:=", text):
             return (
                 "':=' is not an assignment here (Pumas writes ':=' in @pre)",
@@ -640,6 +686,8 @@ class _Parser:
                     f"Call it with its inputs, e.g. {name}(x)[0] (its first output).",
                 )
             return Name(name, kind), shape
+        if name == "pi" and name not in self.declared:  # (a name of the model's own first)
+            return Num(math.pi), ()
         b = self.block
         if name == "t":
             raise self.err(
@@ -756,6 +804,9 @@ class _Parser:
                 sugg = (
                     "Use 1 and 0 for true and false."
                     if isinstance(v, bool)
+                    else "Code a category as numbers in the data (e.g. SEX 0 and 1) and "
+                    "compare with them (th * (SEX == 1))."
+                    if isinstance(v, str)
                     else "Expressions are made of numbers, names, operators and function calls."
                 )
                 raise self.err(st, node, what, sugg)
@@ -1120,6 +1171,7 @@ class _Parser:
             exprs += list(s.args) if isinstance(s, Observation) else [s.expr]
         exprs += [r.sd for r in ir.random]
         used = {n for e in exprs for n, _ in names_in(e)} | {r.cov for r in ir.random}
+        self.check_nonmem_pk_names(ir, used)
         for r in ir.random:
             if r.name not in used:
                 raise self.err_at(
@@ -1142,6 +1194,35 @@ class _Parser:
                     f"{r.size - len(unused)} entries: the variance of an unused element "
                     "would be estimated with nothing in the model depending on it.",
                 )
+
+    def check_nonmem_pk_names(self, ir: ModelIR, used: set[str]) -> None:
+        """NONMEM's $PK names of dose modifiers and scales (ALAG1, F1, R1, D1, S2) assigned
+        in 'pre:' and read by nothing: pasted from a control stream, they would be ordinary
+        variables here, and the doses would be given without their lag or bioavailability."""
+        for a in ir.pre:
+            m = _NONMEM_PK_NAME.fullmatch(a.name)
+            if m is None or a.name in used:
+                continue
+            n = int(m[2])
+            state = ir.states[n - 1] if 1 <= n <= len(ir.states) else f"<state {n}>"
+            kind = m[1].upper()
+            if kind == "S":
+                effect = "no output would be scaled by it"
+                fix = (
+                    f"Scale the amount where the output is computed, in 'derived:' (NONMEM's "
+                    f"F = A({n})/S{n} is conc = {state} / v)"
+                )
+            else:
+                effect = "the doses would be given without it"
+                word = _DOSING_WORD[kind]
+                fix = f"Write it in a 'dosing:' block: {word}[{state}] = <expression>"
+            raise self.err_at(
+                a.loc,
+                f"'{a.name}' is NONMEM's {_NONMEM_PK_MEANING[kind]} of compartment {n}; here "
+                f"it is an ordinary variable that nothing reads, and {effect}",
+                fix + " (docs/model-language.md), or rename it if it is meant as a variable "
+                "of your own.",
+            )
 
     def statements(self) -> dict[str, list[_Stmt]]:
         """The parsed statements of every block (an empty list for a block that is absent)."""
@@ -1641,6 +1722,18 @@ class _Parser:
                     given[arg],
                     f"{spec.name}: the argument '{arg}' must be {where}; got {v:g}",
                     f"{hint} The signature is {spec.signature}.",
+                )
+        for arg in spec.scale_args:  # an SD estimated on the whole real line: sign unknown
+            n = given.get(arg)
+            dom = self.domains.get(n.id) if isinstance(n, ast.Name) else None
+            if isinstance(dom, Real) and (dom.lower is None or dom.lower < 0):
+                raise self.err(
+                    st,
+                    n,
+                    f"{spec.name}: the standard deviation '{arg}' is the parameter '{n.id}', "
+                    "which may be negative as declared; the likelihood is the same at -sd and "
+                    "sd, so the fit could report a negative SD",
+                    f"Declare it {n.id} = Positive(init=...) (or Real(init=..., lower=0)).",
                 )
         scales = [known[a] for a in spec.scale_args]
         if len(scales) > 1 and all(v == 0 for v in scales):
