@@ -421,3 +421,39 @@ def test_a_fit_predicts_and_simulates_with_its_own_ode_options():
     np.testing.assert_allclose(sim["IPRED"].to_numpy(), own, rtol=1e-13)
     tight = dn.model_predict(fit, etas=fit.ebe_array, ode_options=dn.OdeOptions(solver="tsit5"))
     assert np.max(np.abs(tight["IPRED"].to_numpy() - own)) > 1e-9  # (the options matter)
+
+
+_DIVIDED = """\
+param:
+    tcl = Real(init=1.0)
+    tv = Real(init=3.0)
+    sigma = Positive(init=0.5)
+covariates: CRCL
+pre:
+    cl = exp(tcl) * 50 / CRCL
+    v = exp(tv)
+{dynamics}
+derived:
+    DV ~ Normal(Central / v, sigma)
+"""
+
+
+@pytest.mark.parametrize(
+    "dynamics", ["dynamics: OneCompartment", "dynamics:\n    Central' = -cl / v * Central"]
+)
+def test_an_infinite_individual_parameter_is_named_not_predicted_as_zero(dynamics):
+    """A covariate of 0 under a division made CL infinite: the closed form predicted 0 for
+    that subject, silently (the ODE form failed without naming the parameter)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"ID": [1, 1, 2, 2], "TIME": [0, 2, 0, 2], "AMT": [100, 0, 100, 0],
+         "DV": [np.nan, 4, np.nan, 4], "CRCL": [0, 0, 50, 50]}
+    )  # fmt: skip
+    pop = dn.read_data(frame)
+    model = dn.load_model(_DIVIDED.format(dynamics=dynamics))
+    for call in (lambda: dn.model_predict(model, pop), lambda: dn.simulate(model, pop, seed=1)):
+        with pytest.raises(dn.SolveError, match=r"subject 1: its individual parameter cl is inf"):
+            call()
+    ok = dn.model_predict(model, pop.subset([2]))  # the other subject alone: predicted
+    assert (ok["PRED"] > 0).all()

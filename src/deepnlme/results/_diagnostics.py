@@ -28,7 +28,7 @@ from ..likelihood._from_model import (
 )
 from ..model._distributions import inverse_transform
 from ..solve._ode import OdeOptions
-from ..solve._subject import raise_failed_solves, steady_state_conflict, steady_state_record_at
+from ..solve._subject import failure_cause, raise_failed_solves, steady_state_record_at
 from ._simulate import predictions_frame
 
 _STANDARD_NORMAL = statistics.NormalDist()
@@ -247,7 +247,7 @@ def predict(fit, population=None) -> pd.DataFrame:
     ppred, ipred, ok, fail_time, derived, res = _outputs(b)
     raise_failed_solves(
         ok, fail_time, b.binding.ids, data=b.binding.data,
-        explain=lambda i: steady_state_conflict(b.predictor, b.theta, b.eta[i], b.binding.data, i),
+        explain=lambda i: failure_cause(b.predictor, b.theta, b.eta[i], b.binding.data, i),
     )  # fmt: skip
     frame = predictions_frame(b.binding, b.population, ppred, ipred, derived)
     mask = np.asarray(b.binding.data.obs_mask)

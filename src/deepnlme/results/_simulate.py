@@ -18,7 +18,7 @@ from ..estimation._compiled import model_program, run_once_jit
 from ..likelihood._from_model import batched, binding_of, model_problem
 from ..model._distributions import obs_draw
 from ..solve._ode import OdeOptions
-from ..solve._subject import raise_failed_solves, steady_state_conflict
+from ..solve._subject import failure_cause, raise_failed_solves
 
 
 def _theta(model, params, token: str | None = None) -> dict[str, Any]:
@@ -325,7 +325,7 @@ def _simulate(model, population, params, seed, etas, residual, ode_options) -> _
     eta, y, ipred, ok, fail_time = program(np.int64(seed), theta, eta_in, binding.data)
     raise_failed_solves(
         ok, fail_time, binding.ids, "the simulation", binding.data,
-        lambda i: steady_state_conflict(predictor, theta, np.asarray(eta)[i], binding.data, i),
+        lambda i: failure_cause(predictor, theta, np.asarray(eta)[i], binding.data, i),
     )  # fmt: skip
     mask = np.asarray(binding.data.obs_mask)
     y = np.where(mask, np.asarray(y), np.nan)
@@ -417,7 +417,7 @@ def model_predict(
     ipred, ppred, ok, fail_time, derived = program(theta, eta, binding.data)
     raise_failed_solves(
         ok, fail_time, binding.ids, data=binding.data,
-        explain=lambda i: steady_state_conflict(predictor, theta, eta[i], binding.data, i),
+        explain=lambda i: failure_cause(predictor, theta, eta[i], binding.data, i),
     )  # fmt: skip
     return predictions_frame(binding, population, ppred, ipred, derived)
 
@@ -453,7 +453,7 @@ def prediction_frame(predictor, binding, population, theta, eta) -> pd.DataFrame
     derived = batched(predictor.derived_values)(theta, eta, binding.data)
     raise_failed_solves(
         ok, fail_time, binding.ids, data=binding.data,
-        explain=lambda i: steady_state_conflict(predictor, theta, eta[i], binding.data, i),
+        explain=lambda i: failure_cause(predictor, theta, eta[i], binding.data, i),
     )  # fmt: skip
     return predictions_frame(binding, population, ppred, ipred, derived)
 

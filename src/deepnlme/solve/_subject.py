@@ -562,8 +562,36 @@ class SubjectPredictor:
         if self.use_closed_form:
             psi = self._closed_form_inputs(theta, eta, self._closed_form_covariates(sd))
             x = self._closed_form_amounts(psi, sd)
-            return x, self._solve_ok(x, sd), jnp.asarray(jnp.nan)
+            ok = self._solve_ok(x, sd) & self._finite_inputs(psi, sd)
+            return x, ok, jnp.asarray(jnp.nan)
         return self._ode_jit(theta, eta, sd)
+
+    def _finite_inputs(self, psi, sd: SubjectData) -> jax.Array:
+        """True when the closed form's parameters and lag times are finite (on the segments
+        and dose records that are not padding): an infinite clearance or volume (a division
+        by a covariate of 0) gives amounts of 0, finite and wrong. (Only the solve's `ok`
+        reads this; the objective's programs leave it out.)"""
+        if self.time_varying:
+            cfp, dosing, records = psi
+            seg = sd.cov_mask
+            rec = sd.doses.mask
+        else:
+            (cfp, dosing), records = psi, None
+            seg = rec = None
+
+        def finite(v, mask):
+            f = jnp.isfinite(v)
+            if mask is not None:
+                f = f | ~mask.reshape(mask.shape + (1,) * (f.ndim - mask.ndim))
+            return jnp.all(f)
+
+        ok = jnp.asarray(True)
+        for v in jax.tree.leaves(cfp):
+            ok = ok & finite(v, seg)
+        for v in jax.tree.leaves(records):
+            ok = ok & finite(v, rec)
+        lag = jnp.asarray(dosing.lag)
+        return ok & finite(lag, rec if lag.ndim == 2 else None)
 
     @functools.cached_property
     def _ode_jit(self):
@@ -999,13 +1027,45 @@ def steady_state_conflict(predictor, theta, eta, data, i: int) -> str | None:
     return None
 
 
+def nonfinite_parameter(predictor, theta, eta, data, i: int) -> str | None:
+    """The first individual parameter (a scalar of 'pre:') that is not finite for subject
+    `i` at the random effects `eta`, on a segment of its covariates, as a sentence; None where
+    all are finite. `data` is the batched `SubjectData`."""
+    cm = predictor.model.compiled
+    times = np.asarray(data.cov_time)[i]
+    values = np.asarray(data.cov_value)[i]
+    mask = np.asarray(data.cov_mask)[i]
+    eta = jnp.asarray(eta, dtype=jnp.float64)
+    for m in np.flatnonzero(mask):
+        ind = cm.pre(theta, eta, jnp.asarray(values[m]))
+        for name in [a.name for a in cm.ir.pre if a.name in ind]:
+            v = np.asarray(ind[name])
+            if v.ndim == 0 and not np.isfinite(v):
+                since = f" from TIME {times[m]:g}" if m > 0 else ""
+                return (
+                    f"its individual parameter {name} is {float(v):g}{since}: check its "
+                    "expression in 'pre:' (a division by zero, or a log of 0, at this "
+                    "subject's covariates?) and the parameter values"
+                )
+    return None
+
+
+def failure_cause(predictor, theta, eta, data, i: int) -> str | None:
+    """Why subject `i`'s solve failed, where it can be told: an individual parameter that
+    is not finite (`nonfinite_parameter`), or a steady state the model's lag or duration
+    rules out (`steady_state_conflict`)."""
+    return nonfinite_parameter(predictor, theta, eta, data, i) or steady_state_conflict(
+        predictor, theta, eta, data, i
+    )
+
+
 def raise_failed_solves(
     ok, fail_time, ids, what: str = "the prediction", data=None, explain=None
 ) -> None:
     """Raise `SolveError` naming the first subject (and time) whose solve failed; with the
     subjects' `data` (`SubjectData`, batched), a failure at the time of a steady-state dose
-    record is said to be its steady state's, and `explain(i)` (`steady_state_conflict` for
-    subject i, where given) may say which record's lag or duration is the cause."""
+    record is said to be its steady state's, and `explain(i)` (`failure_cause` for subject i,
+    where given) may say which parameter, or which record's lag or duration, is the cause."""
     ok = np.asarray(ok)
     if ok.all():
         return
@@ -1014,7 +1074,7 @@ def raise_failed_solves(
     t = float(np.asarray(fail_time)[i])
     when = f" at time {t:g}" if np.isfinite(t) else ""
     more = f" ({len(bad) - 1} more subjects failed too)" if len(bad) > 1 else ""
-    why = explain(i) if explain is not None and steady_state_record_at(data, i) else None
+    why = explain(i) if explain is not None else None
     if why is not None:
         raise SolveError(f"{what} failed for subject {ids[i]}{more}: {why}.")
     if steady_state_record_at(data, i, t):
