@@ -55,7 +55,7 @@ def test_held_out_scores_equal_a_direct_evaluation(cv, model, pop):
     assert folds["fold"].tolist() == [0, 1, 2]
     assert folds["n_held_out"].tolist() == [4, 4, 4] and folds["n_train"].tolist() == [8] * 3
     assert folds["error"].isna().all() and folds["converged"].all()
-    assert list(folds.columns[10:]) == ["tka", "tcl", "tv", "omega[1,1]", "omega[2,2]",
+    assert list(folds.columns[11:]) == ["tka", "tcl", "tv", "omega[1,1]", "omega[2,2]",
                                         "omega[3,3]", "sigma"]  # fmt: skip
     assert cv.assignment.index.tolist() == list(pop.ids)
     k = 1
@@ -64,6 +64,9 @@ def test_held_out_scores_equal_a_direct_evaluation(cv, model, pop):
     f = dn.fit(model, pop.subset(train), dn.FO(), progress=False, covariance=None)
     row = folds.iloc[k]
     assert row["ofv"] == pytest.approx(f.ofv, abs=1e-8)
+    # the training -2LL on the held-out one's scale (the constant n log 2 pi included)
+    assert row["m2ll"] == pytest.approx(f.m2ll, abs=1e-8)
+    assert row["m2ll"] - row["ofv"] == pytest.approx(f.n_obs * np.log(2 * np.pi), rel=1e-12)
     assert row["tcl"] == pytest.approx(float(f.estimates["tcl"]), rel=1e-8)
     scored = dn.fit(model, pop.subset(held), dn.FO(), init=f, max_iter=0, progress=False,
                     covariance=None)  # fmt: skip

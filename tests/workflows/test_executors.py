@@ -235,3 +235,14 @@ def test_cli_bootstrap_writes_the_tables_of_the_library(theo, tmp_path):
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert bad.returncode == 2 and "`workers` must be" in bad.stderr
+
+
+def test_a_scheduler_that_does_not_answer_is_an_option_error(theo):
+    """dask's own OSError after its connect timeout said nothing of deepnlme's option."""
+    import dask
+
+    model, pop, fit = theo
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        with pytest.raises(dn.OptionError, match=r"bootstrap: no Dask scheduler answered at "
+                           r"'tcp://127.0.0.1:1'.*leave `scheduler` out"):  # fmt: skip
+            dn.bootstrap(fit, 2, seed=0, scheduler="tcp://127.0.0.1:1", progress=False)

@@ -60,6 +60,10 @@ def test_stratified_resample_keeps_each_stratum_in_its_places():
     # the data itself and intervals of no width
     with pytest.raises(dn.OptionError, match=r"stratify='WT' puts 10 of 11 strata at one"):
         dn.bootstrap(fit, 2, seed=0, stratify="WT")
+    # pheno's birth weight: 9 of 21 strata at one subject, the others of 2 or 3 (it passed,
+    # and narrowed the intervals): refused
+    with pytest.raises(dn.OptionError, match=r"stratify='WT' puts 9 of 21 strata at one"):
+        _check_strata(dn.datasets.load("phenobarbital"), "WT")
     # one subject alone in its stratum: said, and it goes on
     df["G1"] = (df["ID"] == 1).astype(int)
     one = dn.read_data(df)
@@ -111,13 +115,18 @@ def test_percentile_intervals_and_converged_share_come_from_the_table():
                           "n_iter": 5, "error": None, "a": a, "b": b})  # fmt: skip
     boot = _boot(table, {"a": 0.1, "b": 2.0})
     assert boot.converged_share == pytest.approx(converged.mean())
-    ci = boot.ci(0.9).set_index("parameter")
+    with pytest.warns(UserWarning, match=r"from 30 of 41 replicates \(11 did not converge;"):
+        ci = boot.ci(0.9).set_index("parameter")
     for name, x in (("a", a), ("b", b)):
         lo, mid, hi = np.percentile(x[converged], [5, 50, 95])
         assert ci.loc[name, "ci_5%"] == lo and ci.loc[name, "ci_95%"] == hi
         assert ci.loc[name, "median"] == mid and ci.loc[name, "n"] == converged.sum()
+        # PsN's bootstrap summary: mean, bias against the estimate, standard error
+        assert ci.loc[name, "mean"] == pytest.approx(x[converged].mean(), rel=1e-14)
+        assert ci.loc[name, "se"] == pytest.approx(x[converged].std(ddof=1), rel=1e-14)
     assert ci.loc["b", "estimate"] == 2.0
-    every = boot.ci(0.9, converged_only=False).set_index("parameter")
+    assert ci.loc["b", "bias"] == pytest.approx(b[converged].mean() - 2.0, rel=1e-14)
+    every = boot.ci(0.9, converged_only=False).set_index("parameter")  # (none left out)
     assert every.loc["a", "ci_95%"] == np.percentile(a, 95)
     with pytest.raises(dn.OptionError, match="level"):
         boot.ci(95)
@@ -130,6 +139,9 @@ def test_optima_are_grouped_by_ofv_within_tol():
     ok = np.array([True, True, True, False, True, False])
     np.testing.assert_array_equal(group_optima(ofv, ok, 0.01), [1, 2, 1, 0, 1, 0])
     np.testing.assert_array_equal(group_optima(ofv, ok, 0.001), [2, 3, 1, 0, 1, 0])
+    # within tol of the group's lowest, not of the previous: no chain across 0.032
+    chain = np.array([100.0, 100.008, 100.016, 100.024, 100.032])
+    np.testing.assert_array_equal(group_optima(chain, np.ones(5, bool), 0.01), [1, 1, 2, 2, 3])
 
 
 def test_fits_of_one_program_are_recognised():
@@ -207,4 +219,7 @@ def test_a_replicate_that_cannot_start_is_an_error_not_its_start_values():
     assert rows["error"].notna().tolist() == drew.tolist()
     assert rows.loc[drew, "error"].str.startswith("the fit did not start: ").all()
     assert rows.loc[drew, "tka"].isna().all()
-    assert (boot.ci(converged_only=False)["n"] == int((~drew).sum())).all()
+    with pytest.warns(UserWarning, match=rf"from {int((~drew).sum())} of 4 replicates \("
+                      rf"{int(drew.sum())} failed;"):  # fmt: skip
+        assert (boot.ci(converged_only=False)["n"] == int((~drew).sum())).all()
+    assert repr(boot).endswith(f", {int(drew.sum())} failed)")

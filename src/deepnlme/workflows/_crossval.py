@@ -126,10 +126,13 @@ class CrossValidation:
     """The result of `deepnlme.cross_validate`.
 
     - `folds`: one row per fold: ``fold``, ``n_train``, ``n_held_out`` (subjects), ``n_obs``
-      (held-out observations), the training fit's ``ofv``, ``converged`` and ``error``, the
-      held-out subjects' ``held_out_m2ll`` (-2 log-likelihood by `score_method` at the
-      training estimates), ``pred_rmse`` and ``ipred_rmse`` (root mean squared DV - PRED and
-      DV - IPRED of the held-out observations), and a column per parameter element.
+      (held-out observations), the training fit's ``ofv`` (as NONMEM's: without the
+      constant n log(2 pi) of its observations), ``m2ll`` (-2 log-likelihood, with it: the
+      training fit's number to compare ``held_out_m2ll`` with), ``converged`` and
+      ``error``, the held-out subjects' ``held_out_m2ll`` (-2 log-likelihood by
+      `score_method` at the training estimates, the constant included), ``pred_rmse``
+      and ``ipred_rmse`` (root mean squared DV - PRED and DV - IPRED of the held-out
+      observations), and a column per parameter element.
     - `assignment`: subject ID -> fold.
     - `held_out_m2ll`: the sum over folds (every subject held out once): the criterion to
       compare models by (lower is better); NaN when a fold failed.
@@ -249,6 +252,7 @@ def fold_table(
             "n_held_out": len(t.held_out),
             "n_obs": o.n_obs,
             "ofv": o.train.ofv,
+            "m2ll": o.train.m2ll,
             "converged": o.train.converged,
             "held_out_m2ll": o.held_out_m2ll,
             "pred_rmse": o.pred_rmse,

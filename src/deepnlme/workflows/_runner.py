@@ -520,7 +520,14 @@ def _run_on_dask(tasks, population, n, scheduler, counter, retries, widths, fn) 
             client = stack.enter_context(Client(cluster))
             worker_cache = cache
         else:
-            client = stack.enter_context(Client(scheduler))
+            try:
+                client = stack.enter_context(Client(scheduler))
+            except OSError as e:  # (dask waits its connect timeout, then raises this)
+                raise OptionError(
+                    f"{counter.label}: no Dask scheduler answered at {scheduler!r} ({e}): "
+                    "start one there (dask scheduler, with workers), check the address, or "
+                    "leave `scheduler` out to use a local cluster (`workers=`)"
+                ) from None
             worker_cache = None  # not a folder of theirs: each worker keeps its own store
         shared = client.scatter(population, broadcast=True, hash=False)
 

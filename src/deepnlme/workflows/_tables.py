@@ -63,18 +63,24 @@ def percentile_table(
     values: pd.DataFrame, reference: Mapping[str, float], level: float
 ) -> pd.DataFrame:
     """Percentile intervals of each column of `values` (NaN rows left out): one row per
-    column with the reference estimate, the replicates' median, the interval's ends and the
-    number of replicates they come from."""
+    column with the reference estimate, the replicates' mean, bias (mean - estimate),
+    standard deviation (`se`), median, the interval's ends and the number of replicates
+    they come from."""
     lo, hi = 50 * (1 - level), 50 * (1 + level)
     rows = []
     for column in values.columns:
         x = values[column].to_numpy(dtype=np.float64)
         x = x[np.isfinite(x)]
         ends = np.percentile(x, [50, lo, hi]) if len(x) else [np.nan] * 3
+        estimate = reference.get(column, np.nan)
+        mean = float(np.mean(x)) if len(x) else np.nan
         rows.append(
             {
                 "parameter": column,
-                "estimate": reference.get(column, np.nan),
+                "estimate": estimate,
+                "mean": mean,
+                "bias": mean - estimate,
+                "se": float(np.std(x, ddof=1)) if len(x) > 1 else np.nan,
                 "median": ends[0],
                 f"ci_{lo:g}%": ends[1],
                 f"ci_{hi:g}%": ends[2],
