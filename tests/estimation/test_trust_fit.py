@@ -343,6 +343,31 @@ def test_zero_dv_under_a_proportional_error_is_warned_before_fitting():
         dn.fit(model, dn.read_data(df), dn.FOCEI(), max_iter=1, progress=False, covariance=None)
 
 
+@pytest.mark.parametrize("dist", ["LogNormal(f, sigma)", "BoxCox(f, sigma, 0.5)"])
+def test_dv_a_transformed_error_model_cannot_take_is_a_data_error_before_fitting(dist):
+    """DV = 0 under a log (Box-Cox) error model: the fit returned OFV NaN (Box-Cox's -inf,
+    an 'infinitely good' objective) and an unconverged fit instead of naming the records."""
+    model = dn.load_model(
+        LINEAR.format(slope="b1").replace("Additive(y, sigma)", dist.replace("f,", "y,"))
+    )
+    df = _data()
+    df["DV"] = df["DV"].abs() + 1.0
+    df.loc[(df["ID"] == 3) & (df["TIME"] == 4.0), "DV"] = 0.0
+    df.loc[(df["ID"] == 4) & (df["TIME"] == 4.0), "DV"] = -1.0
+    name = dist.split("(")[0]
+    match = (
+        rf"subject 3, time 4: the {name} output 'DV' takes .*needs DV > 0, but DV is 0 "
+        r"\(2 observations are such\)\. Leave"
+    )
+    with pytest.raises(dn.DataError, match=match):
+        dn.fit(model, dn.read_data(df), dn.FOCEI(), max_iter=1, progress=False)
+    # censored there (M3, the limit in DV): fitted
+    df.loc[df["DV"] <= 0, ["DV", "CENS"]] = [0.5, 1]
+    df["CENS"] = df["CENS"].fillna(0).astype(int)
+    fit = dn.fit(model, dn.read_data(df), dn.FOCEI(), max_iter=1, progress=False, covariance=None)
+    assert np.isfinite(fit.ofv)
+
+
 def test_a_parameter_started_at_its_optimum_does_not_make_the_fit_unconverged():
     # a control stream's final estimates as initial values: sigma starts where it ends while
     # the others move (a check that flagged such a parameter as "on a plateau" was wrong)

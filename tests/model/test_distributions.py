@@ -209,3 +209,26 @@ def test_every_family_row_draws_what_its_density_says(name):
     assert abs(weight.sum() - 1.0) < 1e-6
     assert abs((weight * grid).sum() - mean) < 1e-6
     assert abs((weight * (grid - mean) ** 2).sum() - var) < 1e-6
+
+
+@pytest.mark.parametrize("lam", [0.5, -0.5, 0.0])
+def test_box_cox_draws_are_the_normal_truncated_to_the_transforms_range(lam):
+    """Drawn untruncated, h below -1/lam (lam > 0) came back as y = 0 (1% here), which the
+    same model could not fit; lam < 0 gave inf. The draws are the normal truncated to the
+    range h(y) takes, and every one is a positive number."""
+    f, sd = 1.4, 1.0
+    dist = DISTRIBUTIONS["BoxCox"].build(jnp.asarray(f), jnp.asarray(sd), jnp.asarray(lam))
+    y = np.asarray(obs_draw(dist, jax.random.key(3), (200_000,)))
+    assert np.all(np.isfinite(y) & (y > 0))
+    h = np.asarray(transform_obs("boxcox", y, lam)[0])
+    mean = float(dist.mean)
+    if lam == 0.0:
+        truncated = st.norm(mean, sd)
+    else:
+        bound = -1.0 / lam
+        a, b = ((bound - mean) / sd, np.inf) if lam > 0 else (-np.inf, (bound - mean) / sd)
+        truncated = st.truncnorm(a, b, loc=mean, scale=sd)
+        assert truncated.cdf(bound) in (0.0, 1.0) and 0.005 < st.norm.cdf(abs(bound - mean) / -sd)
+    for q in (0.01, 0.1, 0.5, 0.9, 0.99):
+        x = truncated.ppf(q)
+        assert abs(np.mean(h <= x) - q) < 5 * math.sqrt(q * (1 - q) / h.size)

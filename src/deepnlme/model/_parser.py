@@ -1724,6 +1724,8 @@ class _Parser:
                     f"{hint} The signature is {spec.signature}.",
                 )
         for arg in spec.scale_args:  # an SD estimated on the whole real line: sign unknown
+            if not arg.startswith("sd"):  # (a shape such as BoxCox's lam may be negative)
+                continue
             n = given.get(arg)
             dom = self.domains.get(n.id) if isinstance(n, ast.Name) else None
             if isinstance(dom, Real) and (dom.lower is None or dom.lower < 0):

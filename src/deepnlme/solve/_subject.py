@@ -205,6 +205,50 @@ def _check_discrete_observations(cm, a, out_of_ep, population) -> None:
             )
 
 
+# The transform-both-sides outputs and the values their transform of DV needs.
+_TRANSFORMED_SUPPORT = {
+    "LogNormal": (lambda y: y > 0, "log(DV), which needs DV > 0"),
+    "BoxCox": (lambda y: y > 0, "the Box-Cox transform of DV, which needs DV > 0"),
+    "LogitNormal": (lambda y: (y > 0) & (y < 1), "logit(DV), which needs 0 < DV < 1"),
+}
+
+
+def check_transformed_observations(model, population) -> None:
+    """A DataError naming the first measured observation (not censored) of a LogNormal,
+    BoxCox or LogitNormal output whose DV that output's transform cannot take: the fit
+    returned an OFV of NaN (BoxCox's -inf, an "infinitely good" objective) and an unconverged
+    fit. For fits only: a simulation design's DV is not read."""
+    from ..model._ir import Observation
+
+    cm = model.compiled
+    observations = [st for st in cm.ir.derived if isinstance(st, Observation)]
+    if not any(st.dist in _TRANSFORMED_SUPPORT for st in observations):
+        return
+    a = population.arrays()
+    out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints), population.endpoint_column)
+    output = np.asarray(out_of_ep, dtype=int)[a.obs_endpoint]
+    measured = np.asarray(a.obs_mask, bool) & (np.asarray(a.obs_cens) == 0)
+    dv = np.asarray(a.obs_dv, dtype=np.float64)
+    for k, st in enumerate(observations):
+        if st.dist not in _TRANSFORMED_SUPPORT:
+            continue
+        inside, needs = _TRANSFORMED_SUPPORT[st.dist]
+        mine = measured & (output == k) & np.isfinite(dv)
+        bad = mine & ~inside(np.where(mine, dv, 0.5))
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            n = int(bad.sum())
+            raise DataError(
+                f"subject {population.ids[i]}, time {population.written_obs_time()[i, j]:g}: "
+                f"the {st.dist} output '{cm.outputs[k]}' takes {needs}, but DV is "
+                f"{dv[i, j]:g}" + (f" ({n} observations are such)" if n > 1 else "") + ". "
+                "Leave such records out (MDV = 1, or IGNORE/ACCEPT when reading), flag values "
+                "below the limit of quantification censored (CENS = 1, DV the limit: NONMEM's "
+                "M3 method), or use an error model on the original scale (Combined(f, sd_add, "
+                "sd_prop))."
+            )
+
+
 def warn_zero_dv_proportional(model, population) -> None:
     """A DataWarning for observations with DV = 0 of a `Proportional` output: its SD is
     sd_prop * f, so the likelihood of DV = 0 grows without bound as f goes to 0 (the fit can
