@@ -104,6 +104,19 @@ def test_protocol_and_summary(theoph):
     ):
         assert part in text
     assert repr(theoph).startswith("Population(12 subjects, 132 observations, 12 doses")
+    assert "covariate rule" not in text  # (nothing changes within a subject)
+
+
+@pytest.mark.parametrize("rule", ["nonmem", "locf"])
+def test_summary_says_how_far_a_covariate_moves_and_by_which_rule(rule):
+    """Two readings of one table (the rules) gave one summary and different predictions, and
+    a time-varying covariate showed its baseline range only."""
+    df = pd.DataFrame({"ID": [1, 1, 1, 2, 2], "TIME": [0, 1, 5, 0, 1],
+                       "AMT": [100, 0, 0, 100, 0], "DV": [None, 3, 2, None, 4],
+                       "WT": [70, 80, 110, 60, 60]})  # fmt: skip
+    text = read_data(df, covariate_rule=rule).summary()
+    assert "WT: 65 [60, 70], time-varying (60 to 110 over all records)" in text
+    assert f'covariate rule: "{rule}" (a record\'s value applies ' in text
 
 
 def test_arrays_contract(pheno):

@@ -48,6 +48,14 @@ def id_array(ids) -> np.ndarray:
     return pd.Series(list(ids)).to_numpy()
 
 
+# How each `covariate_rule` reads a value between records, for `Population.summary`.
+_RULE_TEXT = {
+    "nonmem": "\"nonmem\" (a record's value applies to the interval ending at it, as NONMEM's "
+    "PREDPP)",
+    "locf": '"locf" (a record\'s value applies from it until the next record)',
+}
+
+
 class PopulationArrays(NamedTuple):
     """Padded per-subject arrays (leading axis N = subjects) with masks, for vmapped computation.
 
@@ -422,9 +430,15 @@ class Population:
             base = self.covariates_frame().to_numpy(dtype=float)  # (no missing values)
             lines.append("  covariates (baseline median [min, max]):")
             stats = zip(np.median(base, axis=0), base.min(axis=0), base.max(axis=0))
+            every = self._records.loc[~self._records["IMPLIED"].to_numpy()]
             for name, tv, (med, low, high) in zip(self._covariate_names, self.time_varying, stats):
-                kind = "time-varying" if tv else "constant within subjects"
+                kind = "constant within subjects"
+                if tv:  # (the baseline's range alone hid how far they move)
+                    v = every[name].to_numpy(dtype=float)
+                    kind = f"time-varying ({v.min():g} to {v.max():g} over all records)"
                 lines.append(f"    {name}: {med:g} [{low:g}, {high:g}], {kind}")
+            if any(self.time_varying):
+                lines.append(f"  covariate rule: {_RULE_TEXT[self._rule]}")
         else:
             lines.append("  covariates: none")
         if self._ignored:
