@@ -194,15 +194,25 @@ def _check_discrete_observations(cm, a, out_of_ep, population) -> None:
         mine = a.obs_mask & (output == k) & np.isfinite(a.obs_dv)
         bad = mine & ~family.support(np.where(mine, a.obs_dv, 0.0))
         if bad.any():
-            i, j = np.argwhere(bad)[0]
-            n = int(bad.sum())
-            raise DataError(
-                f"subject {population.ids[i]}, time {population.written_obs_time()[i, j]:g}: "
-                f"the {st.dist} output '{cm.outputs[k]}' takes {family.support_text}, but DV "
-                f"is {a.obs_dv[i, j]:g}"
-                + (f" ({n} observations are such)" if n > 1 else "")
-                + ". Recode DV, or give the output a distribution for such values."
-            )
+            raise _outside_support(
+                population, bad, f"the {st.dist} output '{cm.outputs[k]}' takes "
+                f"{family.support_text}", "Recode DV, or give the output a distribution for "
+                "such values.",
+            )  # fmt: skip
+
+
+def _outside_support(population, bad: np.ndarray, takes: str, fix: str) -> DataError:
+    """The DataError for the observations `bad` (``[N, T]``) whose DV an output cannot take,
+    naming the first (subject, time, value) and counting them."""
+    a = population.arrays()
+    i, j = np.argwhere(bad)[0]
+    n = int(bad.sum())
+    return DataError(
+        f"subject {population.ids[i]}, time {population.written_obs_time()[i, j]:g}: {takes}, "
+        f"but DV is {a.obs_dv[i, j]:g}"
+        + (f" ({n} observations are such)" if n > 1 else "")
+        + f". {fix}"
+    )
 
 
 # The transform-both-sides outputs and the values their transform of DV needs.
@@ -236,17 +246,13 @@ def check_transformed_observations(model, population) -> None:
         mine = measured & (output == k) & np.isfinite(dv)
         bad = mine & ~inside(np.where(mine, dv, 0.5))
         if bad.any():
-            i, j = np.argwhere(bad)[0]
-            n = int(bad.sum())
-            raise DataError(
-                f"subject {population.ids[i]}, time {population.written_obs_time()[i, j]:g}: "
-                f"the {st.dist} output '{cm.outputs[k]}' takes {needs}, but DV is "
-                f"{dv[i, j]:g}" + (f" ({n} observations are such)" if n > 1 else "") + ". "
+            raise _outside_support(
+                population, bad, f"the {st.dist} output '{cm.outputs[k]}' takes {needs}",
                 "Leave such records out (MDV = 1, or IGNORE/ACCEPT when reading), flag values "
                 "below the limit of quantification censored (CENS = 1, DV the limit: NONMEM's "
                 "M3 method), or use an error model on the original scale (Combined(f, sd_add, "
-                "sd_prop))."
-            )
+                "sd_prop)).",
+            )  # fmt: skip
 
 
 def warn_zero_dv_proportional(model, population) -> None:
