@@ -263,6 +263,8 @@ def propagated_amounts(
     states: tuple[int, ...] | None = None,
     record_cfp: dict[str, jax.Array] | None = None,
     obs_late: jax.Array | None = None,
+    x0: jax.Array | None = None,
+    x_reset: jax.Array | None = None,
 ) -> jax.Array:
     """Compartment amounts ``[T, S]`` of a closed-form PK model whose parameters are piecewise
     constant in time, propagated exactly from event to event.
@@ -290,6 +292,8 @@ def propagated_amounts(
     - `obs_late`: ``[T]`` True for an observation whose record follows a dose or reset record
       at its time (`solve._subject.late_observations`): it sees the amounts after the records
       and administrations at its time. Default none.
+    - `x0`, `x_reset`: the amounts of the model's `init:` at the first event and at each
+      dose record's reset, as `linear_ode_amounts`'s; default None: zero amounts.
 
     Semantics are those of `closed_form_amounts` (bolus, infusions with RATE > 0, -1 or -2, SS=1
     and SS=2 for bolus, infusion and constant infusion, EVID 3/4 resets, an observation at a
@@ -317,7 +321,7 @@ def propagated_amounts(
     return _propagate(
         _EigenSystem(cf, p, n),
         records,
-        None,
+        None if x0 is None else jnp.asarray(x0, float),
         n,
         dosing,
         doses,
@@ -327,6 +331,7 @@ def propagated_amounts(
         features or DoseFeatures(),
         states,
         obs_late,
+        x_reset,
     )
 
 

@@ -559,6 +559,16 @@ class SubjectPredictor:
         records = jax.vmap(params)(cov[1]) if self.features.steady_state else None
         return jax.vmap(params)(cov[0]), dosing, records
 
+    def _initial_states(self, theta, eta, sd: SubjectData):
+        """(the `init:` state at the first event, each dose record's reset state or None) of a
+        model with `init:`; None for a model without one (zero amounts)."""
+        cm = self.model.compiled
+        if not cm.has_init:
+            return None
+        cov0 = sd.cov_value[0]
+        x0 = self._initial_state(theta, eta, sd, cov0, cm.pre(theta, eta, cov0))
+        return jnp.asarray(x0, float), self._reset_states(theta, eta, sd)
+
     def _initial_state(self, theta, eta, sd: SubjectData, cov0, ind0):
         """The `init:` state from the covariates of the subject's first record in file order
         (as NONMEM computes A_0 there): the first segment's where they do not change; else
@@ -611,7 +621,7 @@ class SubjectPredictor:
             return jnp.zeros((n_t, 0)), jnp.asarray(True), jnp.asarray(jnp.nan)
         if self.use_closed_form:
             psi = self._closed_form_inputs(theta, eta, self._closed_form_covariates(sd))
-            x = self._closed_form_amounts(psi, sd)
+            x = self._closed_form_amounts(psi, sd, initial=self._initial_states(theta, eta, sd))
             ok = self._solve_ok(x, sd) & self._finite_inputs(psi, sd)
             return x, ok, jnp.asarray(jnp.nan)
         return self._ode_jit(theta, eta, sd)
@@ -771,6 +781,8 @@ class SubjectPredictor:
         if not self.use_closed_form:
             return self._ode_states_near(theta, eta, sd, eta_c, first_order)
         cm = self.model.compiled
+        if cm.has_init:  # (the expansion's inputs leave out the initial amounts: exactly)
+            return self.states(theta, eta, sd)
         cov0 = self._closed_form_covariates(sd)
         inputs = self._closed_form_inputs
         varying = dependent_leaves(inputs, (theta, eta, cov0), dep=(0, 1))
@@ -883,16 +895,35 @@ class SubjectPredictor:
         states = mixed_polynomial((val, jac, hess), (theta, eta), center, varying, second)
         return states, ok & self._solve_ok(states, sd), fail_time
 
-    def _closed_form_amounts(self, psi, sd: SubjectData, states=None) -> jax.Array:
+    def _closed_form_amounts(self, psi, sd: SubjectData, states=None, initial=None) -> jax.Array:
         """Closed-form amounts ``[T, S]`` from psi = (closed-form parameters, dosing); with
         `states`, of those compartments only (``[T, len(states)]``). Parameters per segment
-        (a time-varying subject): propagated from event to event."""
+        (a time-varying subject): propagated from event to event; so are the amounts of a
+        model with `init:` (`initial`: its state at the first event and each record's reset
+        state, `_initial_states`), which superposition leaves out."""
         if self.time_varying:  # one segment per covariate change
             cfp, dosing, records = psi
             seg_time, seg_mask = sd.cov_time, sd.cov_mask
         else:  # constant covariates: one segment
             (cfp, dosing), records = psi, None
             seg_time, seg_mask = sd.cov_time[:1], jnp.ones(1, bool)
+        if initial is not None:
+            x0, x_reset = initial
+            return propagated_amounts_jit(
+                self.model.compiled.closed_form,
+                cfp,
+                dosing,
+                sd.doses,
+                seg_time,
+                seg_mask,
+                sd.obs_time,
+                features=self.features,
+                states=states,
+                record_cfp=records,
+                obs_late=sd.obs_late,
+                x0=x0,
+                x_reset=x_reset,
+            )
         if self.time_varying or self.propagates(sd):
             return propagated_amounts_jit(
                 self.model.compiled.closed_form,
