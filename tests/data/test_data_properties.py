@@ -67,6 +67,9 @@ COMPARED = [f for f in PopulationArrays._fields if f not in ("obs_row", "obs_seq
 @pytest.mark.filterwarnings(
     "ignore:.*dose record.* repeat an earlier record:deepnlme.data.DataWarning"
 )  # (generated data may repeat a dose record: meant)
+@pytest.mark.filterwarnings(
+    "ignore:.*observation record.* repeat the record before:deepnlme.data.DataWarning"
+)  # (and an observation)
 @settings(derandomize=True, max_examples=40, deadline=None)
 @given(st.lists(subject, min_size=1, max_size=4))
 def test_addl_expansion_equals_explicit_doses(subjects):
@@ -84,6 +87,9 @@ def test_addl_expansion_equals_explicit_doses(subjects):
 @pytest.mark.filterwarnings(
     "ignore:.*dose record.* repeat an earlier record:deepnlme.data.DataWarning"
 )  # (generated data may repeat a dose record: meant)
+@pytest.mark.filterwarnings(
+    "ignore:.*observation record.* repeat the record before:deepnlme.data.DataWarning"
+)  # (and an observation)
 @settings(derandomize=True, max_examples=25, deadline=None)
 @given(st.lists(subject, min_size=1, max_size=4), st.sampled_from(["nonmem", "locf"]))
 def test_round_trip_through_to_dataframe(subjects, rule):

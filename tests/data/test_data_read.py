@@ -650,3 +650,31 @@ def test_a_design_without_dvs_reads_back_with_design_true(tmp_path):
     assert read_data(tmp_path / "design.csv", design=True) == design
     with pytest.raises(OptionError, match=r"read_data\(..., design=...\) must be True or False"):
         read_data(tmp_path / "design.csv", design="yes")
+
+
+@pytest.mark.parametrize("kind", ["datetime", "timedelta"])
+def test_a_time_column_of_dates_or_durations_is_refused(kind):
+    """pandas' datetime64 and timedelta64 were read as nanoseconds: a time span of 1.7e18,
+    and a fit left at its start values, with nothing pointing at TIME."""
+    df = datasets.load("theophylline").to_dataframe()
+    hours = pd.to_timedelta(df["TIME"], unit="h")
+    df["TIME"] = pd.Timestamp("2024-01-01 08:00") + hours if kind == "datetime" else hours
+    with pytest.raises(deepnlme.DataError, match=r"column TIME of the DataFrame holds "
+                       r"(dates and times|durations) .* would be nanoseconds\. Give TIME as a "
+                       r"number of time units"):  # fmt: skip
+        read_data(df)
+
+
+def test_a_measurement_repeated_cell_for_cell_is_warned():
+    """An exact copy of an observation row (a merge's slip) counts twice in the likelihood;
+    a copied dose row was warned of, a copied observation not."""
+    df = datasets.load("theophylline").to_dataframe()
+    copied = pd.concat([df.iloc[:5], df.iloc[4:5], df.iloc[5:]], ignore_index=True)
+    with pytest.warns(DataWarning, match=r"1 observation record\(s\) repeat the record before "
+                      r"them in every column \(the first row 6 "):  # fmt: skip
+        read_data(copied)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_data(df)  # (no copy, no word)

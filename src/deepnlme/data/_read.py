@@ -435,6 +435,26 @@ def _warn_repeated_doses(table: RawTable, rec) -> None:
             DataWarning,
             stacklevel=4,  # the caller of read_data (or of make_population)
         )
+    # a measurement that repeats the record just before it, cell for cell: counted twice in
+    # the likelihood (a merge's slip; samples around a dose at one time have the dose between)
+    measured = rec.is_obs & np.isfinite(rec.dv)
+    near = np.flatnonzero(  # (numbers first: the cells of these rows alone are compared)
+        measured[1:] & measured[:-1] & (rec.time[1:] == rec.time[:-1]) & (rec.dv[1:] == rec.dv[:-1])
+    )
+    after = table.frame.iloc[near + 1]
+    before = table.frame.iloc[near]
+    same = (after.to_numpy(dtype=object) == before.to_numpy(dtype=object)) | (
+        after.isna().to_numpy() & before.isna().to_numpy()
+    )
+    twice = near[same.all(axis=1)] + 1 if near.size else near
+    if twice.size:
+        warnings.warn(
+            f"{twice.size} observation record(s) repeat the record before them in every column "
+            f"(the first {table.where(int(twice[0]))}): each counts in the likelihood, as two "
+            "measurements. Remove the copies if they are not meant.",
+            DataWarning,
+            stacklevel=4,
+        )
 
 
 def _warn_blq_as_censoring(rd: Reader, cols: Columns, named: object, rec) -> None:

@@ -552,6 +552,14 @@ def parse_numeric(table: RawTable, column: str) -> tuple[np.ndarray, np.ndarray,
         missing = np.isnan(values)
         return values, missing, np.zeros(len(values), dtype=bool)
     raw = table.frame[column]
+    if raw.dtype.kind in "mM":  # (pandas' dates and durations: as numbers, nanoseconds)
+        what = "dates and times" if raw.dtype.kind == "M" else "durations"
+        since = f" - df['{column}'].min()" if raw.dtype.kind == "M" else ""
+        raise DataError(
+            f"column {column} of {table.source_name} holds {what} ({raw.dtype}), which as numbers "
+            f"would be nanoseconds. Give {column} as a number of time units, e.g. "
+            f"df['{column}'] = (df['{column}']{since}) / pd.Timedelta(hours=1)."
+        )
     if pd.api.types.is_bool_dtype(raw.dtype):
         values = raw.to_numpy(dtype=float)
         missing = np.zeros(len(raw), dtype=bool)
