@@ -381,3 +381,19 @@ def test_starts_are_packed_by_one_program_as_the_problem_packs_them(linear):
     )
     with pytest.raises(OptionError, match=r"outside the domain of s2 \(-0.1\)"):
         fit_problem(linear, FOCE(), init={"s2": -0.1}, progress=False)
+
+
+def test_a_sandwich_from_fewer_subjects_than_parameters_fails_and_r_does_not():
+    """S sums one outer product per subject: from 2 subjects for 4 parameters it is singular,
+    and R^-1 S R^-1 gave standard errors a sixth of R^-1's (1e-8 from one subject) as 'ok'."""
+    import deepnlme as dn
+
+    pop = dn.datasets.load("theophylline").subset([1, 2])
+    model = dn.load_model(dn.datasets.example_path("theophylline.model"))
+    fit = dn.fit(model, pop, NaivePooled(), progress=False)
+    assert fit.covariance_status.startswith("failed: the S matrix (the subjects' scores) is "
+                                            "singular")  # fmt: skip
+    assert "covariance='r' gives R^-1" in fit.covariance_status
+    assert math.isnan(fit.se["tcl"])
+    r = dn.fit(model, pop, NaivePooled(), progress=False, covariance="r")
+    assert r.covariance_status.startswith("ok") and 0.05 < r.se["tcl"] < 1.0

@@ -145,6 +145,16 @@ class Sandwich(Covariance):
     label: ClassVar[str] = "sandwich R^-1 S R^-1"
 
     def estimate(self, r, s):
+        # S sums one outer product per subject: with fewer subjects than parameters (or scores
+        # that do not span them) it is singular, and R^-1 S R^-1 gave standard errors of
+        # 1e-8 reported "ok" (NONMEM: S MATRIX ALGORITHMICALLY SINGULAR)
+        eig = _not_positive_definite(s)
+        if eig is not None:
+            return None, (
+                "failed: the S matrix (the subjects' scores) is singular; eigenvalues "
+                f"{_eigenvalues(eig)}: fewer subjects than estimated parameters, or scores "
+                "that do not inform each of them; covariance='r' gives R^-1"
+            )
         r_inv = np.linalg.inv(r)
         return r_inv @ s @ r_inv, ""
 
