@@ -368,6 +368,21 @@ def test_dv_a_transformed_error_model_cannot_take_is_a_data_error_before_fitting
     assert np.isfinite(fit.ofv)
 
 
+def test_a_subject_observed_and_never_dosed_is_warned_before_fitting():
+    """A dose record lost in a merge: the subject's predictions are 0 throughout, the fit
+    took var(eta) to 0 and sigma 3x, and its message never named the subject."""
+    df = dn.datasets.load("theophylline").to_dataframe()
+    lost = df[(df["ID"] == 1) & (df["EVID"] == 0)].assign(ID=98)
+    pop = dn.read_data(pd.concat([df, lost], ignore_index=True))
+    model = dn.load_model(example_path("theophylline.model"))
+    with pytest.warns(DataWarning, match=r"1 subject\(s\) have observations and no dose "
+                      r"record \(ID 98\), and the model has no init: block"):  # fmt: skip
+        dn.fit(model, pop, dn.FO(), max_iter=0, progress=False, covariance=None)
+    with warnings.catch_warnings():  # (every subject dosed: no word)
+        warnings.simplefilter("error")
+        dn.fit(model, dn.read_data(df), dn.FO(), max_iter=0, progress=False, covariance=None)
+
+
 def test_a_parameter_started_at_its_optimum_does_not_make_the_fit_unconverged():
     # a control stream's final estimates as initial values: sigma starts where it ends while
     # the others move (a check that flagged such a parameter as "on a plateau" was wrong)

@@ -13,7 +13,11 @@ from ..errors import OptionError, check_keywords
 from ..likelihood import Method, as_method
 from ..likelihood._from_model import model_problem, resolved_options
 from ..solve._ode import OdeOptions
-from ..solve._subject import check_transformed_observations, warn_zero_dv_proportional
+from ..solve._subject import (
+    check_transformed_observations,
+    warn_undosed_subjects,
+    warn_zero_dv_proportional,
+)
 from ._boundary import with_boundary
 from ._outer import fit_problem
 from ._result import Fit
@@ -93,6 +97,7 @@ def fit(
     method = as_method(method, "fit: `method`")  # also a name (nlmixr2's est = "focei")
     check_model_and_population(model, population)
     warn_zero_dv_proportional(model, population)
+    warn_undosed_subjects(model, population)
     check_transformed_observations(model, population)
     ode_options = ode_options or OdeOptions()
     problem, predictor = model_problem(model, population, ode_options=ode_options)

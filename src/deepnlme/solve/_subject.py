@@ -255,6 +255,37 @@ def check_transformed_observations(model, population) -> None:
             )  # fmt: skip
 
 
+def warn_undosed_subjects(model, population) -> None:
+    """A DataWarning for subjects with observations and no dose record, where the model has
+    dynamics and no `init:`: their amounts are 0 at every time. A dose record lost in a
+    merge made such a subject's predictions 0 and pulled the whole fit (var(eta) to 0, sigma
+    3x), with nothing naming it. (Placebo subjects of a model whose outputs do not need the
+    amounts are such subjects too: the message says so.)"""
+    import warnings
+
+    from ..data import DataWarning
+
+    cm = model.compiled
+    if not cm.has_dynamics or cm.has_init:
+        return
+    a = population.arrays()
+    observed = np.asarray(a.obs_mask, bool).any(axis=1)
+    dosed = (np.asarray(a.dose_mask, bool) & np.isin(a.dose_evid, (1, 4))).any(axis=1)
+    alone = np.flatnonzero(observed & ~dosed)
+    if not alone.size or alone.size == len(observed):
+        return  # (none, or no subject dosed at all: a model of another kind of data)
+    ids = [str(population.ids[i]) for i in alone]
+    listed = ", ".join(ids[:5]) + (", ..." if len(ids) > 5 else "")
+    warnings.warn(
+        f"{len(ids)} subject(s) have observations and no dose record (ID {listed}), and the "
+        "model has no init: block: their amounts are 0 at every time, so their predictions "
+        "are those of no drug. A dose record lost when the data were put together? (Placebo "
+        "subjects whose outputs do not need the amounts are fitted as they should be.)",
+        DataWarning,
+        stacklevel=3,
+    )
+
+
 def warn_zero_dv_proportional(model, population) -> None:
     """A DataWarning for observations with DV = 0 of a `Proportional` output: its SD is
     sd_prop * f, so the likelihood of DV = 0 grows without bound as f goes to 0 (the fit can
