@@ -383,6 +383,23 @@ def test_a_subject_observed_and_never_dosed_is_warned_before_fitting():
         dn.fit(model, dn.read_data(df), dn.FO(), max_iter=0, progress=False, covariance=None)
 
 
+def test_a_continuation_from_a_fit_with_fixed_parameters_says_they_are_estimated_now():
+    """init=fit takes values only: a fit that held sigma fixed, continued, estimated sigma
+    (0.5 -> 0.69) without a word, where NONMEM's $MSFI keeps FIX."""
+    model = dn.load_model(example_path("theophylline.model"))
+    pop = dn.datasets.load("theophylline")
+    held = dn.fit(model, pop, dn.FO(), fixed={"sigma": 0.5}, max_iter=2, progress=False,
+                  covariance=None)  # fmt: skip
+    said = r"`init` is a fit that held sigma fixed; this fit takes its values only and "
+    with pytest.warns(UserWarning, match=said + r"estimates them\. Pass fixed=\['sigma'\]"):
+        dn.fit(model, pop, dn.FO(), init=held, max_iter=0, progress=False, covariance=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = dn.fit(model, pop, dn.FO(), init=held, fixed=held.fixed, max_iter=1,
+                       progress=False, covariance=None)  # fmt: skip
+    assert float(again.estimates["sigma"]) == 0.5
+
+
 def test_a_parameter_started_at_its_optimum_does_not_make_the_fit_unconverged():
     # a control stream's final estimates as initial values: sigma starts where it ends while
     # the others move (a check that flagged such a parameter as "on a plateau" was wrong)

@@ -103,6 +103,7 @@ def fit(
     problem, predictor = model_problem(model, population, ode_options=ode_options)
     ode_options = resolved_options(ode_options, predictor)  # the solver "auto" chose
     init_eta = options.pop("init_eta", None)
+    _warn_fixed_not_carried(init, options)
     if isinstance(init, Fit) and init.problem is not problem:
         _check_init_networks(model, init)
         if init_eta is None:
@@ -123,6 +124,24 @@ def fit(
         result, model=model, population=population, ode_options=ode_options
     )
     return with_boundary(result, model, init)
+
+
+def _warn_fixed_not_carried(init, options: dict) -> None:
+    """Warn where `init` is a Fit that held parameters fixed and this fit is not told to: it
+    takes `init`'s values only, so those parameters are estimated now (a continuation, as
+    NONMEM's $MSFI keeps FIX, had moved sigma from its fixed 0.5 to 0.69)."""
+    held = getattr(init, "fixed", None) if isinstance(init, Fit) else None
+    if held and "fixed" not in options:
+        import warnings
+
+        names = ", ".join(held)
+        warnings.warn(
+            f"fit: `init` is a fit that held {names} fixed; this fit takes its values only "
+            f"and estimates them. Pass fixed={list(held)!r} (or fixed=init.fixed) to hold "
+            "them, or fixed=[] to say they are estimated.",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _fit_start(model, problem, init: Fit) -> dict:
