@@ -115,6 +115,9 @@ def test_demo_fits_classical_and_deepnlme_and_writes_both_reports(tmp_path):
         assert "<svg" in html and "<img" not in html  # figures as inline SVG
     report = (out / "deepnlme_theophylline" / "report.html").read_text()
     assert "network response curves" in report.lower() and 'id="networks"' in report
+    # the network's input scale from the data, written in: the model text alone lacks it
+    scales = report.split('<pre id="network-scales">')[1].split("</pre>")[0]
+    assert scales.startswith("NN = MLP(") and "scale=zscore, data=[[69.58333333333333, " in scales
     # the network's weight effect enters the OFV: the DeepNLME fit is at least as good here
     classical = json.loads((out / "theophylline" / "fit.json").read_text())["ofv"]
     deep = json.loads((out / "deepnlme_theophylline" / "fit.json").read_text())["ofv"]

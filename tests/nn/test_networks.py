@@ -500,3 +500,20 @@ def test_weights_of_a_fit_with_a_model_that_scales_otherwise_are_said():
     with pytest.warns(UserWarning, match=r"model_predict: the network\(s\) NN of this model"):
         other = dn.model_predict(dn.load_model(path), test, fit)
     assert np.abs(other["PRED"] - same["PRED"]).max() > 1e-3
+
+
+def test_a_data_scaled_network_called_with_other_inputs_elsewhere_is_warned():
+    """NN(WT) in pre: and NN(conc) in derived: got one z-score from both together: WT
+    reached the network at z = +3.3, silently. (The same input at two sites is fine.)"""
+    pooled = (
+        EVERYWHERE.format(regp="", regd="")
+        .replace(
+            "obs = conc * (1 + NNO(conc)[0])", "obs = conc * (1 + 0.01 * NNP(conc, eta[1])[0])"
+        )
+        .replace("    NNO = MLP(1, 3, (1, identity), seed=3, bias=False, out_scale=[0.01])\n", "")
+    )
+    model = dn.load_model(pooled)
+    with pytest.warns(UserWarning, match=r"network NNP is called with different inputs "
+                      r"\(NNP\(WT, eta\[0\]\) in pre: mean \[.*\]; NNP\(conc, eta\[1\]\) in "
+                      r"derived: mean"):  # fmt: skip
+        dn.model_predict(model, _design())

@@ -320,6 +320,24 @@ def _run_record(fit, data_file, report_seconds: str) -> list[str]:
         _items(rows, "run-record-table"),
         "<h3>Model</h3>",
         f'<pre id="model-text">{html.escape(fit.model.source)}</pre>',
+        *_network_scales(fit),
+    ]
+
+
+def _network_scales(fit) -> list[str]:
+    """The declarations of the networks whose input scale came from the data, with it written
+    in (`data=`): the model text alone does not reproduce them."""
+    from ..nn._binding import networks, resolved_model
+
+    scaled = [n for n, d in networks(fit.model).items() if d.needs_data]
+    if not scaled:
+        return []
+    text = str(resolved_model(fit))
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip().split(" ")[0] in scaled]
+    return [
+        '<p class="note">The networks\' input scales, found from the data (their declarations '
+        "as the fit used them; loaded with these lines the model reproduces them):</p>",
+        f'<pre id="network-scales">{html.escape(chr(10).join(lines))}</pre>',
     ]
 
 

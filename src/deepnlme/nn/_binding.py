@@ -24,7 +24,7 @@ import numpy as np
 from .._gc import owned_cache
 from ..model._compile import compile_expr
 from ..model._domains import ParamSpec
-from ..model._ir import Assign, Call, Derivative, Observation, walk
+from ..model._ir import Assign, Call, Derivative, Observation, to_source, walk
 from ..model._model import Model
 from ._mlp import MLP
 
@@ -99,7 +99,7 @@ def input_statistics(model, binding, predictor, names) -> dict[str, np.ndarray]:
 
                 vals.append(jax.vmap(at)(sd.obs_time, x, sd.obs_cov))
                 masks.append(sd.obs_mask)
-            out[n] = (jnp.concatenate(vals), jnp.concatenate(masks))
+            out[n] = (vals, masks)
         return out
 
     n_subj = len(binding.ids)
@@ -115,14 +115,41 @@ def input_statistics(model, binding, predictor, names) -> dict[str, np.ndarray]:
     res = jax.jit(jax.vmap(one_subject))(jnp.asarray(etas), binding.data)
     stats = {}
     for n in names:
-        vals, mask = (np.asarray(a) for a in res[n])
-        vals = vals.reshape(-1, vals.shape[-1])
-        mask = mask.reshape(-1) & np.all(np.isfinite(vals), axis=1)
-        x = vals[mask]
+        per_site = []
+        for v, m in zip(*res[n]):
+            v = np.asarray(v).reshape(-1, np.shape(v)[-1])
+            m = np.asarray(m).reshape(-1) & np.all(np.isfinite(v), axis=1)
+            per_site.append(v[m])
+        x = np.concatenate(per_site)
         if x.shape[0] == 0:
-            x = np.zeros((1, vals.shape[-1]))
+            x = np.zeros((1, per_site[0].shape[-1]))
         stats[n] = np.stack([x.mean(0), x.std(0), x.min(0), x.max(0)], axis=1)
+        _warn_pooled_sites(n, call_sites(model.ir, n), per_site)
     return stats
+
+
+def _warn_pooled_sites(name: str, sites, values: list[np.ndarray] | None = None) -> None:
+    """Warn where a network whose inputs are scaled from the data is called with different
+    inputs at different sites (NN(WT) in pre:, NN(conc) in derived:): one scale is taken from
+    all of them together, so that each site's inputs reach the network off centre (WT at
+    z = +3.3 in a user test)."""
+    texts = [", ".join(to_source(a) for a in c.args) for _, c in sites]
+    if len(set(texts)) < 2:
+        return
+    import warnings
+
+    shown = "; ".join(
+        f"{name}({t}) in {blk}"
+        + (f": mean {np.array2string(v.mean(0), precision=3)}" if v is not None and v.size else "")
+        for (blk, _), t, v in zip(sites, texts, values or [None] * len(sites))
+    )
+    warnings.warn(
+        f"network {name} is called with different inputs ({shown}), and its input scale is "
+        "taken from all of them together: each site's inputs reach it off centre. Declare a "
+        "network for each site, or give it a scale of its own (scale=none, or in_scale=[...]).",
+        UserWarning,
+        stacklevel=2,
+    )
 
 
 def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
@@ -141,6 +168,9 @@ def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
         return model
     nets = networks(model)
     stats = None if stored is None else stored.read({n: (nets[n].n_in, 4) for n in need})
+    if stats is not None:  # (computed in an earlier process: said again, without the means)
+        for n in need:
+            _warn_pooled_sites(n, call_sites(model.ir, n))
     if stats is None:
         stats = input_statistics(model, binding, predictor_factory(model), need)
         if stored is not None:
