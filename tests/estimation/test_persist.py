@@ -238,3 +238,27 @@ def test_ode_options_are_saved_with_the_solver_by_its_shorthand():
 
     with pytest.raises(dn.OptionError, match="has no shorthand name"):
         _ode_record(dn.OdeOptions(solver=Custom()))
+
+
+def test_a_loaded_fit_keeps_when_and_with_what_it_was_made(tmp_path):
+    """A report of a loaded fit gave today's date and this process's versions, and a
+    re-save overwrote the fit's own: both now keep the fit's, and the report says when and
+    with what it was written where those differ."""
+    import dataclasses
+    import re
+
+    model = dn.load_model(dn.datasets.example_path("theophylline.model"))
+    fit = dn.fit(model, dn.datasets.load("theophylline"), dn.FO(), max_iter=0,
+                 progress=False, covariance=None)  # fmt: skip
+    assert fit.provenance["versions"]["deepnlme"] == dn.__version__
+    old = dataclasses.replace(fit, provenance={
+        "created": "2025-01-02T10:00:00+00:00",
+        "versions": {"deepnlme": "0.0.9", "jax": "0.4.30"},
+    })  # fmt: skip
+    again = dn.load_fit(dn.load_fit(old.save(tmp_path / "a")).save(tmp_path / "b"))
+    assert again.provenance == old.provenance
+    html = dn.write_report(again, tmp_path / "r.html").read_text()
+    assert re.search(r"fitted</th><td[^>]*>2025-01-02 10:00 UTC", html)
+    assert '<span id="version-deepnlme">0.0.9</span>' in html
+    assert '<span id="version-jax">0.4.30</span>' in html
+    assert "report written with" in html and f"deepnlme {dn.__version__}" in html

@@ -20,6 +20,7 @@ from ..solve._subject import (
 )
 from ._boundary import with_boundary
 from ._outer import fit_problem
+from ._persist import fit_provenance
 from ._result import Fit
 
 # what `fit` accepts by keyword: its own and `fit_problem`'s
@@ -121,7 +122,11 @@ def fit(
         options["fixed"] = {k: v for k, v in fixed.items() if k in problem.init}
     result = fit_problem(problem, method, init=init, init_eta=init_eta, **options)
     result = dataclasses.replace(
-        result, model=model, population=population, ode_options=ode_options
+        result,
+        model=model,
+        population=population,
+        ode_options=ode_options,
+        provenance=fit_provenance(None),
     )
     return with_boundary(result, model, init)
 

@@ -134,6 +134,17 @@ def data_fingerprint(population, covariates: bool = True) -> str:
     return h.hexdigest()
 
 
+def fit_provenance(fit) -> dict:
+    """When `fit` was made and with which versions: its own record (a loaded fit's, or the one
+    `deepnlme.fit` made), else now and this process's."""
+    own = getattr(fit, "provenance", None) or {}
+    return {
+        "created": own.get("created")
+        or datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "versions": own.get("versions") or _versions(),
+    }
+
+
 def _versions() -> dict[str, str]:
     import jax
 
@@ -196,8 +207,7 @@ def save_fit(fit, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     payload = {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
-        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "versions": _versions(),
+        **fit_provenance(fit),
         "model": _model_record(fit),
         "method": {"name": method["name"], "options": _clean(method["options"])},
         "ode_options": _clean(_ode_record(fit.ode_options or OdeOptions())),
@@ -712,4 +722,5 @@ def _loaded_fit(payload: dict, arrays: dict[str, np.ndarray], jpath: Path):
         population=population,
         ode_options=ode,
         _table=table,
+        provenance={"created": payload.get("created"), "versions": payload.get("versions")},
     )

@@ -87,6 +87,9 @@ class Fit:
     _table: pd.DataFrame = dataclasses.field(repr=False, default=None)
     options: dict | None = dataclasses.field(repr=False, default=None)
     near_boundary: tuple[str, ...] = dataclasses.field(repr=False, default=())
+    # when the fit was made and with which versions ({"created": ISO time, "versions": {...}}):
+    # kept by save_fit and load_fit, so that a report or a re-save of a loaded fit says so
+    provenance: dict | None = dataclasses.field(repr=False, default=None)
 
     # ------------------------------------------------------------------ tables
 

@@ -291,16 +291,35 @@ def _run_record(fit, data_file, report_seconds: str) -> list[str]:
     if src["note"]:
         sha += f' <span class="note">({html.escape(src["note"])})</span>'
     options = getattr(fit, "options", None)
+    now = datetime.datetime.now(datetime.UTC)
+    made = (getattr(fit, "provenance", None) or {}).get("created")
+    fitted = _when(made) if made else None
+    # the versions the fit was made with (a loaded fit's own), and this report's where other
+    own = {k.lower(): x for k, x in ((getattr(fit, "provenance", None) or {}).get("versions")
+                                     or {}).items()}  # fmt: skip
+    fit_v = {k: own.get(k.lower(), x) for k, x in v.items()}
     rows = [
-        ("date", html.escape(datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"))),
-        ("deepnlme version", f'<span id="version-deepnlme">{html.escape(v["deepnlme"])}</span>'),
-        ("JAX version", f'<span id="version-jax">{html.escape(v["JAX"])}</span>'),
+        ("fitted", html.escape(fitted or now.strftime("%Y-%m-%d %H:%M UTC"))),
+        (
+            "deepnlme version",
+            f'<span id="version-deepnlme">{html.escape(fit_v["deepnlme"])}</span>',
+        ),
+        ("JAX version", f'<span id="version-jax">{html.escape(fit_v["JAX"])}</span>'),
         (
             "other versions",
             html.escape(
-                ", ".join(f"{k} {x}" for k, x in v.items() if k not in ("deepnlme", "JAX"))
+                ", ".join(f"{k} {x}" for k, x in fit_v.items() if k not in ("deepnlme", "JAX"))
             ),
         ),  # fmt: skip
+    ]
+    if fitted is not None and fitted != now.strftime("%Y-%m-%d %H:%M UTC"):
+        rows.append(("report written", html.escape(now.strftime("%Y-%m-%d %H:%M UTC"))))
+    if fit_v != v:
+        rows.append((
+            "report written with",
+            html.escape(", ".join(f"{k} {x}" for k, x in v.items() if fit_v.get(k) != x)),
+        ))  # fmt: skip
+    rows += [
         ("machine", html.escape(f"{platform.system()} {platform.machine()}")),
         ("data file", f'<span id="data-file">{html.escape(src["name"])}</span>'),
         ("data file SHA-256", sha),
@@ -322,6 +341,17 @@ def _run_record(fit, data_file, report_seconds: str) -> list[str]:
         f'<pre id="model-text">{html.escape(fit.model.source)}</pre>',
         *_network_scales(fit),
     ]
+
+
+def _when(iso: str) -> str | None:
+    """An ISO time (a saved fit's `created`) as the run record writes times, or None."""
+    try:
+        t = datetime.datetime.fromisoformat(iso)
+    except (TypeError, ValueError):
+        return None
+    if t.tzinfo is not None:
+        t = t.astimezone(datetime.UTC)
+    return t.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _network_scales(fit) -> list[str]:
