@@ -457,3 +457,37 @@ def test_an_infinite_individual_parameter_is_named_not_predicted_as_zero(dynamic
             call()
     ok = dn.model_predict(model, pop.subset([2]))  # the other subject alone: predicted
     assert (ok["PRED"] > 0).all()
+
+
+_EXCHANGE = """\
+param:
+    kel = Positive(init=0.2)
+    k = Positive(init={k})
+    sigma = Positive(init=0.1)
+pre:
+    ke = kel
+dynamics:
+    A' = -ke * A - k * (A - B)
+    B' = k * (A - B)
+derived:
+    DV ~ Additive(A, sigma)
+"""
+
+
+@pytest.mark.parametrize(
+    "k, options, said",
+    [
+        (1.0, {"solver": "tsit5", "max_steps": 4}, r"the solver \(tsit5\) ran out of steps "
+         r"between two events \(max_steps=4; with 64 it finishes\)"),
+        (1e4, {"solver": "tsit5", "max_steps": 200}, r"its dynamics are stiff for tsit5, which "
+         r"runs out of steps where kvaerno5 finishes"),
+    ],
+    ids=["steps", "stiff"],
+)  # fmt: skip
+def test_a_failed_integration_says_whether_it_ran_out_of_steps_or_met_stiffness(k, options, said):
+    """Every integrator failure read 'its amounts are not finite', with four guesses (one of
+    them the stiff solver the solve had used): the failing subject is solved again alone."""
+    pop = dn.make_population(1, doses={"time": 0.0, "amt": 100.0}, obs_times=[1.0, 24.0])
+    model = dn.load_model(_EXCHANGE.format(k=k))
+    with pytest.raises(dn.SolveError, match=r"the prediction failed for subject 1: " + said):
+        dn.model_predict(model, pop, ode_options=dn.OdeOptions(**options))

@@ -66,6 +66,7 @@ def _gradient_cause(problem, start_fg) -> str | None:
 def _first_cause(problem, u0, m2ll_i) -> str | None:
     from ..solve._subject import (
         NO_STEADY_STATE,
+        integrator_failure,
         steady_state_conflict,
         steady_state_record_at,
     )
@@ -138,6 +139,9 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
                     f"{NO_STEADY_STATE.rstrip('.')}{hint}"
                 )
             since = f" from TIME {_fmt(t)} on" if np.isfinite(t) else ""
+            reason = integrator_failure(predictor, theta, zero[i], binding.data, i)
+            if reason is not None:
+                return f"the solve of {who}'s dynamics failed{since}: {reason}{hint}"
             return (
                 f"the solve of {who}'s dynamics failed{since} (non-finite amounts: the "
                 "dynamics may grow without bound at these values, e.g. a term of the wrong "

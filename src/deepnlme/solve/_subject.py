@@ -32,7 +32,7 @@ from ..errors import DataError, ModelError, SolveError
 from ..model._distributions import ObsDist
 from ._closed_form import closed_form_amounts_jit
 from ._doses import DoseEvents, DoseFeatures
-from ._ode import EXACT_SOLVER, OdeOptions, ode_states
+from ._ode import EXACT_SOLVER, STIFF_SOLVER, OdeOptions, ode_states
 from ._propagate import linear_ode_amounts_jit, propagated_amounts_jit
 
 
@@ -1162,12 +1162,59 @@ def nonfinite_parameter(predictor, theta, eta, data, i: int) -> str | None:
     return None
 
 
+# How many times `max_steps` `integrator_failure` gives a failed integration to tell
+# running out of steps from stiffness or a solution without bound.
+_MORE_STEPS = 16
+
+
+def integrator_failure(predictor, theta, eta, data, i: int) -> str | None:
+    """Why subject `i`'s integrated ODE solve failed, found by solving it again alone: with
+    `_MORE_STEPS` times `max_steps` (it ran out of steps), or, for an explicit solver, with
+    the stiff one (its dynamics are stiff there); None where neither finishes (the solution
+    grows without bound, or a parameter is off) or the model is not integrated. Every
+    failure of the integrator was reported as amounts that are not finite, with four
+    guesses, one of them the stiff solver the solve had used."""
+    if predictor.use_closed_form or predictor.solves_exactly:
+        return None
+    opts = predictor.ode_options
+    one = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[i], data)
+    eta = jnp.asarray(eta, dtype=jnp.float64)
+
+    def finishes(options) -> bool:
+        again = dataclasses.replace(predictor, ode_options=options)
+        return bool(again.states(theta, eta, one)[1])
+
+    more = opts.max_steps * _MORE_STEPS
+    name = opts.solver if isinstance(opts.solver, str) else type(opts.solver).__name__
+    try:
+        if finishes(dataclasses.replace(opts, max_steps=more)):
+            return (
+                f"the solver ({name}) ran out of steps between two events (max_steps="
+                f"{opts.max_steps}; with {more} it finishes): give ode_options="
+                f"OdeOptions(max_steps={more}), or looser tolerances (rtol, atol)"
+            )
+        if name != STIFF_SOLVER and finishes(
+            dataclasses.replace(opts, solver=STIFF_SOLVER, max_steps=more)
+        ):
+            return (
+                f"its dynamics are stiff for {name}, which runs out of steps where "
+                f"{STIFF_SOLVER} finishes: give ode_options=OdeOptions(solver="
+                f"'{STIFF_SOLVER}', max_steps={more})"
+            )
+    except Exception:  # (the diagnosis never hides the failure it explains)
+        return None
+    return None
+
+
 def failure_cause(predictor, theta, eta, data, i: int) -> str | None:
     """Why subject `i`'s solve failed, where it can be told: an individual parameter that
-    is not finite (`nonfinite_parameter`), or a steady state the model's lag or duration
-    rules out (`steady_state_conflict`)."""
-    return nonfinite_parameter(predictor, theta, eta, data, i) or steady_state_conflict(
-        predictor, theta, eta, data, i
+    is not finite (`nonfinite_parameter`), a steady state the model's lag or duration rules
+    out (`steady_state_conflict`), or an integrator that ran out of steps or met stiff
+    dynamics (`integrator_failure`)."""
+    return (
+        nonfinite_parameter(predictor, theta, eta, data, i)
+        or steady_state_conflict(predictor, theta, eta, data, i)
+        or integrator_failure(predictor, theta, eta, data, i)
     )
 
 
