@@ -517,3 +517,22 @@ def test_a_data_scaled_network_called_with_other_inputs_elsewhere_is_warned():
                       r"\(NNP\(WT, eta\[0\]\) in pre: mean \[.*\]; NNP\(conc, eta\[1\]\) in "
                       r"derived: mean"):  # fmt: skip
         dn.model_predict(model, _design())
+
+
+def test_a_fit_on_another_population_than_the_one_that_scaled_the_network_is_warned():
+    """A quick look at two subjects, then a fit of all twelve: the network kept the two's
+    mean and SD of WT (76, 3.6 against 69.6, 9.1), silently."""
+    pop = dn.datasets.load("theophylline")
+    model = dn.load_model(dn.datasets.example_path("deepnlme_theophylline.model"))
+    dn.model_predict(model, pop.subset([1, 2]))
+    with pytest.warns(UserWarning, match=r"fit: the model's networks scale their inputs with "
+                      r"the statistics of the first population it met \(2 subjects\), not of "
+                      r"this one \(12\)"):  # fmt: skip
+        dn.fit(model, pop, FOCE(), max_iter=0, progress=False, covariance=None)
+    fresh = dn.load_model(dn.datasets.example_path("deepnlme_theophylline.model"))
+    dn.model_predict(fresh, pop)
+    import warnings
+
+    with warnings.catch_warnings():  # (scaled from the population it fits: no word)
+        warnings.simplefilter("error")
+        dn.fit(fresh, pop, FOCE(), max_iter=0, progress=False, covariance=None)

@@ -105,6 +105,7 @@ def fit(
     ode_options = resolved_options(ode_options, predictor)  # the solver "auto" chose
     init_eta = options.pop("init_eta", None)
     _warn_fixed_not_carried(init, options)
+    _warn_scaled_from_another(model, population)
     if isinstance(init, Fit) and init.problem is not problem:
         _check_init_networks(model, init)
         if init_eta is None:
@@ -129,6 +130,27 @@ def fit(
         provenance=fit_provenance(None),
     )
     return with_boundary(result, model, init)
+
+
+def _warn_scaled_from_another(model, population) -> None:
+    """Warn where `model`'s networks took their input scale from another population than the
+    one fitted: the scale is found at a model's first binding (a quick `model_predict` on two
+    subjects, then a fit on twelve, scaled WT by the two's mean 76 and SD 3.6)."""
+    from ..nn._binding import scaled_from
+
+    source = scaled_from(model)
+    if source is None or source == tuple(population.ids):
+        return
+    import warnings
+
+    warnings.warn(
+        f"fit: the model's networks scale their inputs with the statistics of the first "
+        f"population it met ({len(source)} subjects), not of this one ({len(population.ids)}): "
+        "load the model again (dn.load_model) to scale from the fitted population, or "
+        "declare the scale (in_center=..., in_scale=...).",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _warn_fixed_not_carried(init, options: dict) -> None:

@@ -175,6 +175,7 @@ def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
         stats = input_statistics(model, binding, predictor_factory(model), need)
         if stored is not None:
             stored.write(stats)
+    mine["from"] = tuple(binding.ids)  # (the population the scale comes from: `scaled_from`)
     new = {n: nets[n].with_data(stats[n]) for n in need}
     params = tuple(
         ParamSpec(p.name, new[p.name], p.kind, p.line) if p.name in new else p for p in model.params
@@ -190,6 +191,12 @@ def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
     mine["resolved"] = resolved
     owned_cache(resolved, "networks")["resolved"] = resolved
     return resolved
+
+
+def scaled_from(model) -> tuple | None:
+    """The subject IDs of the population `model`'s networks took their input scale from (its
+    first binding), or None where no network's scale came from data."""
+    return owned_cache(model, "networks").get("from")
 
 
 def resolved_model(model) -> Model:
