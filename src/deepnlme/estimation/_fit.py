@@ -157,15 +157,16 @@ def _warn_fixed_not_carried(init, options: dict) -> None:
     """Warn where `init` is a Fit that held parameters fixed and this fit is not told to: it
     takes `init`'s values only, so those parameters are estimated now (a continuation, as
     NONMEM's $MSFI keeps FIX, had moved sigma from its fixed 0.5 to 0.69)."""
-    held = getattr(init, "fixed", None) if isinstance(init, Fit) else None
+    # the fixed parameters the user gave it (a JointMAP fit's fixed Omega is the method's)
+    held = (getattr(init, "options", None) or {}).get("fixed") if isinstance(init, Fit) else None
     if held and "fixed" not in options:
         import warnings
 
         names = ", ".join(held)
         warnings.warn(
             f"fit: `init` is a fit that held {names} fixed; this fit takes its values only "
-            f"and estimates them. Pass fixed={list(held)!r} (or fixed=init.fixed) to hold "
-            "them, or fixed=[] to say they are estimated.",
+            f"and estimates them. Pass fixed={list(held)!r} to hold them, or fixed=[] to say "
+            "they are estimated.",
             UserWarning,
             stacklevel=3,
         )
