@@ -536,3 +536,20 @@ def test_a_fit_on_another_population_than_the_one_that_scaled_the_network_is_war
     with warnings.catch_warnings():  # (scaled from the population it fits: no word)
         warnings.simplefilter("error")
         dn.fit(fresh, pop, FOCE(), max_iter=0, progress=False, covariance=None)
+
+
+def test_a_data_scaled_network_of_a_model_that_met_no_data_is_refused():
+    """dn.network(model, ...) of a model loaded afresh fed raw WT to a z-scored network (a
+    flat line where the fit's curve rose and fell), and the symbolic forms dropped the
+    scaling, silently."""
+    from deepnlme import symbolic
+
+    model = dn.load_model(dn.datasets.example_path("deepnlme_theophylline.model"))
+    said = r"network: 'NN' scales its inputs from the data \(scale=zscore\), and this model "
+    for call in (lambda: dn.network(model, "NN"), lambda: symbolic.network_of(model, "NN")):
+        with pytest.raises(dn.OptionError, match=said + "has not met any yet"):
+            call()
+    with pytest.raises(symbolic.SymbolicError, match=r"model_form: the network 'NN' scales"):
+        symbolic.model_form(model)
+    dn.model_predict(model, dn.datasets.load("theophylline"))  # (it meets the data)
+    assert np.isfinite(dn.network(model, "NN")(np.array([[70.0]]))).all()

@@ -86,6 +86,14 @@ def network(source: Any, name: str, weights: Any = None) -> Network:
         have = ", ".join(nets) or "none"
         raise OptionError(f"network: the model has no network '{name}' (its networks: {have})")
     dom = nets[name]
+    if dom.needs_data:
+        raise OptionError(
+            f"network: '{name}' scales its inputs from the data (scale={dom.scale}), and this "
+            "model has not met any yet, so its scale is unknown (the raw inputs would reach "
+            f"the network). Pass the fit (network(fit, {name!r})) or its model (fit.model), "
+            "or declare the scale (in_center=..., in_scale=..., or data=... from "
+            "str(deepnlme.nn.resolved_model(fit)))."
+        )
     if weights is None:
         w = est[name] if est is not None else dom.init_value()
     elif isinstance(weights, Mapping):

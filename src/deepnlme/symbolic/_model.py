@@ -374,6 +374,13 @@ def model_form(
         raise SymbolicError(
             f"model_form: `source` must be a Model or a Fit, got {type(source).__name__}"
         )
+    unscaled = [p.name for p in model.params if getattr(p.domain, "needs_data", False) is True]
+    if unscaled:
+        raise SymbolicError(
+            f"model_form: the network '{unscaled[0]}' scales its inputs from the data, and "
+            "this model has not met any yet, so its scale is unknown: pass the fit (or "
+            "fit.model), or declare the scale (in_center=..., in_scale=...)"
+        )
     if values is None:
         values = getattr(source, "estimates", None) or {}
     unknown = [k for k in values if k not in {p.name for p in model.params}]
