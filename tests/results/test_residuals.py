@@ -210,6 +210,15 @@ def test_vpc_bad_options(linear_fit):
         dn.npde(fit, n_sim=1)
     with pytest.raises(dn.OptionError, match="n_sim"):
         dn.vpc(fit, n_sim=1)
+    # xpose's habit (fractions), one number, a string: said so (two were silent, two a
+    # TypeError and a ValueError); a NumPy float ci is a number
+    with pytest.raises(dn.OptionError, match=r"`percentiles` are percent.*write them as "
+                       r"\(5\.0, 50\.0, 95\.0\)"):  # fmt: skip
+        dn.vpc(fit, n_sim=10, percentiles=(0.05, 0.5, 0.95))
+    for bad in (90, "5,50,95"):
+        with pytest.raises(dn.OptionError, match=r"`percentiles` must be a sequence"):
+            dn.vpc(fit, n_sim=10, percentiles=bad)
+    assert dn.vpc(fit, n_sim=10, ci=np.float32(0.9)).ci == pytest.approx(0.9)
     top = float(dn.predict(fit)["TIME"].max())
     with pytest.warns(UserWarning, match=r"do not cover .* the last ends at"):
         v = dn.vpc(fit, n_sim=10, bins=[0.0, 0.5 * top, 0.9 * top])

@@ -102,3 +102,39 @@ def test_the_fraction_below_the_limit_is_counted_per_bin():
     assert [r[9] for r in rows] == [pytest.approx(1 / 6), pytest.approx(1 / 6)]
     assert _fraction_rows("all", np.array([0.0, 1.0]), np.zeros(6, int), np.zeros(6), y_obs,
                           y_sim, 0.9, cens, (-np.inf, np.inf)) == []  # fmt: skip
+
+
+def test_a_pcvpc_of_censored_data_leaves_out_the_simulated_values_beyond_the_limit(
+    censored_fit,
+):
+    """A pcVPC leaves the censored observations out; the simulated values below the LLOQ at
+    the records kept stayed in, corrected, and put the observed 5th percentile above its
+    interval for the true model. They are left out alike now."""
+    from deepnlme.results import _diagnostics
+
+    fit = censored_fit
+    check = dn.vpc(fit, n_sim=40, seed=2, bins=4, pred_corrected=True)
+    table = dn.predict(fit)
+    kept = (table["CENS"].to_numpy() == 0) & (table["PRED"].to_numpy() > 0)
+    assert check.n_excluded == int((~kept).sum())
+    # the simulated percentiles from the replicates by hand: below the LLOQ left out
+    sims = _diagnostics.simulate_replicates(fit, 40, 2)
+    from deepnlme.results._diagnostics import bind_fit
+
+    mask = np.asarray(bind_fit(fit).binding.data.obs_mask)
+    y = sims[:, mask][:, kept]
+    s = check.summary[check.summary["statistic"] == "percentile"]
+    obs = check.observed
+    for b in sorted(s["bin"].unique()):
+        rows = obs["bin"].to_numpy() == b
+        pred = obs["PRED"].to_numpy()[rows]
+        factor = np.median(pred) / pred
+        raw = y[:, rows]
+        corrected = np.where(raw < LLOQ, np.nan, raw * factor)
+        p5 = np.nanquantile(corrected, 0.05, axis=1)
+        row = s[(s["bin"] == b) & (s["percentile"] == 5.0)].iloc[0]
+        assert row["sim_median"] == pytest.approx(np.median(p5), rel=1e-12)
+    # a stratum without a censored record of its own is censored at the endpoint's limit
+    by_dose = dn.vpc(fit, n_sim=20, seed=2, bins=2, stratify="DOSE")
+    assert set(by_dose.limits) == set(by_dose.summary["stratum"]), by_dose.limits
+    assert all(lim == (LLOQ, np.inf) for lim in by_dose.limits.values())

@@ -525,8 +525,9 @@ def vpc_chart(result, *, log_y: bool = False, endpoint_label: str = "DV") -> Cha
     for k, st in enumerate(strata):
         by = result.stratify or "ENDPOINT"  # (several endpoints: each a stratum)
         against = " against TAD" if result.x == "TAD" else ""
+        label = f"{st:g}" if isinstance(st, float | np.floating) else st  # (0, not 0.0)
         title = f"{name}{against}, {result.n_sim} simulated replicates" + (
-            "" if st == "all" else f" - {st}" if " = " in str(st) else f" - {by} = {st}"
+            "" if st == "all" else f" - {st}" if " = " in str(st) else f" - {by} = {label}"
         )
         xlabel = "time after dose (TAD)" if result.x == "TAD" else result.x
         # an endpoint's stratum is named by the endpoint: its values on the y axis

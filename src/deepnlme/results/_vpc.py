@@ -187,20 +187,28 @@ def vpc_of(
         keep &= np.isfinite(xv)  # (before the first dose: no time after dose)
     else:
         xv = table[x].to_numpy(dtype=float)
+    # an endpoint's limits of quantification, from all its censored records: a stratum
+    # without a censored record of its own has them too (the assay's, not the stratum's)
+    endpoint = table["ENDPOINT"].to_numpy(dtype=object)
+    endpoint_limits = {e: _limits(dv[endpoint == e], cens[endpoint == e]) for e in set(endpoint)}
     rows, obs_parts, stratum_limits = [], [], {}
-    for s in pd.unique(strata[keep]):
+    for s in _ordered(pd.unique(strata[keep])):
         sel = np.flatnonzero(keep & (strata == s))
         edges = _edges(xv[sel], bins)
         bin_of = _assign(xv[sel], edges)
         y_obs, y_sim = dv[sel], sims[:, sel]
-        limits = (-np.inf, np.inf)
+        own = _limits(y_obs, cens[sel])
+        limits = own if np.isfinite(own).any() else endpoint_limits[endpoint[sel[0]]]
         if pred_corrected:
             factor = _pred_correction(pred[sel], bin_of)
-            y_obs, y_sim = y_obs * factor, y_sim * factor
-        else:
-            limits = _limits(y_obs, cens[sel])
-            if np.isfinite(limits).any():
-                stratum_limits[s] = limits
+            lo, hi = limits
+            # the censored records are left out, and with them every simulated value beyond
+            # the limits: values below the LLOQ, corrected, biased the low percentiles
+            beyond = (y_sim < lo) | (y_sim > hi)
+            y_obs, y_sim = y_obs * factor, np.where(beyond, np.nan, y_sim * factor)
+            limits = (-np.inf, np.inf)
+        elif np.isfinite(limits).any():
+            stratum_limits[s] = limits
         if np.isin(family[sel], _DISCRETE).all():  # (counts, 0/1: their mean, not percentiles)
             rows += _mean_rows(s, edges, bin_of, xv[sel], y_obs, y_sim, ci)
         else:
@@ -219,7 +227,7 @@ def vpc_of(
         summary=pd.DataFrame(rows, columns=list(_SUMMARY_COLUMNS)),
         observed=pd.concat(obs_parts, ignore_index=True) if obs_parts else pd.DataFrame(),
         percentiles=pcts,
-        ci=ci,
+        ci=float(ci),
         n_sim=int(n_sim),
         seed=int(seed),
         pred_corrected=bool(pred_corrected),
@@ -258,11 +266,25 @@ def check_vpc_options(
 def _check_options(fit, ci, percentiles: Sequence[float], x: str) -> tuple[float, ...]:
     """Check the fit and the options that need no data; the percentiles as floats."""
     _check_fit(fit, "vpc")
-    if not (isinstance(ci, float) and 0.0 < ci < 1.0):
+    real = isinstance(ci, float | np.floating) and not isinstance(ci, bool)
+    if not (real and 0.0 < float(ci) < 1.0):
         raise OptionError(f"vpc: option `ci` must be a number in (0, 1); got {ci!r}")
+    numbers = (int, float, np.integer, np.floating)
+    if isinstance(percentiles, str | bytes) or not hasattr(percentiles, "__iter__"):
+        raise OptionError(
+            f"vpc: `percentiles` must be a sequence of numbers in [0, 100], e.g. (5, 50, 95); "
+            f"got {percentiles!r}"
+        )
+    if not all(isinstance(p, numbers) and not isinstance(p, bool) for p in percentiles):
+        raise OptionError(f"vpc: `percentiles` must be numbers in [0, 100]; got {percentiles!r}")
     pcts = tuple(float(p) for p in percentiles)
     if not pcts or any(not 0.0 <= p <= 100.0 for p in pcts):
         raise OptionError(f"vpc: `percentiles` must be numbers in [0, 100]; got {percentiles!r}")
+    if max(pcts) <= 1.0 and len(pcts) > 1:  # (xpose's pi = c(0.05, 0.95): fractions)
+        raise OptionError(
+            f"vpc: `percentiles` are percent, in [0, 100]: {percentiles!r} are all 1 or less "
+            f"(fractions?); write them as {tuple(round(100 * p, 6) for p in pcts)!r}"
+        )
     if x not in X_VALUES:
         raise OptionError(f"vpc: option `x` must be 'TIME', 'TAD' or 'PRED'; got {x!r}")
     return pcts
@@ -289,6 +311,15 @@ def _strata(b, table: pd.DataFrame, mask: np.ndarray, stratify: str | None) -> n
         f"vpc: option `stratify` must be None, 'ENDPOINT' or a covariate column "
         f"({', '.join(b.population.covariate_names) or 'none in this data'}); got {stratify!r}"
     )
+
+
+def _ordered(strata: np.ndarray) -> list:
+    """Strata in the order of their values where they are numbers (occasions 1, 2, 3, not
+    the order of first appearance), else as they appear."""
+    values = list(strata)
+    if all(isinstance(v, int | float | np.integer | np.floating) for v in values):
+        return sorted(values)
+    return values
 
 
 def _kept(table: pd.DataFrame, pred: np.ndarray, pred_corrected: bool) -> np.ndarray:
@@ -362,11 +393,17 @@ def _summary_rows(
         y_obs = _censored(y_obs, low, high, cens)
         y_sim = _censored(y_sim, low, high)
     rows = []
+    # (a pcVPC's simulated values beyond the limits are NaN: left out, as the censored
+    # observations are; a bin of one replicate may have none left)
+    quantile = np.nanquantile if np.isnan(y_sim).any() else np.quantile
     for j in np.unique(bin_of):
         m = bin_of == j
         obs_q = _uncensored(np.quantile(y_obs[m], q), low, high)
-        sim_q = np.quantile(y_sim[:, m], q, axis=1)  # [nq, K]
-        lo, med, hi = _uncensored(np.quantile(sim_q, [alpha, 0.5, 1.0 - alpha], axis=1), low, high)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # (all NaN: NaN)
+            sim_q = quantile(y_sim[:, m], q, axis=1)  # [nq, K]
+            sim_ci = quantile(sim_q, [alpha, 0.5, 1.0 - alpha], axis=1)
+        lo, med, hi = _uncensored(sim_ci, low, high)
         per_bin = _bin_columns(j, edges, x, m)
         for k, p in enumerate(pcts):
             rows.append(
