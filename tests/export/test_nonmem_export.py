@@ -272,11 +272,10 @@ def test_an_estimated_sd_of_a_random_effect_stays_a_parameter(tmp_path):
     assert "kv ~ fix(1)  # standardised: the model uses om_v * it" in r and "(om_v*kv)" in r
 
 
-def test_a_gelu_network_that_cannot_be_exported_is_named(tmp_path):
-    """gelu brings erf, which NONMEM and nlmixr2 lack: the refusal named erf alone, a function
-    the user never wrote."""
-    from deepnlme.export import ExportError
-
+def test_a_gelu_network_is_exported_through_phi_and_erf(tmp_path):
+    """gelu brings erf: the export refused it, though NONMEM has PHI (erf(x) = 2 PHI(x sqrt 2)
+    - 1) and rxode2 erf. NONMEM's $PK, read back by pharmpy with PHI as the normal CDF, gives
+    the fit's individual CL."""
     text = (
         "param:\n    tcl = Real(init=1.0)\n    omega = PDiag(init=[0.1])\n"
         "    sigma = Positive(init=0.5)\n    NN = MLP(1, (3, gelu), (1, identity), seed=1)\n"
@@ -289,9 +288,27 @@ def test_a_gelu_network_that_cannot_be_exported_is_named(tmp_path):
     df = pd.DataFrame(rows, columns=["ID", "TIME", "AMT", "EVID", "DV", "WT"])
     fit = dn.fit(dn.load_model(text), dn.read_data(df.assign(MDV=df["EVID"])), dn.FO(),
                  max_iter=0, covariance=None, progress=False)  # fmt: skip
-    for target in ("nonmem", "nlmixr2"):
-        with pytest.raises(ExportError, match=r"function erf .* from a network's gelu"):
-            dn.export(fit, to=target, out=tmp_path / target)
+    files = dn.export(fit, to="nonmem", out=tmp_path / "nm")
+    assert "PHI(" in files["control_stream"].read_text()
+    r = dn.export(fit, to="nlmixr2", out=tmp_path / "r")["model"].read_text()
+    assert "erf(" in r
+    nm = pm.read_model(str(files["control_stream"]))
+
+    def phi(x):  # NONMEM's PHI, the standard normal CDF (pharmpy keeps it a function)
+        return (1 + sp.erf(x.args[0] / sp.sqrt(2))) / 2
+
+    is_phi = lambda x: isinstance(x, sp.Function) and type(x).__name__ == "PHI"  # noqa: E731
+    st = [
+        type(s)(s.symbol, sp.sympify(s.expression).replace(is_phi, phi))
+        for s in nm.statements.before_odes
+        if hasattr(s, "expression")
+    ]
+    ind = fit.individual_parameters().set_index("ID")
+    for sid, row in fit.ebes.iterrows():
+        wt = float(df.loc[df["ID"] == sid, "WT"].iloc[0])
+        env = dict(nm.parameters.inits, ETA_1=float(row.iloc[0]), WT=wt)
+        pk = _evaluate(st, env)
+        assert pk["CL"] == pytest.approx(float(ind.loc[sid, "cl"]), rel=1e-12), sid
 
 
 def test_censored_records_are_exported_as_m3(tmp_path):

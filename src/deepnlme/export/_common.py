@@ -54,7 +54,6 @@ class TargetPrinter(StrPrinter):
         if out is None:
             raise ExportError(
                 f"export to {self.target}: the function {name} has no {self.target} form"
-                + _FROM.get(name, "")
                 + "; write the model with exp, log, sqrt, abs, sin, cos, tanh, logistic, min, max"
             )
         return out
@@ -65,16 +64,6 @@ class TargetPrinter(StrPrinter):
 
     def _print_Piecewise(self, e: sp.Expr) -> str:  # lifted before printing
         raise ExportError(f"export to {self.target}: internal error: a branch was not lifted")
-
-
-# where a function the user did not write comes from
-_FROM = {
-    "erf": (
-        " (it comes from a network's gelu activation, a (1 + erf(a / sqrt 2)) / 2: the other "
-        "activations, tanh, sigmoid, softplus, relu, elu, celu, swish, export; the Python "
-        "export takes gelu too)"
-    ),
-}
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,7 @@ class _Printer(TargetPrinter):
         "Min": "min",
         "log1p": "log1p",
         "expm1": "expm1",
+        "erf": "erf",  # (rxode2's; a gelu network's)
     }
 
     def number(self, v: float) -> str:

@@ -107,6 +107,8 @@ class _Printer(TargetPrinter):
         return _fortran_float(v)
 
     def special(self, e: sp.Expr, args: str) -> str | None:
+        if type(e).__name__ == "erf":  # (a gelu network's: erf(x) = 2 PHI(x sqrt 2) - 1)
+            return f"(2*PHI({_fortran_float(2.0**0.5)}*({args})) - 1)"
         if e.func == log1p:
             return f"LOG(1 + {args})"
         if e.func == expm1:
