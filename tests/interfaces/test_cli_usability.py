@@ -384,6 +384,10 @@ def test_vpc_report_and_simulate_take_the_fit_commands_folder(cheap_fit, tmp_pat
     # (a large design's simulations took most of its report: fewer from the command line)
     assert "20 data sets simulated from the fitted model" in text
     assert "30 replicates simulated" in text
+    # an existing report (`deepnlme fit`'s, with the data file's SHA-256) is kept: --force
+    assert main([*report, "--vpc-sims", "20", "--npde-sims", "30"]) == 2
+    assert "report: " in capsys.readouterr().err and (tmp_path / "r.html").read_text() == text
+    assert main([*report, "--vpc-sims", "20", "--npde-sims", "30", "--force"]) == 0
     data = dn.datasets.path("theophylline")
     assert main(["simulate", data, "--fit", str(out), "--out", str(tmp_path / "s.csv")]) == 0
     assert (tmp_path / "s.csv").is_file()

@@ -530,6 +530,7 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("fit", help="saved fit folder, or a `deepnlme fit --out` folder")
     _report_options(rep)
     rep.add_argument("--out", default=None, help="output HTML file (default FIT/../report.html)")
+    rep.add_argument("--force", action="store_true", help="replace the output file where it exists")
     rep.add_argument(
         "--data",
         default=None,
@@ -1083,6 +1084,12 @@ def _report(args) -> None:
     fit = _load_fit_arg(args.fit)
     default = _saved_fit_folder(args.fit).resolve().parent / "report.html"
     out = Path(args.out) if args.out else default
+    if out.exists() and not args.force:  # (the one `deepnlme fit` wrote has the data's SHA)
+        raise OptionError(
+            f"report: {out} exists (the report `deepnlme fit` wrote there records the data "
+            "file's SHA-256, which a saved fit does not keep); give --out another file, or "
+            "--force to replace it"
+        )
     write_report(fit, out, data_file=args.data, **_report_kwargs(args))
     print(f"wrote {out}")
 
