@@ -109,10 +109,22 @@ def _checksum(payload: dict, arrays: dict[str, np.ndarray]) -> str:
     h = hashlib.sha256()
     body = {k: v for k, v in payload.items() if k != "checksum"}
     h.update(_canonical(body))
+    _hash_arrays(h, arrays)
+    return h.hexdigest()
+
+
+def _hash_arrays(h, arrays: dict[str, np.ndarray]) -> None:
     for name in sorted(arrays):
         a = np.ascontiguousarray(arrays[name])
         h.update(f"\n{name}|{a.dtype.str}|{a.shape}\n".encode())
         h.update(a.tobytes())
+
+
+def _arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of the arrays alone (`fit.json`'s ``arrays_sha256``, inside the checksum): a
+    checksum that fails then names the file that changed."""
+    h = hashlib.sha256()
+    _hash_arrays(h, arrays)
     return h.hexdigest()
 
 
@@ -233,6 +245,7 @@ def save_fit(fit, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
             "columns": [str(c) for c in fit.covariance.columns],
         },
         "table": _frame_to_json(fit._table),
+        "arrays_sha256": _arrays_sha256(arrays),
     }
     payload["checksum"] = {"algorithm": "sha256", "value": _checksum(payload, arrays)}
     buf = io.BytesIO()
@@ -553,10 +566,15 @@ def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray], Path]:
         raise _damaged(jpath, f"its content cannot be checksummed ({err})") from None
     expected = rec.get("value")
     if rec.get("algorithm") != "sha256" or expected != actual:
+        where = f"the content of {str(folder)!r}"
+        own = payload.get("arrays_sha256")  # (saved fits before it was recorded: the folder)
+        if isinstance(own, str):
+            changed = apath if own != _arrays_sha256(arrays) else jpath
+            where = f"{str(changed)!r}"
         raise DataError(
-            f"load_fit: the content of {str(folder)!r} does not match its recorded SHA-256 "
-            f"checksum (recorded {str(expected)[:16]}..., computed {actual[:16]}...): the files "
-            "were changed or damaged after saving. Save the fit again from its source."
+            f"load_fit: {where} does not match its recorded SHA-256 checksum (recorded "
+            f"{str(expected)[:16]}..., computed {actual[:16]}...): the file was changed or "
+            "damaged after saving. Save the fit again from its source."
         )
     return payload, arrays, jpath
 
