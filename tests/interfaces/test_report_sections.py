@@ -163,6 +163,18 @@ def test_a_data_file_given_for_data_in_memory_is_checked_against_them():
     with pytest.warns(DataWarning, match="does not hold the fitted data"):
         other = _data_source(pop, dn.datasets.path("phenobarbital"))
     assert "59 subjects" in other["note"] and "(12, 132)" in other["note"]
+    # the same records with a covariate changed (it was accepted without a note)
+    import pathlib
+    import tempfile
+
+    df = dn.read_data(path).to_dataframe()
+    df.loc[df["ID"] == 1, "WT"] = df.loc[df["ID"] == 1, "WT"] + 20
+    with tempfile.TemporaryDirectory() as tmp:
+        edited = pathlib.Path(tmp) / "theoph_nm.csv"
+        df.to_csv(edited, index=False)
+        with pytest.warns(DataWarning, match="the covariates read from 'theoph_nm.csv'"):
+            changed = _data_source(pop, edited)
+    assert "differ from the fitted data's" in changed["note"]
 
 
 @pytest.mark.slow  # the session's fit, made through the command line

@@ -249,7 +249,15 @@ def _other_data(pop, data_file, model) -> str | None:
     except Exception as err:  # noqa: BLE001 (any reason it cannot be read is said)
         return f"{given!r} could not be read to check that it holds the fitted data: {err}"
     if data_fingerprint(other, covariates=False) == data_fingerprint(pop, covariates=False):
-        return None
+        if data_fingerprint(other) == data_fingerprint(pop):
+            return None
+        why = (  # (the records match: read options such as fill, or an edited covariate)
+            f"the covariates read from {given!r} (with read_data's defaults) differ from the "
+            "fitted data's: the file was changed after the fit, or the fit read it with "
+            "other options (fill=, covariate_rule=)"
+        )
+        warnings.warn(f"report: {why}; check the data file given", DataWarning, stacklevel=5)
+        return why
     why = (
         f"{given!r} does not hold the fitted data: its records (IDs, times, DV, doses as "
         f"read_data reads them: {len(other)} subjects, {other.n_observations} "
