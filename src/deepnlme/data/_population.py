@@ -428,14 +428,21 @@ class Population:
             lines.append(f"  censored observations: {n_cens}")
         if self._covariate_names:
             base = self.covariates_frame().to_numpy(dtype=float)  # (no missing values)
-            lines.append("  covariates (baseline median [min, max]):")
+            lines.append("  covariates (baseline median [min, max], or subjects by value):")
             stats = zip(np.median(base, axis=0), base.min(axis=0), base.max(axis=0))
             every = self._records.loc[~self._records["IMPLIED"].to_numpy()]
-            for name, tv, (med, low, high) in zip(self._covariate_names, self.time_varying, stats):
+            for k, (name, tv, (med, low, high)) in enumerate(
+                zip(self._covariate_names, self.time_varying, stats)
+            ):
                 kind = "constant within subjects"
                 if tv:  # (the baseline's range alone hid how far they move)
                     v = every[name].to_numpy(dtype=float)
                     kind = f"time-varying ({v.min():g} to {v.max():g} over all records)"
+                levels, counts = np.unique(base[:, k], return_counts=True)
+                if len(levels) <= 5 and np.all(levels == np.round(levels)):  # (a category)
+                    shown = ", ".join(f"{x:g} ({c})" for x, c in zip(levels, counts))
+                    lines.append(f"    {name}: subjects by value {shown}, {kind}")
+                    continue
                 lines.append(f"    {name}: {med:g} [{low:g}, {high:g}], {kind}")
             if any(self.time_varying):
                 lines.append(f"  covariate rule: {_RULE_TEXT[self._rule]}")
