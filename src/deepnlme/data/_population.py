@@ -439,7 +439,8 @@ class Population:
                     v = every[name].to_numpy(dtype=float)
                     kind = f"time-varying ({v.min():g} to {v.max():g} over all records)"
                 levels, counts = np.unique(base[:, k], return_counts=True)
-                if len(levels) <= 5 and np.all(levels == np.round(levels)):  # (a category)
+                few = len(levels) <= 5 and 2 * len(levels) <= len(base)  # (a category)
+                if few and np.all(levels == np.round(levels)):
                     shown = ", ".join(f"{x:g} ({c})" for x, c in zip(levels, counts))
                     lines.append(f"    {name}: subjects by value {shown}, {kind}")
                     continue
