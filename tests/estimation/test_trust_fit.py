@@ -145,16 +145,16 @@ def test_non_finite_start_names_a_zero_sd_of_a_proportional_error(tmp_path):
             call(*args)
 
 
-def test_non_finite_start_names_an_observation_the_transform_cannot_take():
+def test_an_observation_the_transform_cannot_take_is_named_before_fitting():
+    # (the fit started, and its message named the record; now refused before the fit)
     df = _oral_data()
     df.loc[(df["ID"] == 2) & (df["TIME"] == 4.0), "DV"] = 0.0
-    fit = _oral_fit("BoxCox(conc, sigma, 0.5)", df)
-    assert not fit.converged
-    assert "the observation DV = 0 of subject ID 2 at TIME 4 cannot be transformed" in fit.message
-    assert "CENS = 1" in fit.message
+    said = r"subject 2, time 4: the BoxCox output 'DV' takes the Box-Cox transform of DV, "
+    with pytest.raises(dn.DataError, match=said + r"which needs DV > 0, but DV is 0\. .*CENS"):
+        _oral_fit("BoxCox(conc, sigma, 0.5)", df)
     # a logit needs 0 < DV < 1 (it said only "needs DV > 0" of a DV of 2.8)
-    logit = _oral_fit("LogitNormal(conc / 100, sigma)", _oral_data())
-    assert "cannot be transformed" in logit.message and "0 < DV < 1" in logit.message
+    with pytest.raises(dn.DataError, match=r"takes logit\(DV\), which needs 0 < DV < 1"):
+        _oral_fit("LogitNormal(conc / 100, sigma)", _oral_data())
 
 
 def test_finite_start_with_a_non_finite_gradient_names_the_parameter():
