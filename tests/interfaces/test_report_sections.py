@@ -634,3 +634,18 @@ def test_a_vpc_never_pools_two_endpoints():
     titles = [p.title for p in plots.vpc_chart(by_wt).grid[0]]
     assert titles[0] == "VPC, 10 simulated replicates - CP, WT = 60"
     assert [p.title for p in plots.vpc_chart(plain).grid[0]][1].endswith("- ENDPOINT = EFF")
+
+
+def test_the_reports_vpc_takes_a_covariate_to_stratify_by(tmp_path):
+    """write_report(..., stratify=...) was refused as an unknown option: a study's occasions
+    or sexes had to be looked at in a VPC of their own."""
+    pop = dn.datasets.load("phenobarbital")
+    fit = dn.fit(dn.load_model("examples/phenobarbital.model"), pop, dn.FOCEI(), max_iter=0,
+                 progress=False, covariance=None)  # fmt: skip
+    text = dn.write_report(fit, tmp_path / "r.html", vpc_stratify="APGRLT5", vpc_sims=20,
+                           npde_sims=20).read_text()  # fmt: skip
+    assert "simulated replicates - APGRLT5 = 0" in text
+    assert "simulated replicates - APGRLT5 = 1" in text
+    with pytest.raises(dn.OptionError, match=r"`vpc_stratify` must be None, 'ENDPOINT' or a "
+                       r"covariate column \(WT, APGR, APGRLT5\); got 'SEX'"):  # fmt: skip
+        dn.write_report(fit, tmp_path / "s.html", vpc_stratify="SEX")

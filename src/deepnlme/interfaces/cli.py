@@ -144,6 +144,10 @@ def _report_options(parser: argparse.ArgumentParser) -> None:
         "--npde-sims", type=int, default=500, metavar="N",
         help="data sets simulated for the report's NPDE (default 500; 200 for large designs)",
     )  # fmt: skip
+    parser.add_argument(
+        "--vpc-stratify", default=None, metavar="COL",
+        help="stratify the report's VPCs by this covariate column (or ENDPOINT)",
+    )  # fmt: skip
 
 
 def _report_kwargs(args: argparse.Namespace | None) -> dict:
@@ -151,7 +155,9 @@ def _report_kwargs(args: argparse.Namespace | None) -> dict:
     if args is None:
         return {}
     return {
-        k: getattr(args, k) for k in ("vpc_sims", "npde_sims") if getattr(args, k, None) is not None
+        k: getattr(args, k)
+        for k in ("vpc_sims", "npde_sims", "vpc_stratify")
+        if getattr(args, k, None) is not None
     }
 
 

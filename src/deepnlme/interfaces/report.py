@@ -746,6 +746,7 @@ def report_html(
     log_scale: bool = False,
     data_file: str | os.PathLike | None = None,
     grid_points: int = 150,
+    vpc_stratify: str | None = None,
 ) -> str:
     """The HTML text of the report of `fit` (see `write_report`)."""
     from ..results import predict
@@ -763,6 +764,12 @@ def report_html(
         )
     if data_file is not None and not os.path.isfile(data_file):
         raise OptionError(f"report: `data_file` {os.fspath(data_file)!r} is not a file")
+    names = list(fit.population.covariate_names)
+    if vpc_stratify is not None and vpc_stratify != "ENDPOINT" and vpc_stratify not in names:
+        raise OptionError(
+            f"report: option `vpc_stratify` must be None, 'ENDPOINT' or a covariate column "
+            f"({', '.join(names) or 'none in this data'}); got {vpc_stratify!r}"
+        )
     name = getattr(fit.method, "name", type(fit.method).__name__)
     title = title or f"deepnlme fit report - {name}"
     # the simulations and the dense curves (compiled and run by XLA, which frees the
@@ -782,7 +789,7 @@ def report_html(
         return _report_html(
             fit, table, sims, shown, curves, names, title=title, name=name, vpc_sims=vpc_sims,
             npde_sims=npde_sims, seed=seed, max_individual_pages=max_individual_pages,
-            log_scale=log_scale, data_file=data_file, started=started,
+            log_scale=log_scale, data_file=data_file, started=started, vpc_stratify=vpc_stratify,
         )  # fmt: skip
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -823,7 +830,7 @@ def _shown_ids(pop, panels: int) -> list:
 
 def _report_html(
     fit, table, sims, shown, curves, names, *, title, name, vpc_sims, npde_sims, seed,
-    max_individual_pages, log_scale, data_file, started,
+    max_individual_pages, log_scale, data_file, started, vpc_stratify=None,
 ) -> str:  # fmt: skip
     from ..results import ebe_table, shrinkage
     from . import plots
@@ -933,7 +940,7 @@ def _report_html(
     if vpc_reps is None:
         sections.append(_section("vpc", "Visual predictive check", [unsimulated]))
     else:
-        sections.append(_vpc_section(fit, table, vpc_reps, vpc_sims, seed, ep_label))
+        sections.append(_vpc_section(fit, table, vpc_reps, vpc_sims, seed, ep_label, vpc_stratify))
     sections.append(
         _section(
             "individual-fits",
@@ -1039,15 +1046,17 @@ def _named(frame: pd.DataFrame, names: dict[str, str]) -> pd.DataFrame:
     return frame.assign(ENDPOINT=frame["ENDPOINT"].astype(str).map(names).fillna(frame["ENDPOINT"]))
 
 
-def _vpc_section(fit, table, reps, vpc_sims: int, seed: int, ep_label: str) -> str:
+def _vpc_section(
+    fit, table, reps, vpc_sims: int, seed: int, ep_label: str, stratify: str | None = None
+) -> str:
     """The VPC section from the simulated replicates `reps` (and, for multiple doses, the same
-    binned on the time after dose)."""
+    binned on the time after dose), stratified by `stratify` (a covariate) where given."""
     from ..results._vpc import vpc_of
     from . import plots
 
     # one panel per endpoint where there are several: percentiles of a PK and a PD pooled
-    # together would mean nothing
-    strata = "ENDPOINT" if len(fit.population.endpoints) > 1 else None
+    # together would mean nothing (a covariate's strata are within each endpoint)
+    strata = stratify or ("ENDPOINT" if len(fit.population.endpoints) > 1 else None)
     v = vpc_of(fit, table, reps.y[:vpc_sims], seed=seed, stratify=strata)
     body = [
         _chart_html(
@@ -1277,6 +1286,8 @@ def write_report(fit, path: str | os.PathLike, **options: Any) -> Path:
     - `data_file`: the CSV the population was read from, for its SHA-256 in the run record
       (`read_data` keeps the file's name only).
     - `max_individual_pages` (2, 12 subjects a page), `grid_points` (150) of the curves.
+    - `vpc_stratify`: a covariate column (or "ENDPOINT") whose values stratify the VPCs, as
+      `vpc(..., stratify=...)` (default: by endpoint where there are several).
 
     Example:
         >>> dn.write_report(fit, "out/report.html", data_file="pheno.csv", log_scale=True)
