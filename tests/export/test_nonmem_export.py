@@ -22,6 +22,23 @@ pm = pytest.importorskip("pharmpy.modeling", reason="pharmpy-core (the dev extra
 TOL = 1e-8
 
 
+def _with_phi(statements) -> list:
+    """pharmpy's assignments with NONMEM's PHI, which pharmpy keeps a function, written as
+    the standard normal CDF (1 + erf(x / sqrt 2)) / 2."""
+
+    def phi(x):
+        return (1 + sp.erf(x.args[0] / sp.sqrt(2))) / 2
+
+    def is_phi(x) -> bool:
+        return isinstance(x, sp.Function) and type(x).__name__ == "PHI"
+
+    return [
+        type(s)(s.symbol, sp.sympify(s.expression).replace(is_phi, phi))
+        for s in statements
+        if hasattr(s, "expression")
+    ]
+
+
 def _evaluate(statements, env):
     """Each assignment of pharmpy's statements, in order, with the values of `env` (by name;
     an amount A_NAME(t) by its name)."""
@@ -294,15 +311,7 @@ def test_a_gelu_network_is_exported_through_phi_and_erf(tmp_path):
     assert "erf(" in r
     nm = pm.read_model(str(files["control_stream"]))
 
-    def phi(x):  # NONMEM's PHI, the standard normal CDF (pharmpy keeps it a function)
-        return (1 + sp.erf(x.args[0] / sp.sqrt(2))) / 2
-
-    is_phi = lambda x: isinstance(x, sp.Function) and type(x).__name__ == "PHI"  # noqa: E731
-    st = [
-        type(s)(s.symbol, sp.sympify(s.expression).replace(is_phi, phi))
-        for s in nm.statements.before_odes
-        if hasattr(s, "expression")
-    ]
+    st = _with_phi(nm.statements.before_odes)
     ind = fit.individual_parameters().set_index("ID")
     for sid, row in fit.ebes.iterrows():
         wt = float(df.loc[df["ID"] == sid, "WT"].iloc[0])
@@ -334,15 +343,7 @@ def test_censored_records_are_exported_as_m3(tmp_path):
     env.update(ETA_1=0.0, ETA_2=0.0, ETA_3=0.0, EPS_1=0.0, A_DEPOT=0.0, A_CENTRAL=20.0)
     env.update(KA=1.0, CL=1.0, V=30.0, t=1.0, TIME=1.0)
 
-    def phi(x):  # NONMEM's PHI, the standard normal CDF (pharmpy keeps it a function)
-        return (1 + sp.erf(x.args[0] / sp.sqrt(2))) / 2
-
-    is_phi = lambda x: isinstance(x, sp.Function) and type(x).__name__ == "PHI"  # noqa: E731
-    st = [
-        type(s)(s.symbol, sp.sympify(s.expression).replace(is_phi, phi))
-        for s in nm.statements.after_odes
-        if hasattr(s, "expression")
-    ]
+    st = _with_phi(nm.statements.after_odes)
     below = _evaluate(st, dict(env, CENS=1, DV=1.0))
     want = norm.cdf((1.0 - below["IPRED"]) / below["W"])
     assert below["F_FLAG"] == 1 and below["Y"] == pytest.approx(want, rel=1e-12)

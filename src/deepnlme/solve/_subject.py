@@ -938,8 +938,8 @@ class SubjectPredictor:
         else:  # constant covariates: one segment
             (cfp, dosing), records = psi, None
             seg_time, seg_mask = sd.cov_time[:1], jnp.ones(1, bool)
-        if initial is not None:
-            x0, x_reset = initial
+        if initial is not None or self.time_varying or self.propagates(sd):
+            x0, x_reset = (None, None) if initial is None else initial
             return propagated_amounts_jit(
                 self.model.compiled.closed_form,
                 cfp,
@@ -954,20 +954,6 @@ class SubjectPredictor:
                 obs_late=sd.obs_late,
                 x0=x0,
                 x_reset=x_reset,
-            )
-        if self.time_varying or self.propagates(sd):
-            return propagated_amounts_jit(
-                self.model.compiled.closed_form,
-                cfp,
-                dosing,
-                sd.doses,
-                seg_time,
-                seg_mask,
-                sd.obs_time,
-                features=self.features,
-                states=states,
-                record_cfp=records,
-                obs_late=sd.obs_late,
             )
         return closed_form_amounts_jit(
             self.model.compiled.closed_form,
