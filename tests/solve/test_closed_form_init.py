@@ -12,28 +12,17 @@ import pytest
 
 import deepnlme as dn
 
-MODEL = """\
-param:
-    tka   = Real(init=0.45)
-    tcl   = Real(init=1.0)
-    tv    = Real(init=3.45)
-    omega = PDiag(init=[0.4, 0.07, 0.02])
-    sigma = Positive(init=0.7)
-random:
-    eta ~ MvNormal(omega)
-covariates: WT
-pre:
-    ka = exp(tka + eta[0])
-    cl = exp(tcl + eta[1]) * (WT / 70) ** 0.75
-    v  = exp(tv + eta[2])
-init:
-    Central = v * 2.0 * WT / 70
-    Depot = 0.5
-{dynamics}
-derived:
-    conc = Central / v
-    DV ~ Additive(conc, sigma)
-"""
+# the bundled theophylline model with weight on CL and initial amounts
+MODEL = (
+    dn.datasets.example_path("theophylline.model")
+    .read_text()
+    .replace("pre:\n", "covariates: WT\npre:\n")
+    .replace("cl = exp(tcl + eta[1])", "cl = exp(tcl + eta[1]) * (WT / 70) ** 0.75")
+    .replace(
+        "dynamics: OneCompartmentOral\n",
+        "init:\n    Central = v * 2.0 * WT / 70\n    Depot = 0.5\n{dynamics}\n",
+    )
+)
 CLOSED = "dynamics: OneCompartmentOral"
 ODES = "dynamics:\n    Depot' = -ka * Depot\n    Central' = ka * Depot - cl / v * Central"
 
