@@ -7,6 +7,7 @@ import contextlib
 import functools
 import io
 import json
+import pathlib
 import re
 import shutil
 import subprocess
@@ -521,3 +522,54 @@ def test_a_rerun_stopped_while_writing_leaves_no_earlier_fit_json(cheap_fit, tmp
         cli._write_fit(fit, folder, {}, report=False, force=True)
     assert not (folder / "fit.json").exists()
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+    # stopped in the report: the tables and fit.json were written anyway (a `finally`), and
+    # the message said "no fit.json: not complete"
+    import deepnlme.interfaces.report as report
+
+    monkeypatch.undo()
+    monkeypatch.setattr(report, "write_report", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        cli._write_fit(fit, folder, {}, report=True, force=True)
+    assert not (folder / "fit.json").exists()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the report failed")
+
+    monkeypatch.setattr(report, "write_report", broken)  # (a failed report: the fit is whole)
+    with pytest.raises(RuntimeError):
+        cli._write_fit(fit, folder, {}, report=True, force=True)
+    assert (folder / "fit.json").is_file() and (folder / "predictions.csv").is_file()
+
+
+def test_a_reader_that_closes_stdout_does_not_stop_the_command():
+    """`deepnlme fit ... | head -2`: the progress lines raised BrokenPipeError once head had
+    exited, and the fit was lost ('deepnlme: error: [Errno 32] Broken pipe', status 2)."""
+
+    class Closed:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    out = cli._ClosedPipeSafe(Closed())
+    assert out.write("iteration 1\n") == len("iteration 1\n") and out.closed
+    out.flush()  # (quiet from now on)
+    assert out.write("iteration 2\n") == len("iteration 2\n")
+
+
+def test_an_out_of_the_wrong_kind_is_refused_before_the_work(in_tmp, capsys, monkeypatch):
+    """`--out` naming a file where a folder is written ran the whole fit, then failed with
+    'File exists'; a folder where a file is written, 'Is a directory'."""
+    ran = []
+    monkeypatch.setattr(dn, "fit", lambda *a, **k: ran.append(1))
+    pathlib.Path("afile").write_text("")
+    pathlib.Path("adir").mkdir()
+    fit = ["fit", "theophylline.model", "theophylline", "--out", "afile"]
+    assert main(fit) == 2 and not ran
+    assert (
+        "--out afile: a file of that name exists; give a folder's name" in capsys.readouterr().err
+    )
+    sim = ["simulate", "theophylline", "--model", "theophylline.model", "--out", "adir"]
+    assert main(sim) == 2
+    assert "--out adir: a folder of that name exists" in capsys.readouterr().err

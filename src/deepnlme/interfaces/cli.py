@@ -535,7 +535,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("fit", help="saved fit folder, or a `deepnlme fit --out` folder")
     _report_options(rep)
-    rep.add_argument("--out", default=None, help="output HTML file (default FIT/../report.html)")
+    rep.add_argument(
+        "--out", default=None, help="output HTML file (default: report.html of the fit's folder)"
+    )
     rep.add_argument("--force", action="store_true", help="replace the output file where it exists")
     rep.add_argument(
         "--data",
@@ -686,6 +688,12 @@ def _write_fit(
             f"{why}. Wrote {path}, the saved fit and estimates.csv (the start values); no EBEs, "
             "predictions or report"
         )
+
+    def tables_and_record() -> Path:
+        _write_whole(out / "ebes.csv", ebe_table(fit).to_csv(index=False))
+        _write_whole(out / "predictions.csv", predict(fit).to_csv(index=False))
+        return _write_record(fit, out, timings)
+
     try:
         if report:
             from .report import write_report
@@ -695,11 +703,11 @@ def _write_fit(
             t0 = time.perf_counter()
             write_report(fit, out / "report.html", data_file=data_file, **(report_options or {}))
             timings["report"] = time.perf_counter() - t0
-    finally:  # the tables and fit.json also when the report failed
-        _write_whole(out / "ebes.csv", ebe_table(fit).to_csv(index=False))
-        _write_whole(out / "predictions.csv", predict(fit).to_csv(index=False))
-        path = _write_record(fit, out, timings)
-    return path
+    except Exception:  # the tables and fit.json also when the report failed (the fit is whole)
+        tables_and_record()
+        raise
+    # (a Ctrl-C in the report writes no fit.json: the folder is not complete, as it says)
+    return tables_and_record()
 
 
 def _write_record(fit, out: Path, timings: dict[str, float]) -> Path:
@@ -810,9 +818,20 @@ def _check_out(out: Path, force: bool) -> None:
     (`save_fit`'s check: no symbolic links either)."""
     from deepnlme.estimation._persist import check_save_target
 
+    _check_out_kind(out, folder=True)
     check_save_target(
         out / "fit", overwrite=force, fix="pass --force to replace it, or give another --out"
     )
+
+
+def _check_out_kind(out: Path, *, folder: bool) -> None:
+    """Refuse, before any work, an --out that is a file where a folder is written (or a
+    folder where a file is): the command ran its whole fit or simulation and then failed
+    with 'File exists' or 'Is a directory'."""
+    if folder and out.exists() and not out.is_dir():
+        raise OptionError(f"--out {out}: a file of that name exists; give a folder's name")
+    if not folder and out.is_dir():
+        raise OptionError(f"--out {out}: a folder of that name exists; give a file's name")
 
 
 def _load_fit_arg(path: str):
@@ -843,6 +862,7 @@ def _simulate(args) -> None:
 
     if args.replicates < 1:
         raise OptionError(f"--replicates must be >= 1; got {args.replicates}")
+    _check_out_kind(Path(args.out), folder=False)
     pop = _read_population(args.data, args, design=True)  # (sampling times without DVs)
     if args.fit:
         fit = _load_fit_arg(args.fit)
@@ -870,6 +890,7 @@ def _vpc(args) -> None:
     import deepnlme as dn
 
     bins = args.bins if args.bins == "unique" else _int_option("--bins", args.bins)
+    _check_out_kind(Path(args.out), folder=True)
     fit = _load_fit_arg(args.fit)
     from ..results._vpc import check_vpc_options
 
@@ -1090,13 +1111,15 @@ def _report(args) -> None:
     fit = _load_fit_arg(args.fit)
     default = _saved_fit_folder(args.fit).resolve().parent / "report.html"
     out = Path(args.out) if args.out else default
+    _check_out_kind(out, folder=False)
     if out.exists() and not args.force:  # (the one `deepnlme fit` wrote has the data's SHA)
         raise OptionError(
             f"report: {out} exists (the report `deepnlme fit` wrote there records the data "
             "file's SHA-256, which a saved fit does not keep); give --out another file, or "
             "--force to replace it"
         )
-    write_report(fit, out, data_file=args.data, **_report_kwargs(args))
+    data = None if args.data is None else _data_source(args.data)  # (a bundled name too)
+    write_report(fit, out, data_file=data, **_report_kwargs(args))
     print(f"wrote {out}")
 
 
@@ -1185,9 +1208,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = _parser().parse_known_args(argv)
     if unknown:
         _refuse_unknown(args, unknown)
-    with warnings.catch_warnings():
-        warnings.showwarning = _show_warning
-        return _main(args)
+    stdout = sys.stdout
+    sys.stdout = safe = _ClosedPipeSafe(stdout)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return _main(args)
+    finally:
+        sys.stdout = stdout
+        if safe.closed:  # (nothing more reaches the reader: no error at exit either)
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
+            except (OSError, ValueError, AttributeError):
+                pass
+
+
+class _ClosedPipeSafe:
+    """stdout that goes quiet when its reader closes it (`deepnlme fit ... | head -2`): a
+    fit's progress lines raised BrokenPipeError, and the fit was lost with exit status 2;
+    now the work goes on and its files are written."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self.closed = False
+
+    def write(self, text: str) -> int:
+        if not self.closed:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self.closed = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self.closed = True
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def _main(args: argparse.Namespace) -> int:
