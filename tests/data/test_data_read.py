@@ -678,3 +678,17 @@ def test_a_measurement_repeated_cell_for_cell_is_warned():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         read_data(df)  # (no copy, no word)
+
+
+def test_the_fill_rule_is_recorded_said_and_kept_with_a_saved_fit(tmp_path):
+    """fill='locf' was recorded nowhere (summary, report, saved fit): the same file read
+    with 'nocb' gives other covariates and other fits."""
+    df = datasets.load("theophylline").to_dataframe()
+    df.loc[df.index[[3, 5, 7]], "WT"] = np.nan
+    pop = read_data(df, fill="locf")
+    assert pop.filled == ("locf", 3)
+    assert "missing covariate values filled by fill='locf': 3 cells" in pop.summary()
+    assert read_data(datasets.load("theophylline").to_dataframe(), fill="locf").filled is None
+    model = deepnlme.load_model(datasets.example_path("theophylline.model"))
+    fit = deepnlme.fit(model, pop, deepnlme.FO(), max_iter=0, progress=False, covariance=None)
+    assert deepnlme.load_fit(fit.save(tmp_path / "f")).population.filled == ("locf", 3)

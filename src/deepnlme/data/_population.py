@@ -224,6 +224,7 @@ class Population:
         has_cens: bool,
         ignored_columns: tuple[str, ...] = (),
         ignored_rows: tuple[tuple[str, tuple[int, ...]], ...] = (),
+        filled: tuple[str, int] | None = None,
     ):
         self._records = records
         self._ids = tuple(ids)
@@ -243,6 +244,7 @@ class Population:
         self._has_cens = has_cens
         self._ignored = tuple(ignored_columns)
         self._ignored_rows = tuple(ignored_rows)
+        self._filled = None if filled is None else (str(filled[0]), int(filled[1]))
         self._arrays: PopulationArrays | None = None
         self._time_varying: tuple[bool, ...] | None = None
 
@@ -447,6 +449,9 @@ class Population:
                 lines.append(f"    {name}: {med:g} [{low:g}, {high:g}], {kind}")
             if any(self.time_varying):
                 lines.append(f"  covariate rule: {_RULE_TEXT[self._rule]}")
+            if self._filled is not None:
+                rule, n = self._filled
+                lines.append(f"  missing covariate values filled by fill={rule!r}: {n} cells")
         else:
             lines.append("  covariates: none")
         if self._ignored:
@@ -657,7 +662,23 @@ class Population:
             has_cens=self._has_cens,
             ignored_columns=self._ignored,
             ignored_rows=self._ignored_rows,
+            filled=self._filled,
         )
+
+    @property
+    def filled(self) -> tuple[str, int] | None:
+        """The `fill` rule of `read_data` and how many missing covariate cells it filled in
+        (None where it filled none): recorded with a fit, said in `summary()`."""
+        return self._filled
+
+    def with_filled(self, filled) -> Population:
+        """This population, recorded as read with `filled` (`filled`'s form; a saved fit's
+        population, rebuilt from its table, gets it back so)."""
+        if filled is None:
+            return self
+        new = self._replace(self._records, self._ids)
+        new._filled = (str(filled[0]), int(filled[1]))
+        return new
 
 
 def _positions(s: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -311,6 +311,10 @@ def read_table(
     cov_names, cov_values, ignored = _covariates(
         rd, covariates, used, fill, subjects, rec.time, needed
     )
+    # (the cells filled: missing in the table's covariate columns, filled by the rule)
+    n_filled = (
+        0 if fill is None else _n_filled([parse_numeric(rd.table, c)[0] for c in cov_names], fill)
+    )
     frame = record_frame(
         rd.table, rec, subjects, t_cont, ep_labels, cov_names, cov_values, covariate_rule
     )
@@ -328,6 +332,7 @@ def read_table(
         has_cens=cols.cens is not None,
         ignored_columns=tuple(ignored),
         ignored_rows=rd.table.dropped,
+        filled=(fill, n_filled) if n_filled else None,
     )
 
 
@@ -705,6 +710,11 @@ def _covariates(
         matrix[:, j] = _filled(rd, c, v, fill, subjects, time, selected is None)
         _warn_missing_code(rd, c, matrix[:, j], subjects)
     return names, matrix, ignored
+
+
+def _n_filled(values: Sequence[np.ndarray], fill: str | None) -> int:
+    """How many covariate cells `fill` filled in (`Population.filled`): the missing ones."""
+    return 0 if fill is None else int(sum(np.isnan(np.asarray(v, float)).sum() for v in values))
 
 
 # the numbers data sets write for a missing value (SAS and clinical programming habits)

@@ -405,6 +405,7 @@ def _data_record(pop, arrays: dict[str, np.ndarray]) -> dict:
         "ids": _clean(list(pop.ids)),
         "covariates": list(pop.covariate_names),
         "covariate_rule": pop.covariate_rule,
+        "filled": None if getattr(pop, "filled", None) is None else list(pop.filled),
         "endpoints": list(pop.endpoints),
         "endpoint_column": "DVID" if "DVID" in data.columns else None,
         "cens_column": "CENS" if "CENS" in data.columns else None,
@@ -628,7 +629,7 @@ def _population(payload: dict, arrays: dict[str, np.ndarray]):
             "fingerprint: its data table was edited, or the file was written by an "
             "incompatible version"
         )
-    return pop
+    return pop.with_filled(d.get("filled"))  # (how the data were read: kept with the fit)
 
 
 def load_fit(path: str | os.PathLike):
