@@ -54,7 +54,13 @@ def _many_fits_options(parser: argparse.ArgumentParser, stratify: str) -> None:
         "--workers", type=int, default=None, help="worker processes (default one per core)"
     )
     parser.add_argument("--scheduler", default=None, help="address of a running Dask cluster")
-    parser.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
+    parser.add_argument(
+        "--max-iter",
+        type=_count(0),
+        default=500,
+        metavar="N",
+        help="outer iterations (default 500)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -131,6 +137,33 @@ def _row_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="sort each subject's records by time instead of reporting time that goes back",
     )
+
+
+def _count(least: int):
+    """An argparse type: a whole number >= `least` (the message names the flag, where the
+    API's check named `max_iter` or `n_sim`)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a whole number >= {least}; got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"a whole number >= {least}; got {value}")
+        return value
+
+    return parse
+
+
+def _seconds_limit(text: str) -> float:
+    """An argparse type: a positive number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds > 0; got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"a number of seconds > 0; got {text}")
+    return value
 
 
 def _report_options(parser: argparse.ArgumentParser) -> None:
@@ -473,10 +506,16 @@ def _parser() -> argparse.ArgumentParser:
         help=f"estimation method, in any case: {', '.join(method_names())} (default FOCEI)",
     )
     fit.add_argument("--out", required=True, help="output folder")
-    fit.add_argument("--max-iter", type=int, default=500, help="outer iterations (default 500)")
+    fit.add_argument(
+        "--max-iter",
+        type=_count(0),
+        default=500,
+        metavar="N",
+        help="outer iterations (default 500)",
+    )
     fit.add_argument(
         "--time-limit",
-        type=float,
+        type=_seconds_limit,
         default=None,
         metavar="SECONDS",
         help="stop the optimisation after this many seconds (checked after each iteration)",
@@ -515,7 +554,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     vpc.add_argument("fit", help="saved fit folder, or a `deepnlme fit --out` folder")
     vpc.add_argument("--out", required=True, help="output folder")
-    vpc.add_argument("--n-sim", type=int, default=200, help="replicates (default 200)")
+    vpc.add_argument(
+        "--n-sim", type=_count(2), default=200, metavar="N", help="replicates (default 200)"
+    )
     vpc.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     vpc.add_argument("--bins", default="8", help="number of bins, or 'unique' (default 8)")
     vpc.add_argument(
@@ -578,7 +619,9 @@ def _parser() -> argparse.ArgumentParser:
         "replicates.csv (one row per replicate) and ci.csv (percentile intervals).",
     )
     boot.add_argument("fit", metavar="FIT_DIR", help="saved fit folder (`deepnlme fit --out`)")
-    boot.add_argument("-n", type=int, default=200, help="replicates (default 200)")
+    boot.add_argument(
+        "-n", type=_count(1), default=200, metavar="N", help="replicates (default 200)"
+    )
     _many_fits_options(boot, "a covariate whose strata keep counts")
     boot.add_argument("--out", default=None, help="output folder (default FIT_DIR/bootstrap)")
 
@@ -612,7 +655,9 @@ def _parser() -> argparse.ArgumentParser:
             cv.add_argument("--space", required=True, help="the search space (JSON file/text)")
             cv.add_argument("--trials", type=int, default=20, help="trials (default 20)")
         cv.add_argument("--method", default="FOCEI", help="estimation method (default FOCEI)")
-        cv.add_argument("--folds", type=int, default=5, help="folds K (default 5)")
+        cv.add_argument(
+            "--folds", type=_count(2), default=5, metavar="K", help="folds K (default 5)"
+        )
         _many_fits_options(cv, "a covariate every fold shares")
         cv.add_argument("--out", required=True, help="output folder")
         _row_options(cv)
