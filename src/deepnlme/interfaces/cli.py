@@ -54,13 +54,7 @@ def _many_fits_options(parser: argparse.ArgumentParser, stratify: str) -> None:
         "--workers", type=int, default=None, help="worker processes (default one per core)"
     )
     parser.add_argument("--scheduler", default=None, help="address of a running Dask cluster")
-    parser.add_argument(
-        "--max-iter",
-        type=_count(0),
-        default=500,
-        metavar="N",
-        help="outer iterations (default 500)",
-    )
+    _max_iter_option(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -153,6 +147,13 @@ def _count(least: int):
         return value
 
     return parse
+
+
+def _max_iter_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-iter", type=_count(0), default=500, metavar="N",
+        help="outer iterations (default 500)",
+    )  # fmt: skip
 
 
 def _seconds_limit(text: str) -> float:
@@ -506,13 +507,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"estimation method, in any case: {', '.join(method_names())} (default FOCEI)",
     )
     fit.add_argument("--out", required=True, help="output folder")
-    fit.add_argument(
-        "--max-iter",
-        type=_count(0),
-        default=500,
-        metavar="N",
-        help="outer iterations (default 500)",
-    )
+    _max_iter_option(fit)
     fit.add_argument(
         "--time-limit",
         type=_seconds_limit,
