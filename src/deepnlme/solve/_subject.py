@@ -29,7 +29,7 @@ from .._autodiff import (
 )
 from ..data._population import doses_before
 from ..errors import DataError, ModelError, SolveError
-from ..model._distributions import ObsDist
+from ..model._distributions import DISTRIBUTIONS, ObsDist
 from ._closed_form import closed_form_amounts_jit
 from ._doses import DoseEvents, DoseFeatures
 from ._ode import EXACT_SOLVER, STIFF_SOLVER, OdeOptions, ode_states
@@ -182,7 +182,7 @@ def _check_discrete_observations(cm, a, out_of_ep, population) -> None:
     """A DataError naming the first observation of a count or binary output (Poisson,
     Bernoulli) whose DV that output cannot take: its log-mass formula gives a finite number
     for any DV (a binary endpoint coded 0/2 fitted p twice the share of events)."""
-    from ..model._distributions import DISTRIBUTIONS, FAMILIES
+    from ..model._distributions import FAMILIES
     from ..model._ir import Observation
 
     observations = [st for st in cm.ir.derived if isinstance(st, Observation)]
@@ -215,12 +215,26 @@ def _outside_support(population, bad: np.ndarray, takes: str, fix: str) -> DataE
     )
 
 
-# The transform-both-sides outputs and the values their transform of DV needs.
-_TRANSFORMED_SUPPORT = {
-    "LogNormal": (lambda y: y > 0, "log(DV), which needs DV > 0"),
-    "BoxCox": (lambda y: y > 0, "the Box-Cox transform of DV, which needs DV > 0"),
-    "LogitNormal": (lambda y: (y > 0) & (y < 1), "logit(DV), which needs 0 < DV < 1"),
+# Where a transform's domain (`TransformSpec.domain`) puts DV, and how a message says it.
+_DOMAIN_TESTS = {
+    "positive": (lambda y: y > 0, "DV > 0"),
+    "unit": (lambda y: (y > 0) & (y < 1), "0 < DV < 1"),
 }
+_TRANSFORM_WORDS = {"log": "log(DV)", "boxcox": "the Box-Cox transform of DV", "logit": "logit(DV)"}
+
+
+def _transformed_support(dist: str):
+    """(the test of a DV, what it needs) of an output whose transform of DV takes only some
+    values (LogNormal, BoxCox, LogitNormal: from the transform's own domain), else None."""
+    from ..model._distributions import TRANSFORMS
+
+    spec = DISTRIBUTIONS[dist]
+    transform = jax.eval_shape(lambda: spec.build(*[1.0] * len(spec.argnames))).transform
+    domain = TRANSFORMS[transform].domain if transform in TRANSFORMS else "real"
+    if domain not in _DOMAIN_TESTS:
+        return None
+    inside, needs = _DOMAIN_TESTS[domain]
+    return inside, f"{_TRANSFORM_WORDS.get(transform, f'{transform}(DV)')}, which needs {needs}"
 
 
 def check_transformed_observations(model, population) -> None:
@@ -232,17 +246,18 @@ def check_transformed_observations(model, population) -> None:
 
     cm = model.compiled
     observations = [st for st in cm.ir.derived if isinstance(st, Observation)]
-    if not any(st.dist in _TRANSFORMED_SUPPORT for st in observations):
+    supports = [_transformed_support(st.dist) for st in observations]
+    if not any(supports):
         return
     a = population.arrays()
     out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints), population.endpoint_column)
     output = np.asarray(out_of_ep, dtype=int)[a.obs_endpoint]
     measured = np.asarray(a.obs_mask, bool) & (np.asarray(a.obs_cens) == 0)
     dv = np.asarray(a.obs_dv, dtype=np.float64)
-    for k, st in enumerate(observations):
-        if st.dist not in _TRANSFORMED_SUPPORT:
+    for k, (st, support) in enumerate(zip(observations, supports)):
+        if support is None:
             continue
-        inside, needs = _TRANSFORMED_SUPPORT[st.dist]
+        inside, needs = support
         mine = measured & (output == k) & np.isfinite(dv)
         bad = mine & ~inside(np.where(mine, dv, 0.5))
         if bad.any():
