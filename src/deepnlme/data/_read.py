@@ -308,12 +308,8 @@ def read_table(
     t_cont = continuous_time(rd, cols.time, rec.time, rec.evid, subjects)
     ep_col, ep_labels, ep_order = _endpoints(rd, endpoint, endpoints, rec.is_obs)
     used = cols.used() | ({ep_col} if ep_col else set())
-    cov_names, cov_values, ignored = _covariates(
+    cov_names, cov_values, ignored, n_filled = _covariates(
         rd, covariates, used, fill, subjects, rec.time, needed
-    )
-    # (the cells filled: missing in the table's covariate columns, filled by the rule)
-    n_filled = (
-        0 if fill is None else _n_filled([parse_numeric(rd.table, c)[0] for c in cov_names], fill)
     )
     frame = record_frame(
         rd.table, rec, subjects, t_cont, ep_labels, cov_names, cov_values, covariate_rule
@@ -673,10 +669,10 @@ def _covariates(
     subjects: Subjects,
     time: np.ndarray,
     needed: Sequence[str] | None = None,
-) -> tuple[list[str], np.ndarray, list[str]]:
-    """Covariate names, their [n, K] values (missing filled or reported), ignored columns;
-    with `needed` (a model's covariates) a default column with missing values that the model
-    does not name is left out, with a warning."""
+) -> tuple[list[str], np.ndarray, list[str], int]:
+    """Covariate names, their [n, K] values (missing filled or reported), ignored columns
+    and the number of cells `fill` filled in; with `needed` (a model's covariates) a default
+    column with missing values that the model does not name is left out, with a warning."""
     cols = list(rd.table.frame.columns)
     candidates = [c for c in cols if c not in used and c.upper() not in RESERVED]
     if selected is None:
@@ -706,15 +702,12 @@ def _covariates(
         names, values = _selected_covariates(rd, selected, used, candidates)
         ignored = [c for c in candidates if c not in names]
     matrix = np.empty((rd.table.n, len(names)))
+    n_filled = 0  # (`Population.filled`: the missing cells, each filled or an error)
     for j, (c, v) in enumerate(zip(names, values)):
+        n_filled += int(np.isnan(np.asarray(v, float)).sum()) if fill is not None else 0
         matrix[:, j] = _filled(rd, c, v, fill, subjects, time, selected is None)
         _warn_missing_code(rd, c, matrix[:, j], subjects)
-    return names, matrix, ignored
-
-
-def _n_filled(values: Sequence[np.ndarray], fill: str | None) -> int:
-    """How many covariate cells `fill` filled in (`Population.filled`): the missing ones."""
-    return 0 if fill is None else int(sum(np.isnan(np.asarray(v, float)).sum() for v in values))
+    return names, matrix, ignored, n_filled
 
 
 # the numbers data sets write for a missing value (SAS and clinical programming habits)

@@ -126,13 +126,13 @@ class Bootstrap:
         if not 0.0 < level < 1.0:  # (0 or 1: both bounds one percentile, one column name)
             raise OptionError(f"Bootstrap.ci: option `level` must be in (0, 1); got {level!r}")
         rows = self.replicates
-        failed = rows["error"].notna() if self.n else rows["converged"]
+        failed = rows["error"].notna()
         unconverged = ~rows["converged"].astype(bool) & ~failed
         if converged_only:
             rows = rows[rows["converged"].astype(bool)]
-        left = int(failed.sum()) + (int(unconverged.sum()) if converged_only else 0)
+        left = self.n_failed + (int(unconverged.sum()) if converged_only else 0)
         if left:
-            why = [f"{int(failed.sum())} failed"] if failed.any() else []
+            why = [f"{self.n_failed} failed"] if self.n_failed else []
             if converged_only and unconverged.any():
                 why.append(f"{int(unconverged.sum())} did not converge")
             warnings.warn(
