@@ -2,6 +2,7 @@
 as the command line does (`deepnlme fit ... --out`).
 
     .venv/bin/python benchmarks/bench_report.py [--case pheno] [--repeat N] [--cold]
+    .venv/bin/python benchmarks/bench_report.py --case pheno --cli 3
 
 `--case`: pheno (phenobarbital, FOCEI; the default), theophylline (FOCEI), theophylline-ode
 (the same model written as ODEs), deepnlme-theophylline (an MLP of weight on CL, FOCE),
@@ -16,6 +17,10 @@ first run after deepnlme's source changed compiles the fit's and the report's pr
 (the program store keys on the source): run it twice and read the second. `--cold` uses an
 empty program store (a fresh cache folder): every program is compiled, as on a first run.
 One-off measurements on a shared machine vary by a factor of two or more.
+
+`--cli PAIRS`: the command line instead (`deepnlme fit ... --out DIR`, which compiles the
+report's programs while the fit's compile), in fresh processes with empty program stores,
+with the report and with `--no-report`, alternating: what the report adds to the command.
 """
 
 from __future__ import annotations
@@ -78,7 +83,13 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="reports written after the fit")
     ap.add_argument("--cold", action="store_true", help="an empty program store (compile all)")
     ap.add_argument("--case", choices=sorted(CASES), default="pheno")
+    ap.add_argument("--cli", type=int, default=0, metavar="PAIRS",
+                    help="instead: PAIRS alternating pairs of fresh `deepnlme fit` commands "
+                    "with and without --no-report (empty program stores): the report's cost "
+                    "to the command")  # fmt: skip
     args = ap.parse_args()
+    if args.cli:
+        return _cli_pairs(args.case, args.cli)
     if args.cold:  # (read when deepnlme is imported)
         os.environ["DEEPNLME_CACHE_DIR"] = tempfile.mkdtemp(prefix="deepnlme-cold-")
 
@@ -122,6 +133,44 @@ def main() -> None:
                   f"{size:.1f} MB")  # fmt: skip
             for name, v in sorted(parts.items(), key=lambda kv: -kv[1]):
                 print(f"    {name:<18} {v:6.2f} s")
+    load = os.getloadavg()
+    print(f"load average (1, 5, 15 min): {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
+          f"on {os.cpu_count()} cores")  # fmt: skip
+
+
+def _cli_pairs(case: str, pairs: int) -> None:
+    """`deepnlme fit MODEL DATA --out DIR --quiet` in fresh processes with empty program
+    stores, with the report and with --no-report, alternating: the whole command's wall time
+    and its own timing line. The report's cost is the difference of the medians (the command
+    line compiles the report's programs while the fit compiles: `report_programs`)."""
+    import statistics
+    import subprocess
+    import sys
+
+    model_file, _, method = CASES[case]
+    with tempfile.TemporaryDirectory() as tmp:
+        data = _data_file(case, tmp)
+        walls: dict[str, list[float]] = {"report": [], "no report": []}
+        for _ in range(pairs):
+            for kind in walls:
+                cache = tempfile.mkdtemp(prefix="deepnlme-cold-", dir=tmp)
+                out = os.path.join(cache, "out")
+                cmd = [sys.executable, "-m", "deepnlme", "fit", str(EXAMPLES / model_file), data,
+                       "--method", method, "--out", out, "--quiet"]  # fmt: skip
+                if kind == "no report":
+                    cmd.append("--no-report")
+                env = dict(os.environ, DEEPNLME_CACHE_DIR=cache)
+                t0 = time.perf_counter()
+                done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+                wall = time.perf_counter() - t0
+                walls[kind].append(wall)
+                line = next(x for x in done.stdout.splitlines() if x.startswith("wrote"))
+                print(f"{kind:<9} {wall:.2f} s: {line[line.rfind('(') + 1 : -1]}")
+        with_report, without = (statistics.median(walls[k]) for k in walls)
+        extra = with_report - without
+        print(f"case {case} ({method}), medians of {pairs}: {with_report:.2f} s with the report, "
+              f"{without:.2f} s without; the report {extra:+.2f} s "
+              f"({100 * extra / without:+.0f}% of the command without it)")  # fmt: skip
     load = os.getloadavg()
     print(f"load average (1, 5, 15 min): {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} "
           f"on {os.cpu_count()} cores")  # fmt: skip

@@ -263,3 +263,46 @@ def test_a_report_in_a_new_process_loads_every_program(tmp_path):
     # `simulate` and `model_predict` too (their parameters' packing was compiled each time)
     assert simulations[0] >= 2
     assert simulations[1] == 0
+
+
+FIT_WITH_REPORT = """
+import sys
+import jax.monitoring
+from deepnlme.interfaces import cli, report
+compiled, counts = [], {}
+jax.monitoring.register_event_duration_secs_listener(
+    lambda name, secs, **kw: compiled.append(name) if "backend_compile" in name else None
+)
+write_report = report.write_report
+def counted(*args, **kwargs):
+    before = len(compiled)
+    out = write_report(*args, **kwargs)
+    counts["report"] = len(compiled) - before
+    return out
+report.write_report = counted
+cli.main(["fit", "examples/phenobarbital.model", "phenobarbital", "--out", sys.argv[1],
+          "--quiet", "--max-iter", "2", "--vpc-sims", "20", "--npde-sims", "30"])
+print("REPORT COMPILED", counts["report"], "IN ALL", len(compiled))
+"""
+
+
+def test_the_command_lines_fit_compiles_the_reports_programs_while_it_compiles(tmp_path):
+    """`deepnlme fit ... --out DIR` in a fresh process with an empty program store: the
+    report's programs (predictions, simulations, dense curves, individual parameters) are
+    compiled during the fit (`report_programs`), so writing the report compiles none (a
+    first report without that compiles at least three: the test above)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, DEEPNLME_CACHE_DIR=str(tmp_path / "store"))
+    env.pop("DEEPNLME_NO_CACHE", None)
+    out = subprocess.run(
+        [sys.executable, "-c", FIT_WITH_REPORT, str(tmp_path / "out")], capture_output=True,
+        text=True, env=env, check=True, cwd=pathlib.Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    line = next(x for x in out.stdout.splitlines() if x.startswith("REPORT COMPILED"))
+    words = line.split()
+    assert int(words[2]) == 0
+    assert int(words[-1]) >= 5  # (the fit's and the report's, in the fit)
+    assert (tmp_path / "out" / "report.html").is_file()
