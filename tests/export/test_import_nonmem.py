@@ -458,3 +458,49 @@ def test_theta_comments_stay_on_their_thetas_after_a_fix():
     assert any(
         ln.strip().startswith("theta3 =") and ln.endswith(": APGR effect on V") for ln in lines
     )
+
+
+def _pred_stream(code: str, thetas: str) -> str:
+    return (
+        "$PROBLEM p\n$INPUT ID TIME DV\n$PRED\n" + code + "\nY = IPRED + EPS(1)\n"
+        f"$THETA {thetas}\n$OMEGA 0 FIX\n$SIGMA 1\n$ESTIMATION METHOD=1\n"
+    )
+
+
+def test_a_minus_before_a_number_raised_to_a_power_is_fortrans():
+    """NM-TRAN reads -2**2 as -(2**2) = -4, as Fortran does; pharmpy's statements read the
+    minus as the number's sign, 4: the import wrote A = 4 and shifted every prediction."""
+    code = (
+        "A = -2**2\nX = THETA(1)\nB = -X**2\nC = 3-2**2 + 1.5E-1**2\nIPRED = THETA(2) + A + B + C"
+    )
+    imp = from_nonmem(_pred_stream(code, "3 10"))
+    assert "A = -4" in imp.text
+    pop = dn.read_data(pd.DataFrame({"ID": [1], "TIME": [0.0], "DV": [1.0]}))
+    got = float(dn.model_predict(imp.model, pop)["PRED"].iloc[0])
+    assert got == pytest.approx(10 - 4 - 9 + (3 - 4 + 0.0225), rel=1e-12)
+
+
+def test_nonmem_7s_repeat_syntax_is_refused_by_its_line():
+    with pytest.raises(
+        NonmemImportError, match=r"\$THETA on line 6 .*'xN' syntax.*\(0,1.2\) \(0,1.2\)"
+    ):
+        from_nonmem(_pred_stream("IPRED = THETA(1) + THETA(2)", "(0,1.2)x2"))
+
+
+def test_observations_of_the_output_compartment_are_refused(tmp_path):
+    """CMT = the compartments' number + 1 on observation records is NONMEM's output
+    compartment (the amount eliminated): the import computed F from the central compartment
+    for them, without a note."""
+    import shutil
+
+    shutil.copy(dn.datasets.path("theophylline"), tmp_path / "theoph_nm.csv")
+    text = (DATA / "advan13.mod").read_text()
+    text = text.replace("K  = CL/V\n", "K  = CL/V\nS2 = V\n").replace("A(2)/V", "F")
+    (tmp_path / "run.mod").write_text(text)
+    frame = pd.read_csv(tmp_path / "theoph_nm.csv")
+    frame.loc[frame["EVID"] == 0, "CMT"] = 3
+    frame.to_csv(tmp_path / "theoph_nm.csv", index=False)
+    with pytest.raises(
+        NonmemImportError, match=r"compartment 3 in CMT \(compartment 3 is the output"
+    ):
+        from_nonmem(tmp_path / "run.mod")

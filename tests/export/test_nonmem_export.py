@@ -349,3 +349,66 @@ def test_censored_records_are_exported_as_m3(tmp_path):
     assert below["F_FLAG"] == 1 and below["Y"] == pytest.approx(want, rel=1e-12)
     measured = _evaluate(st, dict(env, CENS=0, DV=2.0))
     assert measured["F_FLAG"] == 0 and measured["Y"] == pytest.approx(measured["IPRED"])
+
+
+def test_bounds_and_fixed_parameters_are_kept_in_theta_records(tmp_path):
+    """A parameter between two bounds is written (low, init, up), one with an upper bound only
+    (-INF, init, up), and a constant of the model (`Fixed(...)`, `fixed=True`) FIX: without
+    them, removing MAXEVAL=0 let NONMEM estimate another model (F1 above 1, an allometric
+    exponent free). nlmixr2's ini() the same; a LaplaceI fit's evaluation call is nlmixr2's
+    laplace."""
+    text = """param:
+    tcl = Positive(init=2.8)
+    tv = Real(init=30, lower=0, upper=500)
+    fbio = Real(init=0.7, lower=0, upper=1)
+    shift = Real(init=-0.5, upper=0)
+    expo = Fixed(0.75)
+    tk = Positive(init=1.5, fixed=True)
+    omega = PDiag(init=[0.1, 0.1])
+    sigma = Positive(init=0.7)
+random:
+    eta ~ MvNormal(omega)
+covariates: WT
+pre:
+    ka = tk
+    cl = tcl*(WT/70)**expo*exp(eta[0])
+    v = tv*exp(eta[1] + shift)
+dosing:
+    bioav[Depot] = fbio
+dynamics: OneCompartmentOral
+derived:
+    conc = Central/v
+    DV ~ Additive(conc, sigma)
+"""
+    pop = dn.datasets.load("theophylline")
+    fit = dn.fit(dn.load_model(text), pop, dn.LaplaceI(), max_iter=0, covariance=None,
+                 progress=False)  # fmt: skip
+    ctl = dn.export(fit, to="nonmem", out=tmp_path / "nm")["control_stream"].read_text()
+    thetas = [ln for ln in ctl.splitlines() if ln.startswith("$THETA")]
+    assert thetas == [
+        "$THETA (0.0, 2.7999999999999998)  ; tcl",
+        "$THETA (0.0, 30.000000000000007, 500.0)  ; tv",
+        "$THETA (0.0, 0.69999999999999996, 1.0)  ; fbio",
+        "$THETA (-INF, -0.5, 0.0)  ; shift",
+        "$THETA 0.75 FIX  ; expo",
+        "$THETA 1.5 FIX  ; tk",
+        "$THETA (0.0, 0.69999999999999996)  ; sigma",
+    ]
+    model = pm.read_model(str(tmp_path / "nm" / "model.ctl"))
+    params = model.parameters
+    fixed = {p.name: p.fix for p in params}
+    assert sum(fixed.values()) >= 2  # (expo and tk; pharmpy names them from the comments)
+    uppers = sorted(p.upper for p in params if p.upper is not None and p.upper < 1e6)
+    assert uppers == [0.0, 1.0, 500.0]
+    r = dn.export(fit, to="nlmixr2", out=tmp_path / "r")["model"].read_text()
+    ini = [ln.strip() for ln in r.splitlines() if "label(" in ln]
+    assert ini == [
+        'tcl <- c(0, 2.7999999999999998); label("tcl")',
+        'tv <- c(0, 30.000000000000007, 500); label("tv")',
+        'fbio <- c(0, 0.69999999999999996, 1); label("fbio")',
+        'shift <- c(-Inf, -0.5, 0); label("shift")',
+        'expo <- fix(0.75); label("expo")',
+        'tk <- fix(1.5); label("tk")',
+        'sigma <- c(0, 0.69999999999999996); label("sigma")',
+    ]
+    assert 'est = "laplace", control = laplaceControl(' in r

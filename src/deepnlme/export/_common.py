@@ -136,8 +136,9 @@ def fit_form(fit: Any, target: str) -> FitForm:
 
 def theta_parameters(fit: Any, model: Any) -> tuple[tuple[str, ...], list[tuple]]:
     """The parameters written as THETAs (scalars and vectors; networks and matrices are
-    written as numbers), and one ``(name, estimate, lower bound, fixed)`` per element
-    (``name_0``, ``name_1``, ... for a vector)."""
+    written as numbers), and one ``(name, estimate, (lower, upper) bounds, fixed)`` per
+    element (``name_0``, ``name_1``, ... for a vector; a bound None where there is none).
+    Fixed: held by the fit (`fixed=`), or declared so (``Fixed(...)``, ``fixed=True``)."""
     from ..nn import MLP
 
     keep, thetas = [], []
@@ -147,8 +148,10 @@ def theta_parameters(fit: Any, model: Any) -> tuple[tuple[str, ...], list[tuple]
         keep.append(p.name)
         v = np.asarray(fit.estimates[p.name], dtype=float)
         names = [p.name] if not p.shape else [f"{p.name}_{i}" for i in range(p.shape[0])]
+        bounds = (getattr(p.domain, "lower", None), getattr(p.domain, "upper", None))
+        fixed = p.name in fit.fixed or bool(getattr(p.domain, "fixed", False))
         for n, x in zip(names, v.ravel()):
-            thetas.append((n, float(x), getattr(p.domain, "lower", None), p.name in fit.fixed))
+            thetas.append((n, float(x), bounds, fixed))
     return tuple(keep), thetas
 
 

@@ -1104,11 +1104,28 @@ def from_nonmem(path_or_text: str | os.PathLike) -> NonmemImport:
             "from_nonmem reads control streams through pharmpy: pip install pharmpy-core"
         ) from e
     try:  # (pharmpy is not given the data file: `read_data` reads it)
-        pm = read_model_from_string(_without_data_file(text, records))
+        pm = read_model_from_string(_without_data_file(_signed_powers(text, records), records))
     except Exception as e:  # pharmpy's parse errors are of many kinds
         bare = re.search(r"\b(IGNORE|ACCEPT)\s*=\s*([A-Z]\w*\s*\.[A-Z]+\.[^\s)]*)", text, re.I)
         theta = "\n".join(ln.split(";")[0] for r in records if r.name == "THETA" for ln in r.lines)
         bounds = re.search(r"\(\s*[^,()\s]*\s*,\s*,[^)]*\)", theta)
+        repeat = next(
+            (
+                (r.name, r.line + k, ln.strip())
+                for r in records
+                if r.name in ("THETA", "OMEGA", "SIGMA")
+                for k, ln in enumerate(r.lines)
+                if re.search(r"[)\d.]\s*X\s*\d+", ln.split(";")[0], re.I)
+            ),
+            None,
+        )
+        if repeat is not None:
+            raise NonmemImportError(
+                f"from_nonmem: ${repeat[0]} on line {repeat[1]} ({repeat[2]!r}) repeats a value "
+                "with NONMEM 7's 'xN' syntax, which the control stream's reader (pharmpy) "
+                "does not take: write the value N times instead, e.g. (0,1.2)x2 as "
+                "(0,1.2) (0,1.2)"
+            ) from e
         hint = (
             f" ({bare.group(1)}={bare.group(2)} in $DATA: NM-TRAN takes conditions in "
             f"parentheses, {bare.group(1)}=({bare.group(2)}))"
@@ -1178,6 +1195,27 @@ def _data_file(records: Sequence[_Record]) -> tuple[str | None, int, int, int]:
     return None, 0, 0, 0
 
 
+# a minus before a number raised to a power (not the exponent of a number like 1.5E-2)
+_SIGNED_POWER = re.compile(
+    r"(?<![0-9.][EeDd])-(\s*)((?:\d+\.?\d*|\.\d+)(?:[EeDd][+-]?\d+)?\s*\*\*)"
+)
+_CODE_RECORDS = ("PK", "PRED", "ERROR", "DES", "AES", "INFN", "MIX")
+
+
+def _signed_powers(text: str, records: Sequence[_Record]) -> str:
+    """`text` with each ``-N**`` of the abbreviated code written ``-1*N**``, line for line:
+    in Fortran, as NM-TRAN reads it, ``-2**2`` is ``-(2**2)`` = -4, but pharmpy reads a
+    minus before a number as the number's sign ((-2)**2 = 4)."""
+    lines = text.splitlines()
+    for r in records:
+        if r.name not in _CODE_RECORDS:
+            continue
+        for k in range(r.line - 1, r.line - 1 + len(r.lines)):
+            code, sep, comment = lines[k].partition(";")
+            lines[k] = _SIGNED_POWER.sub(r"-\1 1*\2", code) + sep + comment
+    return "\n".join(lines) + "\n"
+
+
 def _without_data_file(text: str, records: Sequence[_Record]) -> str:
     name, line, a, b = _data_file(records)
     if name is None:
@@ -1194,6 +1232,24 @@ def _observed_compartment(tr: _Translator, records, base: Path, default: int) ->
     records name several, a NonmemImportError (F would be one compartment's for all)."""
     seen = _observed_cmts(records, base, tr.columns.order)
     usable = sorted(c for c in seen if 1 <= c <= len(tr.states))
+    beyond = sorted(c for c in seen if c > len(tr.states))
+    if beyond:
+        n = len(tr.states)
+        numbered = ", ".join(f"{k} = {state}" for k, state in enumerate(tr.states, 1))
+        what = (
+            f"compartment {n + 1} is the output compartment, whose F NONMEM computes as the "
+            "amount eliminated so far"
+            if beyond[0] == n + 1
+            else f"the model has {n} compartments"
+        )
+        raise NonmemImportError(
+            f"from_nonmem: the data's observation records name compartment "
+            f"{', '.join(map(str, beyond))} in CMT ({what}); the imported model computes F "
+            f"from one of its compartments ({numbered}). "
+            f"Give the observation records the CMT of the compartment observed (or 0 for the "
+            f"default), or observe the eliminated amount through a compartment of its own in "
+            f"$DES."
+        )
     if len(usable) > 1:
         names = ", ".join(f"{c} ({tr.states[c - 1]})" for c in usable)
         raise NonmemImportError(

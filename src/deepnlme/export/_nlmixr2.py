@@ -230,9 +230,12 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
 
     # ini
     ini = []
-    for n, v, lower, fixed in thetas:
+    for n, v, (lower, upper), fixed in thetas:
         if fixed:
             ini.append(f"{names[n]} <- fix({_r_float(v)})")
+        elif upper is not None:  # c(low, init, up); -Inf where only the upper bound is
+            low = "-Inf" if lower is None else _r_float(float(lower))
+            ini.append(f"{names[n]} <- c({low}, {_r_float(v)}, {_r_float(float(upper))})")
         elif lower is not None and math.isfinite(float(lower)):
             ini.append(f"{names[n]} <- c({_r_float(float(lower))}, {_r_float(v)})")
         else:
@@ -325,7 +328,8 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
     body += ["# observation", *err.lines]
 
     method = type(fit.method).__name__
-    est = {"FO": "fo", "FOCE": "foce", "FOCEI": "focei"}.get(method, "focei")
+    est = {"FO": "fo", "FOCE": "foce", "FOCEI": "focei", "LaplaceI": "laplace"}.get(method, "focei")
+    control = "laplaceControl" if est == "laplace" else "foceiControl"
     # rxode2 carries a covariate forward between records by default; NONMEM's rule (the
     # value applies to the interval that ends at its record) is its "nocb"
     rule = "nocb" if fit.population.covariate_rule == "nonmem" else "locf"
@@ -337,7 +341,7 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
             else []
         ),
         "# library(nlmixr2); fit <- nlmixr2(model_fit, data, est = "
-        f'"{est}", control = foceiControl(maxOuterIterations = 0, rxControl = '
+        f'"{est}", control = {control}(maxOuterIterations = 0, rxControl = '
         f'rxode2::rxControl(covsInterpolation = "{rule}")))',
         "",
         "model_fit <- function() {",

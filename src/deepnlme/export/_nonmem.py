@@ -475,14 +475,18 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
 
     # $THETA $OMEGA $SIGMA
     lines.append("")
-    for n, v, lower, fixed in thetas:
-        fix = " FIX" if fixed else ""
-        if lower is not None and not fixed:
+    for n, v, (lower, upper), fixed in thetas:
+        if fixed:
+            lines.append(f"$THETA {_fortran_float(v)} FIX  ; {n}")
+        elif upper is not None:  # (low, init, up); -INF where only the upper bound is
+            low = "-INF" if lower is None else _fortran_float(float(lower))
             lines.append(
-                f"$THETA ({_fortran_float(float(lower))}, {_fortran_float(v)}){fix}  ; {n}"
+                f"$THETA ({low}, {_fortran_float(v)}, {_fortran_float(float(upper))})  ; {n}"
             )
+        elif lower is not None:
+            lines.append(f"$THETA ({_fortran_float(float(lower))}, {_fortran_float(v)})  ; {n}")
         else:
-            lines.append(f"$THETA {_fortran_float(v)}{fix}  ; {n}")
+            lines.append(f"$THETA {_fortran_float(v)}  ; {n}")
     for name, syms, dist in form.random:
         if isinstance(dist, str):
             cov_name = dist[len("MvNormal(") : -1]
