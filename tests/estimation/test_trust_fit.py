@@ -546,3 +546,41 @@ def test_a_parameter_not_finite_for_several_subjects_names_them():
     fit = dn.fit(dn.load_model(text), dn.datasets.load("theophylline"), dn.FOCEI(),
                  progress=False)  # fmt: skip
     assert "individual parameter cl is nan for subject ID 3 (and for ID 8)" in fit.message
+
+
+def test_a_fixed_effect_at_a_bound_of_the_model_is_named_near_its_boundary():
+    """The data's slope is about 0, beyond the bound -0.1 the model sets: the estimate ends at
+    the bound, where the transform flattens the objective (converged by the gradient) and
+    R^-1 gives a tiny SE. NONMEM names such a THETA near its boundary; so does the fit, its
+    table's note and the reason of a failed covariance step."""
+    text = LINEAR.format(slope="b1").replace(
+        "b1    = Real(init=0.5)", "b1    = Real(init=-0.3, upper=-0.1)"
+    )
+    # (covariance="R": NONMEM's MATRIX=R, in any case)
+    fit = dn.fit(dn.load_model(text), dn.read_data(_data()), dn.FOCEI(), progress=False,
+                 covariance="R")  # fmt: skip
+    assert -0.1 - fit.estimates["b1"] < 1e-4
+    assert fit.near_boundary == ("b1",)
+    assert "estimates near a boundary: b1 = -0.1" in fit.message
+    assert "(upper bound -0.1; from -0.3 at the start)" in fit.message
+    assert "A fixed effect at a bound the model sets (b1) may have its optimum beyond it" in (
+        fit.message
+    )
+    assert fit.covariance_status == "ok (R^-1)"
+    row = fit.table().set_index("parameter").loc["b1"]
+    assert row["note"].startswith("at a bound of the model: the optimum may lie beyond")
+    # inside its bounds, nothing is named
+    inside = LINEAR.format(slope="b1").replace(
+        "b1    = Real(init=0.5)", "b1    = Real(init=0.3, lower=-1, upper=1)"
+    )
+    fit = dn.fit(dn.load_model(inside), dn.read_data(_data()), dn.FOCEI(), progress=False,
+                 covariance=None)  # fmt: skip
+    assert fit.near_boundary == ()
+
+
+def test_max_iter_0_is_an_evaluation_not_a_failed_search():
+    fit = _fit("b1", max_iter=0)
+    assert not fit.converged and fit.n_iter == 0
+    assert fit.message.startswith(
+        "evaluated at the start (max_iter=0, no iterations): max|gradient|"
+    )

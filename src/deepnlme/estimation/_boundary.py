@@ -1,7 +1,7 @@
 """Estimates near a boundary of their domain, as NONMEM's "PARAMETER ESTIMATE IS NEAR ITS
 BOUNDARY": a variance of the random effects or a residual error SD that fell towards 0, a
-correlation of two random effects towards +-1. Such an estimate is one the data hardly
-inform; its SE and CI (on the log scale) mean little."""
+correlation of two random effects towards +-1, a fixed effect at a bound the model sets.
+Such an estimate is one the data hardly inform; its SE and CI mean little."""
 
 from __future__ import annotations
 
@@ -15,12 +15,21 @@ from ._compiled import post_functions
 from ._result import Fit
 from ._start import resolve_init
 
-# A variance (a residual SD) is near 0 below this fraction of its start: an SD below 1% of
-# the start's (a residual SD below 0.01%). Relative to the start, since variances have the
-# units of their random effects; a fall this steep is a collapse, not an estimate.
+# A variance is near 0 below this fraction of its start: an SD below 1% of the start's.
+# Relative to the start, since variances have the units of their random effects; a fall
+# this steep is a collapse, not an estimate.
 BOUNDARY_FRACTION = 1e-4
+# A residual SD (or another positive residual parameter) is near 0 below this fraction of its
+# start, as the variances' SDs are (it was 1e-4: a proportional SD from 0.1 to 1e-4, a 0.01%
+# error, went unnamed); an additive SD also below `BOUNDARY_FRACTION` of the median |DV|.
+BOUNDARY_RESIDUAL = 1e-2
 # A correlation of two random effects is near +-1 past this magnitude.
 BOUNDARY_CORRELATION = 0.99
+# A fixed effect is near a bound written in the model (`lower=`, `upper=`; `Positive`'s 0)
+# within this fraction of the distance it started from (of the interval, with both bounds):
+# its transform flattens the objective there, so a small gradient does not say that the
+# optimum is inside, and R^-1 gives it a tiny SE.
+BOUNDARY_THETA = 1e-3
 
 
 def near_boundary(fit: Fit, model, init) -> dict[str, str]:
@@ -52,6 +61,7 @@ def near_boundary(fit: Fit, model, init) -> dict[str, str]:
                 r, r0 = omega[j, k] / math.sqrt(s), omega0[j, k] / math.sqrt(s0)
                 if abs(r) > BOUNDARY_CORRELATION >= abs(r0):
                     out[f"corr({labels[k]}, {labels[j]})"] = f"{r:.4f} (from {r0:.3g})"
+    out.update(_bounded_fixed_effects(fit, model, problem, values0, fixed))
     roles = read_model(model).residual_roles if model is not None else {}
     for pi in problem.param_info:
         role, positive = roles.get(pi.name, ("", False))
@@ -59,7 +69,7 @@ def near_boundary(fit: Fit, model, init) -> dict[str, str]:
             continue
         v0 = float(np.asarray(values0[pi.name]).reshape(()))
         v = float(np.asarray(fit.estimates[pi.name]).reshape(()))
-        if not (v0 > 0 and 0 <= v < BOUNDARY_FRACTION * v0):
+        if not (v0 > 0 and 0 <= v < BOUNDARY_RESIDUAL * v0):
             continue
         # an additive SD has the units of its observations: data in other units than the
         # start's (ng/mL for mg/L) move it as far, and it is near 0 only against them
@@ -72,6 +82,34 @@ def near_boundary(fit: Fit, model, init) -> dict[str, str]:
 
 
 _ADDITIVE = "additive SD of "
+
+
+def _bounded_fixed_effects(fit: Fit, model, problem, values0, fixed) -> dict[str, str]:
+    """The fixed effects (each element, by its table name) within `BOUNDARY_THETA` of a bound
+    the model writes for them."""
+    from ._table import flat_names
+
+    domains = {p.name: p.domain for p in getattr(getattr(model, "compiled", None), "params", ())}
+    out: dict[str, str] = {}
+    for pi in problem.param_info:
+        d = domains.get(pi.name)
+        if pi.kind != "fixed effect" or pi.name in fixed or d is None:
+            continue
+        lo, hi = getattr(d, "lower", None), getattr(d, "upper", None)
+        if lo is None and hi is None:
+            continue
+        v = np.asarray(fit.estimates[pi.name], dtype=float)
+        v0 = np.asarray(values0[pi.name], dtype=float)
+        for label, idx in flat_names(pi.name, pi.kind, tuple(pi.shape)):
+            x, x0 = float(v[idx]), float(v0[idx])
+            for side, bound, sign in (("lower", lo, 1.0), ("upper", hi, -1.0)):
+                if bound is None:
+                    continue
+                dist, dist0 = sign * (x - bound), sign * (x0 - bound)
+                span = hi - lo if lo is not None and hi is not None else dist0
+                if span > 0 and 0 <= dist < BOUNDARY_THETA * span:
+                    out[label] = f"{x:.6g} ({side} bound {bound:g}; from {x0:.3g} at the start)"
+    return out
 
 
 def _dv_scale(fit: Fit, model, output: str) -> float | None:
@@ -99,8 +137,17 @@ def with_boundary(fit: Fit, model, init) -> Fit:
     if not found:
         return fit
     items = "; ".join(f"{k} = {v}" for k, v in found.items())
+    theta = [k for k, v in found.items() if " bound " in v]
+    at_bound = (
+        f"A fixed effect at a bound the model sets ({', '.join(theta)}) may have its optimum "
+        "beyond it: its SE (tiny there) and the convergence mean nothing for it; widen or "
+        "remove the bound if it is not a physical limit, or fix the parameter. "
+        if theta
+        else ""
+    )
     message = (
-        f"{fit.message}; estimates near a boundary: {items}. A variance or residual SD near 0, "
+        f"{fit.message}; estimates near a boundary: {items}. {at_bound}"
+        "A variance or residual SD near 0, "
         "or a correlation near +-1, is one these data hardly inform: its SE and CI mean "
         "little, and the model is better without it (remove the random effect or the error "
         "term, or fix it). A fit from a poor start can also end there, where the data do "
@@ -108,4 +155,9 @@ def with_boundary(fit: Fit, model, init) -> Fit:
         "other initial values (this estimate larger, the others nearer your expectations) "
         "and compare the OFV"
     )
-    return dataclasses.replace(fit, message=message, near_boundary=tuple(found))
+    status = fit.covariance_status
+    if status.startswith("failed"):  # (its own reasons name other causes)
+        status += f"; or the estimates near a boundary ({', '.join(found)}) made it fail"
+    return dataclasses.replace(
+        fit, message=message, near_boundary=tuple(found), covariance_status=status
+    )

@@ -194,8 +194,8 @@ def resolve_covariance(covariance: Covariance | str | None) -> Covariance | None
     """A covariance estimator from an object, its shorthand or None (no covariance step)."""
     if covariance is None or isinstance(covariance, Covariance):
         return covariance
-    if isinstance(covariance, str) and covariance in COVARIANCES:
-        return COVARIANCES[covariance]()
+    if isinstance(covariance, str) and covariance.lower() in COVARIANCES:  # (MATRIX=R, as NONMEM)
+        return COVARIANCES[covariance.lower()]()
     raise OptionError(
         f"fit: option `covariance` must be one of {(*COVARIANCES, None)} or a covariance "
         f"object (Sandwich(), RMatrix(), SMatrix()); got {covariance!r}"

@@ -324,6 +324,12 @@ class Optimizer:
         if np.max(np.abs(g)) < gtol:
             return OptResult(x, f, g, 0, n_eval, True, "gradient below gtol at the start", history)
 
+        if max_iter == 0:  # (NONMEM's MAXEVAL=0: an evaluation, not a failed search)
+            message = (
+                f"evaluated at the start (max_iter=0, no iterations): max|gradient| "
+                f"{np.max(np.abs(g)):.3g} > gtol {gtol:g}, not an optimum"
+            )
+            return OptResult(x, f, g, 0, n_eval, False, message, history)
         state = self.start(x.size, hessian_guess)
         message, converged, it = "maximum number of iterations reached", False, 0
         stalled = False

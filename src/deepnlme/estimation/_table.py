@@ -579,7 +579,7 @@ def presentation_table(fit) -> pd.DataFrame:
     raw = with_model_fixed(fit, fit._table[fit._table["kind"] != "shrinkage"])
     reading = read_model(fit.model) if fit.model is not None else None
     rows: list[dict] = []
-    rows += _fixed_rows(raw, reading)
+    rows += _fixed_rows(raw, reading, fit.near_boundary)
     if fit.problem is not None and getattr(fit.method, "random_effects", True):
         rows += _bsv_rows(fit, raw, reading)  # (NaivePooled fits no Omega: no rows of it)
     rows += _residual_rows(raw, reading, fit.near_boundary)
@@ -631,13 +631,17 @@ def _raw_row(block: str, r: dict, label: str) -> dict:
     )
 
 
-def _fixed_rows(raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
+def _fixed_rows(
+    raw: pd.DataFrame, reading: _Reading | None, near: tuple[str, ...] = ()
+) -> list[dict]:
     out = []
     for r in raw[raw["kind"] == "fixed effect"].to_dict("records"):
         name = r["parameter"]
         targets = reading.theta_targets.get(name, []) if reading else []
         label = f"{name} -> {', '.join(targets)}" if targets else name
         row = _raw_row(BLOCK_FIXED, r, label)
+        if name in near:
+            row["note"] = _join(row["note"], "at a bound of the model: the optimum may lie beyond")
         where = reading.log_scale.get(name) if reading else None
         if where:
             est, lo, hi = row["estimate"], row["ci_2.5%"], row["ci_97.5%"]
