@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -420,6 +421,33 @@ def test_a_blq_column_taken_as_the_censoring_flag_is_warned_of():
     plain = read_data(df, cens=False)
     np.testing.assert_array_equal(plain.arrays().obs_cens[0], [0, 0, 0])
     np.testing.assert_array_equal(plain.arrays().obs_dv[0], [8.0, 3.5, 0.25])
+
+
+def test_uncensored_observations_below_their_lloq_are_warned_of():
+    # LLOQ is read on censored records only: a BLQ sample left at CENS 0 was fitted as a
+    # measured value without a word
+    df = pd.DataFrame(
+        {
+            "ID": [1, 1, 1, 1],
+            "TIME": [0, 2, 10, 60],
+            "AMT": [100, 0, 0, 0],
+            "DV": [np.nan, 8.0, 3.5, 0.25],
+            "CENS": [0, 0, 0, 0],
+            "LLOQ": [0.5, 0.5, 0.5, 0.5],
+        }
+    )
+    with pytest.warns(
+        DataWarning,
+        match=r"1 uncensored observation record\(s\) have DV below their LLOQ \(the first "
+        r".*row 4.*\): they are fitted as measured values\. LLOQ is read on censored records "
+        r"only: set CENS = 1 on them",
+    ):
+        pop = read_data(df)
+    np.testing.assert_array_equal(pop.arrays().obs_dv[0], [8.0, 3.5, 0.25])
+    df.loc[3, "CENS"] = 1  # censored (M3): no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_data(df)
 
 
 # ------------------------------------------------------------------ builder and with_dv

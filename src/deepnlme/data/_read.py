@@ -303,7 +303,8 @@ def read_table(
     _check_options(covariate_rule, fill)
     rd, cols = _open_table(source, columns, sort, rules)
     ids = _subject_ids(rd, cols.id)
-    rec = check_records(rd, cols, read_items(rd, cols), allow_missing_dv)
+    items = read_items(rd, cols)
+    rec = check_records(rd, cols, items, allow_missing_dv)
     subjects = check_subjects(rd, cols.id, ids)
     t_cont = continuous_time(rd, cols.time, rec.time, rec.evid, subjects)
     ep_col, ep_labels, ep_order = _endpoints(rd, endpoint, endpoints, rec.is_obs)
@@ -316,6 +317,7 @@ def read_table(
     )
     _warn_no_observations(rd.table, rec.is_obs, subjects)
     _warn_blq_as_censoring(rd, cols, columns.get("cens"), rec)
+    _warn_below_lloq(rd, cols, items.lloq, rec)
     _warn_repeated_doses(rd.table, rec)
     return Population(
         frame,
@@ -473,6 +475,24 @@ def _warn_blq_as_censoring(rd: Reader, cols: Columns, named: object, rec) -> Non
             f"M3). Where {cols.cens} only marks records whose DV was imputed (M5, M6) or is "
             "to be dropped, read the data with cens=False; read_data(..., cens="
             f"'{cols.cens}') says the flag is meant (and silences this warning).",
+            DataWarning,
+            stacklevel=5,  # the caller of read_data
+        )
+
+
+def _warn_below_lloq(rd: Reader, cols: Columns, lloq: np.ndarray, rec) -> None:
+    """Warn of uncensored observations whose DV is below their record's LLOQ: LLOQ is read
+    where a record is censored (CENS 1) only, so they are fitted as measured values (NONMEM's
+    M1 keeps them out, its M3 takes them as censored; either way not as measured)."""
+    with np.errstate(invalid="ignore"):
+        below = rec.is_obs & (rec.cens == 0) & np.isfinite(rec.dv) & (rec.dv < lloq)
+    rows = np.flatnonzero(below)
+    if rows.size:
+        warnings.warn(
+            f"{rows.size} uncensored observation record(s) have DV below their {cols.lloq} "
+            f"(the first {rd.table.where(int(rows[0]))}): they are fitted as measured values. "
+            f"{cols.lloq} is read on censored records only: set CENS = 1 on them to fit them "
+            "as below the limit (M3), or leave them out (M1).",
             DataWarning,
             stacklevel=5,  # the caller of read_data
         )
