@@ -151,3 +151,14 @@ def test_the_likelihood_ratio_test_against_the_reference():
     # against the best (two): the smaller models' p-values of dropping its extra parameters
     assert best.attrs["reference"] == "two" and best["df"].tolist() == [-3, -2, 0]
     np.testing.assert_allclose(best["p_LRT"][:2], [chi2.sf(7.0, 3), chi2.sf(1.0, 2)], rtol=1e-12)
+    # a fit by another method gets no p-value (its OFV difference is no LRT statistic)
+    fo = fit(590.0, 6, "FO")
+    mixed = [("base", base), ("one", one), ("fo", fo)]
+    _compare._named = lambda fits: mixed
+    try:
+        with pytest.warns(UserWarning, match=r"different methods \(FOCEI, FO\).*p_LRT is left"):
+            table = dn.compare(mixed, reference="first")
+    finally:
+        _compare._named = real
+    assert table["df"].tolist() == [0, 1, 1]
+    assert np.isfinite(table["p_LRT"][1]) and np.isnan(table["p_LRT"][2])

@@ -77,14 +77,13 @@ def _warn_mixed_methods(pairs: list[tuple[str, Any]]) -> None:
     statistic (an FO base beside a FOCEI model read -260 where both by FOCEI read -109)."""
     import warnings
 
-    methods = list(dict.fromkeys(getattr(f.method, "name", type(f.method).__name__)
-                                 for _, f in pairs))  # fmt: skip
+    methods = list(dict.fromkeys(_method_name(f) for _, f in pairs))
     if len(methods) > 1:
         warnings.warn(
             f"compare: the fits were made by different methods ({', '.join(methods)}): "
             "their OFVs approximate the likelihood differently, so their differences (dOFV, "
-            "p_LRT, AIC, BIC) are not what they would be with one method. Refit the models "
-            "by one method to compare them.",
+            "AIC, BIC) are not what they would be with one method, and p_LRT is left out "
+            "between them. Refit the models by one method to compare them.",
             UserWarning,
             stacklevel=3,
         )
@@ -165,7 +164,7 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
     parameters), df and p_LRT (the likelihood-ratio test against the reference fit, for
     nested models only: df the difference in estimated parameters, p_LRT the chi-square
     p-value with |df| degrees of freedom of the larger model's OFV drop, as PsN's scm reads
-    it; NaN where df is 0), AIC, BIC (each fit's own), condition_number (of the correlation
+    it; NaN where df is 0 or the fit's method is not the reference's), AIC, BIC (each fit's own), condition_number (of the correlation
     matrix of the estimates; NaN without a covariance step), converged, covariance (the
     covariance step's status, with the number of its warnings: condition number, high
     correlations), n_subjects, n_obs. `table.attrs["reference"]` names the reference fit.
@@ -199,10 +198,13 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
     else:
         ref = int(np.nanargmin(np.where(finite, ofv, np.nan))) if finite.any() else 0
     p_ref = int(pairs[ref][1].n_params)
+    method_ref = _method_name(pairs[ref][1])
 
     def lrt(f) -> float:
         df = int(f.n_params) - p_ref
         if df == 0 or not (finite[ref] and math.isfinite(f.ofv)):
+            return math.nan
+        if _method_name(f) != method_ref:  # (no likelihood-ratio statistic across methods)
             return math.nan
         drop = float(ofv[ref]) - float(f.ofv) if df > 0 else float(f.ofv) - float(ofv[ref])
         return _lrt(drop, abs(df))
@@ -210,7 +212,7 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
     rows = [
         {
             "name": name,
-            "method": getattr(f.method, "name", type(f.method).__name__),
+            "method": _method_name(f),
             "OFV": float(f.ofv),
             "dOFV": float(f.ofv) - float(ofv[ref]),
             "n_params": int(f.n_params),
@@ -230,3 +232,7 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
     table = table.rename(columns={"dOFV": f"dOFV_to_{reference}"})
     table.attrs["reference"] = names[ref]
     return table
+
+
+def _method_name(fit) -> str:
+    return getattr(fit.method, "name", type(fit.method).__name__)
