@@ -164,8 +164,9 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
     parameters), df and p_LRT (the likelihood-ratio test against the reference fit, for
     nested models only: df the difference in estimated parameters, p_LRT the chi-square
     p-value with |df| degrees of freedom of the larger model's OFV drop, as PsN's scm reads
-    it; NaN where df is 0 or the fit's method is not the reference's), AIC, BIC (each fit's own), condition_number (of the correlation
-    matrix of the estimates; NaN without a covariance step), converged, covariance (the
+    it; NaN where df is 0 or the fit's method is not the reference's), AIC, BIC (each
+    fit's own), condition_number (of the correlation matrix of the estimates; NaN without a
+    covariance step), converged, covariance (the
     covariance step's status, with the number of its warnings: condition number, high
     correlations), n_subjects, n_obs. `table.attrs["reference"]` names the reference fit.
     Fits made by different methods are warned of (their OFVs do not compare as differences).
