@@ -15,6 +15,7 @@ import pytest
 
 import deepnlme as dn
 from deepnlme.data import DataWarning
+from deepnlme.errors import DataError
 from deepnlme.export import NonmemImportError, from_nonmem
 from deepnlme.interfaces.cli import main
 
@@ -504,3 +505,17 @@ def test_observations_of_the_output_compartment_are_refused(tmp_path):
         NonmemImportError, match=r"compartment 3 in CMT \(compartment 3 is the output"
     ):
         from_nonmem(tmp_path / "run.mod")
+
+
+def test_a_header_line_read_as_data_is_named_with_its_fix(tmp_path):
+    # IGNORE=C alone keeps a header line: its TIME cell 'TIME' was "not a finite number"
+    (tmp_path / "d.csv").write_text("ID,TIME,DV,AMT\n1,0,.,100\n1,1,2,0\n")
+    (tmp_path / "run.mod").write_text(
+        _pred_stream("IPRED = THETA(1)", "3")
+        .replace("$PRED", "$DATA d.csv IGNORE=C\n$INPUT ID TIME DV AMT\n$PRED")
+        .replace("$INPUT ID TIME DV\n", "", 1)
+    )
+    imp = from_nonmem(tmp_path / "run.mod")
+    want = r"column TIME: .*That row holds the column names: a header line read as data"
+    with pytest.raises(DataError, match=want + r" \(NONMEM's \$DATA skips it with IGNORE=@"):
+        imp.read_data()

@@ -105,6 +105,14 @@ class Reader:
                 "since a reference (e.g. the subject's first dose)."
                 if bad.any() and ":" in self.table.cell(int(np.flatnonzero(bad)[0]), column)
                 else ""
+            )
+            + (
+                " That row holds the column names: a header line read as data (NONMEM's "
+                "$DATA skips it with IGNORE=@, which skips any line starting with a letter)."
+                if bad.any()
+                and str(self.table.frame[column].iloc[int(np.flatnonzero(bad)[0])]).strip().upper()
+                == str(column).upper()
+                else ""
             ),
         )
         if integer:
