@@ -495,7 +495,9 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
             if np.allclose(om, np.diag(np.diag(om)), rtol=0, atol=0):
                 lines.append(f"$OMEGA DIAGONAL({len(syms)}){fixed}")
                 lines += [
-                    f"  {_fortran_float(x)}  ; {name}[{i}]" for i, x in enumerate(np.diag(om))
+                    # (a comment's first word names the parameter in pharmpy and PsN)
+                    f"  {_fortran_float(x)}  ; {name}_{i}: {name}[{i}]"
+                    for i, x in enumerate(np.diag(om))
                 ]
             else:
                 lines.append(f"$OMEGA BLOCK({len(syms)}){fixed}")
@@ -506,7 +508,7 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
         else:
             sd = fixed_sd(fit, name, dist, "NONMEM")
             lines.append(f"$OMEGA {_fortran_float(sd**2)} FIX  ; {name} (sd {sd:g})")
-    lines.append("$SIGMA 1 FIX  ; EPS(1): the residual SD is W")
+    lines.append("$SIGMA 1 FIX  ; SIGMA_W: EPS(1), the residual SD is W")
     method = _METHODS.get(type(fit.method).__name__, "METHOD=COND INTER")
     if cens is not None:  # (F_FLAG: NONMEM takes likelihoods with LAPLACIAN only)
         if method != _METHODS["LaplaceI"]:
