@@ -553,3 +553,50 @@ def test_a_data_scaled_network_of_a_model_that_met_no_data_is_refused():
         symbolic.model_form(model)
     dn.model_predict(model, dn.datasets.load("theophylline"))  # (it meets the data)
     assert np.isfinite(dn.network(model, "NN")(np.array([[70.0]]))).all()
+
+
+CHAINED = """
+param:
+    tcl = Real(init=-1.0)
+    tv = Real(init=2.3)
+    omega = PDiag(init=[0.04])
+    sigma = Positive(init=0.1)
+    NN1 = MLP(1, (3, gelu), (1, identity), seed=3, {first})
+    NN2 = MLP(1, 4, (1, softplus), seed=2, scale=range)
+random:
+    eta ~ MvNormal(omega)
+covariates: WT
+pre:
+    cl = exp(tcl + NN1(WT)[0] + eta[0])
+    v = exp(tv)
+dynamics:
+    Central' = -(cl + NN2(Central / v)[0]) / v * Central
+derived:
+    conc = Central / v
+    DV ~ Proportional(conc, sigma)
+"""
+
+
+def test_a_network_downstream_of_a_data_scaled_one_takes_its_scale_after_it():
+    """NN2's inputs (the concentration) depend on NN1's output through CL: taken with NN1
+    unscaled (raw WT ~ 75 into gelu), CL was exp(huge), no concentration was finite and NN2's
+    scale was all zeros, silently. Now NN2's scale is the one it gets with NN1's scale
+    written in the model, and inputs finite nowhere are a ModelError."""
+    pop = _design()  # (NN1's seed above NN2's: the statistics' random effects are drawn
+    # with the lowest seed of the networks that need data, the same in both models below)
+
+    def scaled(text):
+        model = dn.load_model(text)
+        dn.model_predict(model, pop)  # (binds it: the networks' scale from these data)
+        return networks(resolved_model(model))
+
+    nets = scaled(CHAINED.format(first="scale=zscore"))
+    mean, sd = (float(x) for x in np.asarray(nets["NN1"].data)[0, :2])
+    explicit = scaled(CHAINED.format(first=f"in_center=[{mean!r}], in_scale=[{sd!r}]"))
+    np.testing.assert_array_equal(np.asarray(nets["NN2"].data), np.asarray(explicit["NN2"].data))
+    conc = np.asarray(nets["NN2"].data)[0]
+    assert conc[1] > 0 and conc[3] > conc[2]  # (a spread: not the zeros of before)
+    nowhere = CHAINED.format(first="scale=zscore").replace("NN2(Central / v)", "NN2(log(-v))")
+    with pytest.raises(dn.ModelError, match=r"network NN2: its inputs are not finite for any "
+                       r"subject at the initial values"):  # fmt: skip
+        dn.model_predict(dn.load_model(nowhere), pop)

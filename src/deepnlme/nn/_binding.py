@@ -6,7 +6,8 @@ call site: at the initial parameters, for each subject of the population, with t
 effects drawn from N(0, Omega_init) by a local generator (``numpy.random.default_rng(seed)``
 with the network's seed; global random state is never touched), call sites in ``pre:`` once
 per subject, call sites in ``dynamics:`` / ``derived:`` at each observation time with the
-states predicted there. The mean, SD, minimum and maximum of each input are written into the
+states predicted there (with the scales of the networks called in ``pre:`` in place, pass
+after pass: `_statistics_in_passes`). The mean, SD, minimum and maximum of each input are written into the
 network's declaration (``data=[[mean, sd, min, max], ...]``), giving a new `Model` whose text
 carries the scale; that model is used for this and every later binding of the same `Model`
 object (so a test population is predicted with the training scale) and is what a saved fit
@@ -59,8 +60,9 @@ def _flat(fs, env):
     return jnp.concatenate([jnp.ravel(jnp.asarray(f(env), dtype=jnp.float64)) for f in fs])
 
 
-def input_statistics(model, binding, predictor, names) -> dict[str, np.ndarray]:
-    """Mean, SD, min and max ``[n_in, 4]`` of each named network's inputs over the data."""
+def input_statistics(model, binding, predictor, names, warn: bool = True) -> dict[str, np.ndarray]:
+    """Mean, SD, min and max ``[n_in, 4]`` of each named network's inputs over the data (NaN
+    where none is finite); `warn`: of a network called with different inputs."""
     cm = model.compiled
     doms = {p.name: p.domain for p in cm.params}
     sites = {
@@ -121,11 +123,68 @@ def input_statistics(model, binding, predictor, names) -> dict[str, np.ndarray]:
             m = np.asarray(m).reshape(-1) & np.all(np.isfinite(v), axis=1)
             per_site.append(v[m])
         x = np.concatenate(per_site)
-        if x.shape[0] == 0:
-            x = np.zeros((1, per_site[0].shape[-1]))
-        stats[n] = np.stack([x.mean(0), x.std(0), x.min(0), x.max(0)], axis=1)
-        _warn_pooled_sites(n, call_sites(model.ir, n), per_site)
+        if x.shape[0] == 0:  # (no finite input anywhere: NaN, which `resolve_scaling` refuses)
+            stats[n] = np.full((per_site[0].shape[-1], 4), np.nan)
+        else:
+            stats[n] = np.stack([x.mean(0), x.std(0), x.min(0), x.max(0)], axis=1)
+        if warn:
+            _warn_pooled_sites(n, call_sites(model.ir, n), per_site)
     return stats
+
+
+def _statistics_in_passes(model, binding, predictor_factory, need) -> dict[str, np.ndarray]:
+    """`input_statistics` of the networks `need`, with the scales of those called in `pre:`
+    only in place.
+
+    A first pass evaluates every network unscaled; where a network's inputs depend on the
+    output of one in `pre:` (a network of WT giving CL, one of the concentration in
+    `dynamics:`), they came from that network unscaled (a gelu network of raw WT ~ 77 gave CL
+    = exp(huge), no finite concentration, and a downstream scale of zeros, silently). So the
+    passes repeat with the `pre:` networks' scales of the last pass filled in, until the
+    statistics stay the same (at most one more pass per such network: a chain of them). A
+    network called in `dynamics:` or `derived:` stays unscaled while its statistics are taken,
+    as a single network is (its inputs may depend on its own output, through the states). A
+    network whose inputs are nowhere finite is a `ModelError`."""
+    nets = networks(model)
+    upstream = [n for n in need if all(blk == "pre" for blk, _ in call_sites(model.ir, n))]
+    passes = len(upstream) if len(need) > 1 else 0
+    stats = input_statistics(model, binding, predictor_factory(model), need)
+    for _ in range(passes):
+        filled = _with_networks(
+            model, {n: nets[n].with_data(stats[n]) for n in upstream if np.isfinite(stats[n]).all()}
+        )
+        again = input_statistics(filled, binding, predictor_factory(filled), need, warn=False)
+        same = all(np.array_equal(again[n], stats[n], equal_nan=True) for n in need)
+        stats = again
+        if same:
+            break
+    bad = [n for n in need if not np.isfinite(stats[n]).all()]
+    if bad:
+        from ..errors import ModelError
+
+        raise ModelError(
+            f"network {bad[0]}: its inputs are not finite for any subject at the initial "
+            "values, so the data scale it asks for (scale=zscore or range, or an effective-"
+            "weight penalty) cannot be computed. Check the initial values of the parameters "
+            "its inputs come from (and of any network upstream of it), or give its scale "
+            "yourself (in_center=[...], in_scale=[...])."
+        )
+    return stats
+
+
+def _with_networks(model, new: dict[str, MLP]) -> Model:
+    """`model` with the networks `new` (name -> declaration) in place of its own."""
+    params = tuple(
+        ParamSpec(p.name, new[p.name], p.kind, p.line) if p.name in new else p for p in model.params
+    )
+    ir = dataclasses.replace(
+        model.ir,
+        params=tuple(
+            dataclasses.replace(d, domain=new[d.name]) if d.name in new else d
+            for d in model.ir.params
+        ),
+    )
+    return Model(ir.to_text(), ir, params, model.path)
 
 
 def _warn_pooled_sites(name: str, sites, values: list[np.ndarray] | None = None) -> None:
@@ -172,22 +231,11 @@ def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
         for n in need:
             _warn_pooled_sites(n, call_sites(model.ir, n))
     if stats is None:
-        stats = input_statistics(model, binding, predictor_factory(model), need)
+        stats = _statistics_in_passes(model, binding, predictor_factory, need)
         if stored is not None:
             stored.write(stats)
     mine["from"] = tuple(binding.ids)  # (the population the scale comes from: `scaled_from`)
-    new = {n: nets[n].with_data(stats[n]) for n in need}
-    params = tuple(
-        ParamSpec(p.name, new[p.name], p.kind, p.line) if p.name in new else p for p in model.params
-    )
-    ir = dataclasses.replace(
-        model.ir,
-        params=tuple(
-            dataclasses.replace(d, domain=new[d.name]) if d.name in new else d
-            for d in model.ir.params
-        ),
-    )
-    resolved = Model(ir.to_text(), ir, params, model.path)
+    resolved = _with_networks(model, {n: nets[n].with_data(stats[n]) for n in need})
     mine["resolved"] = resolved
     owned_cache(resolved, "networks")["resolved"] = resolved
     return resolved
