@@ -8,10 +8,10 @@ with the network's seed; global random state is never touched), call sites in ``
 per subject, call sites in ``dynamics:`` / ``derived:`` at each observation time with the
 states predicted there (with the scales of the networks called in ``pre:`` in place, pass
 after pass: `_statistics_in_passes`). The mean, SD, minimum and maximum of each input are
-written into the network's declaration (``data=[[mean, sd, min, max], ...]``), giving a new `Model` whose text
-carries the scale; that model is used for this and every later binding of the same `Model`
-object (so a test population is predicted with the training scale) and is what a saved fit
-should store (`resolved_model`).
+written into the network's declaration (``data=[[mean, sd, min, max], ...]``), giving a
+new `Model` whose text carries the scale; that model is used for this and every later binding
+of the same `Model` object (so a test population is predicted with the training scale) and is
+what a saved fit should store (`resolved_model`).
 """
 
 from __future__ import annotations
