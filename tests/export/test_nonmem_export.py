@@ -412,3 +412,24 @@ derived:
         'sigma <- c(0, 0.69999999999999996); label("sigma")',
     ]
     assert 'est = "laplace", control = laplaceControl(' in r
+
+
+def test_a_fixed_diagonal_omega_is_fixed_value_by_value(tmp_path):
+    """`$OMEGA DIAGONAL(3) FIX` does not read in pharmpy; FIX after each value does, and a
+    PDiag(..., fixed=True) of the model is fixed as one held by the fit is."""
+    path = dn.datasets.example_path("theophylline.model")
+    text = pathlib.Path(path).read_text()
+    text = re.sub(
+        r"omega = PDiag\(init=(\[[^\]]*\])\)", r"omega = PDiag(init=\1, fixed=True)", text
+    )
+    assert "fixed=True" in text
+    pop = dn.datasets.load("theophylline")
+    fit = dn.fit(dn.load_model(text), pop, dn.FOCEI(), max_iter=0, covariance=None,
+                 progress=False)  # fmt: skip
+    ctl = dn.export(fit, to="nonmem", out=tmp_path / "nm")["control_stream"]
+    lines = ctl.read_text().splitlines()
+    k = lines.index("$OMEGA DIAGONAL(3)")
+    assert all(" FIX  ; eta_" in ln for ln in lines[k + 1 : k + 4])
+    model = pm.read_model(str(ctl))
+    omegas = [p for p in model.parameters if p.name.startswith("eta_")]
+    assert len(omegas) == 3 and all(p.fix for p in omegas)

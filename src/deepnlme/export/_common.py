@@ -149,10 +149,17 @@ def theta_parameters(fit: Any, model: Any) -> tuple[tuple[str, ...], list[tuple]
         v = np.asarray(fit.estimates[p.name], dtype=float)
         names = [p.name] if not p.shape else [f"{p.name}_{i}" for i in range(p.shape[0])]
         bounds = (getattr(p.domain, "lower", None), getattr(p.domain, "upper", None))
-        fixed = p.name in fit.fixed or bool(getattr(p.domain, "fixed", False))
+        fixed = held(fit, model, p.name)
         for n, x in zip(names, v.ravel()):
             thetas.append((n, float(x), bounds, fixed))
     return tuple(keep), thetas
+
+
+def held(fit: Any, model: Any, name: str) -> bool:
+    """Whether parameter `name` is not estimated: held by the fit (`fixed=`) or declared so
+    (``Fixed(...)``, ``fixed=True``)."""
+    declared = {p.name: p.domain for p in model.params}.get(name)
+    return name in fit.fixed or bool(getattr(declared, "fixed", False))
 
 
 def map_covariates(form: ModelForm, columns: list[str], names: dict, target: str) -> None:

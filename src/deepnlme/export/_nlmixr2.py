@@ -22,6 +22,7 @@ from ._common import (
     dosing_outputs,
     fit_form,
     fixed_sd,
+    held,
     map_covariates,
     scale_random_effects,
     theta_parameters,
@@ -249,7 +250,7 @@ def nlmixr2_model(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
         if isinstance(dist, str):
             cov_name = dist[len("MvNormal(") : -1]
             om = np.asarray(fit.estimates[cov_name], dtype=float)
-            fixed = cov_name in fit.fixed
+            fixed = held(fit, model, cov_name)
             wrap = (lambda x: f"fix({x})") if fixed else (lambda x: x)
             if np.allclose(om, np.diag(np.diag(om)), rtol=0, atol=0):
                 for s, x in zip(syms, np.diag(om)):

@@ -26,6 +26,7 @@ from ._common import (
     dosing_outputs,
     fit_form,
     fixed_sd,
+    held,
     map_covariates,
     scale_random_effects,
     theta_parameters,
@@ -491,12 +492,13 @@ def control_stream(fit: Any, data_file: str = "data.csv") -> tuple[str, Any]:
         if isinstance(dist, str):
             cov_name = dist[len("MvNormal(") : -1]
             om = np.asarray(fit.estimates[cov_name], dtype=float)
-            fixed = " FIX" if cov_name in fit.fixed else ""
+            fixed = " FIX" if held(fit, model, cov_name) else ""
             if np.allclose(om, np.diag(np.diag(om)), rtol=0, atol=0):
-                lines.append(f"$OMEGA DIAGONAL({len(syms)}){fixed}")
+                # FIX after each value: pharmpy refuses DIAGONAL(n) FIX
+                lines.append(f"$OMEGA DIAGONAL({len(syms)})")
                 lines += [
                     # (a comment's first word names the parameter in pharmpy and PsN)
-                    f"  {_fortran_float(x)}  ; {name}_{i}: {name}[{i}]"
+                    f"  {_fortran_float(x)}{fixed}  ; {name}_{i}: {name}[{i}]"
                     for i, x in enumerate(np.diag(om))
                 ]
             else:
