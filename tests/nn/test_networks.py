@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import random
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -600,3 +601,38 @@ def test_a_network_downstream_of_a_data_scaled_one_takes_its_scale_after_it():
     with pytest.raises(dn.ModelError, match=r"network NN2: its inputs are not finite for any "
                        r"subject at the initial values"):  # fmt: skip
         dn.model_predict(dn.load_model(nowhere), pop)
+
+
+def test_a_covariate_reaching_an_unscaled_network_far_from_0_is_warned():
+    """NN(WT, WTG) without any scale, WTG = 1000 WT: every tanh unit saturated and the
+    network's output was the same for every subject, without a word."""
+    text = """
+param:
+    tcl = Real(init=1.0)
+    tv = Real(init=2.3)
+    omega = PDiag(init=[0.04])
+    sigma = Positive(init=0.1)
+    NN = MLP(2, 4, (1, identity), seed=1{scale})
+random:
+    eta ~ MvNormal(omega)
+covariates: WT, AGE
+pre:
+    cl = exp(tcl + NN(WT, AGE)[0] + eta[0])
+    v = exp(tv)
+dynamics: OneCompartment
+derived:
+    DV ~ Proportional(Central / v, sigma)
+"""
+    pop = dn.make_population(
+        4, doses={"time": 0.0, "amt": 100.0}, obs_times=[1.0, 4.0],
+        covariates={"WT": [50.0, 60.0, 70.0, 90.0], "AGE": [0.2, 0.4, 0.6, 0.8]},
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match=r"network NN takes WT \(50 to 90\) unscaled: its units "
+                      r"saturate .* scale=zscore"):  # fmt: skip
+        dn.model_predict(dn.load_model(text.format(scale="")), pop)
+    with warnings.catch_warnings():  # (AGE alone is within the limit; scaled: nothing)
+        warnings.simplefilter("error")
+        dn.model_predict(
+            dn.load_model(text.format(scale="").replace("NN(WT, AGE)", "NN(AGE, AGE)")), pop
+        )
+        dn.model_predict(dn.load_model(text.format(scale=", scale=zscore")), pop)

@@ -3,6 +3,7 @@ shape for every resample; percentile intervals and the converged share from the 
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import numpy as np
@@ -128,9 +129,9 @@ def test_percentile_intervals_and_converged_share_come_from_the_table():
     assert ci.loc["b", "bias"] == pytest.approx(b[converged].mean() - 2.0, rel=1e-14)
     every = boot.ci(0.9, converged_only=False).set_index("parameter")  # (none left out)
     assert every.loc["a", "ci_95%"] == np.percentile(a, 95)
-    with pytest.raises(dn.OptionError, match="level"):
+    with pytest.raises(dn.OptionError, match=r"`level` must be a number in \(0, 1\) \(0.95 for "):
         boot.ci(95)
-    with pytest.raises(dn.OptionError, match=r"`level` must be in \(0, 1\)"):
+    with pytest.raises(dn.OptionError, match=r"`level` must be a number in \(0, 1\); got 0.0"):
         boot.ci(0.0)  # (both bounds the 50th percentile, one column)
 
 
@@ -223,3 +224,34 @@ def test_a_replicate_that_cannot_start_is_an_error_not_its_start_values():
                       rf"{int(drew.sum())} failed;"):  # fmt: skip
         assert (boot.ci(converged_only=False)["n"] == int((~drew).sum())).all()
     assert repr(boot).endswith(f", {int(drew.sum())} failed)")
+
+
+def test_a_failed_resample_names_the_datas_ids():
+    """A resample's subjects are renumbered 1..n: its errors named 'subject ID 2' for the
+    data's subject 5, drawn second; `ci` now says which subject every failed replicate drew."""
+    from deepnlme.workflows._runner import with_data_ids
+
+    said = with_data_ids(
+        "SolveError: v is nan for subject ID 2 (and for ID 3, 8)", (10.0, 5.0, 5.0, 12, 9, 11, 2, 5)
+    )
+    assert said.endswith(
+        "[the subjects of this fit are renumbered 1..n: ID 2 is the data's ID 5, ID 3 is the "
+        "data's ID 5, ID 8 is the data's ID 5]"
+    )
+    assert with_data_ids("no subject named", (1, 2)) == "no subject named"
+    assert with_data_ids("subject ID 2", None) == "subject ID 2"
+    table = pd.DataFrame(
+        {
+            "replicate": [0, 1, 2, 3],
+            "ofv": [1.0, np.nan, np.nan, 2.0],
+            "converged": [True, False, False, True],
+            "n_iter": [3, 0, 0, 3],
+            "error": [None, "SolveError: x", "SolveError: y", None],
+            "a": [1.0, np.nan, np.nan, 1.1],
+        }
+    )
+    boot = _boot(table, {"a": 1.0})
+    boot = dataclasses.replace(boot, samples=((1, 2, 3), (5, 1, 5), (2, 5, 3), (3, 3, 1)))
+    with pytest.warns(UserWarning, match=r"every failed replicate drew the data's subject\(s\) "
+                      r"5, and no replicate that succeeded did"):  # fmt: skip
+        boot.ci(0.9)

@@ -25,7 +25,7 @@ import numpy as np
 from .._gc import owned_cache
 from ..model._compile import compile_expr
 from ..model._domains import ParamSpec
-from ..model._ir import Assign, Call, Derivative, Observation, to_source, walk
+from ..model._ir import Assign, Call, Derivative, Name, Observation, to_source, walk
 from ..model._model import Model
 from ._mlp import MLP
 
@@ -132,6 +132,44 @@ def input_statistics(model, binding, predictor, names, warn: bool = True) -> dic
     return stats
 
 
+# A covariate reaching a network unscaled beyond this magnitude is warned of: a tanh or
+# sigmoid unit with weights of order 1 saturates a few units from 0, and the network's output
+# then hardly varies across subjects (a user test: WT and 1000 WT, every unit saturated).
+UNSCALED_LIMIT = 10.0
+
+
+def _warn_unscaled_covariates(model, binding) -> None:
+    """Warn where a network without any input scaling takes a covariate directly (in `pre:`)
+    whose values reach beyond `UNSCALED_LIMIT` in magnitude in the data."""
+    import warnings
+
+    covs = list(model.compiled.covariates)
+    data = binding.data
+    for name, net in networks(model).items():
+        if net.scale != "none" or net.in_center is not None or net.in_scale is not None:
+            continue
+        far = {}
+        for _, call in call_sites(model.ir, name):
+            for arg in call.args:
+                if not (isinstance(arg, Name) and arg.kind == "covariate") or arg.id not in covs:
+                    continue
+                k = covs.index(arg.id)
+                values = np.asarray(data.cov_value)[..., k][np.asarray(data.cov_mask)]
+                values = values[np.isfinite(values)]
+                if values.size and np.max(np.abs(values)) > UNSCALED_LIMIT:
+                    far[arg.id] = (float(values.min()), float(values.max()))
+        if far:
+            shown = ", ".join(f"{c} ({lo:g} to {hi:g})" for c, (lo, hi) in far.items())
+            warnings.warn(
+                f"network {name} takes {shown} unscaled: its units saturate a few units from "
+                "0, so its output hardly varies across subjects. Scale its inputs: "
+                "scale=zscore (or range) in its declaration, or in_center=[...], "
+                "in_scale=[...].",
+                UserWarning,
+                stacklevel=2,
+            )
+
+
 def _statistics_in_passes(model, binding, predictor_factory, need) -> dict[str, np.ndarray]:
     """`input_statistics` of the networks `need`, with the scales of those called in `pre:`
     only in place.
@@ -221,6 +259,7 @@ def resolve_scaling(model, binding, predictor_factory, stored=None) -> Model:
     hit = mine.get("resolved")
     if hit is not None:
         return hit
+    _warn_unscaled_covariates(model, binding)
     need = [n for n, d in networks(model).items() if d.needs_data]
     if not need:
         mine["resolved"] = model

@@ -122,9 +122,12 @@ class Bootstrap:
         replicates they come from (the converged ones by default; failed fits never count).
         A warning says how many replicates were left out, and why, as PsN's summary does:
         a subject whose fits fail is missing from the intervals' resamples."""
-        check_range("Bootstrap.ci", "level", level, 0.0, 1.0)
-        if not 0.0 < level < 1.0:  # (0 or 1: both bounds one percentile, one column name)
-            raise OptionError(f"Bootstrap.ci: option `level` must be in (0, 1); got {level!r}")
+        number = isinstance(level, (int, float, np.number)) and not isinstance(level, bool)
+        if not (number and 0.0 < float(level) < 1.0):  # (0 or 1: one percentile for both ends)
+            hint = " (0.95 for a 95% interval)" if number and 1.0 < float(level) <= 100.0 else ""
+            raise OptionError(
+                f"Bootstrap.ci: option `level` must be a number in (0, 1){hint}; got {level!r}"
+            )
         rows = self.replicates
         failed = rows["error"].notna()
         unconverged = ~rows["converged"].astype(bool) & ~failed
@@ -138,7 +141,7 @@ class Bootstrap:
             warnings.warn(
                 f"Bootstrap.ci: from {self.n - left} of {self.n} replicates ({', '.join(why)}; "
                 "see `replicates`' `error` and `converged` columns): the intervals describe "
-                "the resamples whose fits succeeded",
+                f"the resamples whose fits succeeded{self._common_to_failed(failed)}",
                 UserWarning,
                 stacklevel=2,
             )
@@ -147,6 +150,24 @@ class Bootstrap:
         fixed = set(getattr(self.fit, "fixed", None) or ())
         columns = [c for c in self.parameters if c.split("[")[0] not in fixed]
         return percentile_table(rows[columns], reference, level)
+
+    def _common_to_failed(self, failed) -> str:
+        """'; every failed replicate drew subject(s) ...' where two or more failed and some
+        subjects are in all of them and in none of the others (they make the fits fail)."""
+        keys = list(self.replicates["replicate"]) if "replicate" in self.replicates else []
+        bad = [int(k) for k, f in zip(keys, failed) if f]
+        if len(bad) < 2:
+            return ""
+        common = set.intersection(*(set(self.samples[k]) for k in bad))
+        good = [int(k) for k, f in zip(keys, failed) if not f]
+        common -= set().union(*(set(self.samples[k]) for k in good)) if good else set()
+        if not common:
+            return ""
+        ids = ", ".join(repr(_plain(x)) for x in sorted(common, key=str))
+        return (
+            f"; every failed replicate drew the data's subject(s) {ids}, and no replicate that "
+            "succeeded did: the intervals describe resamples without them"
+        )
 
     def __repr__(self) -> str:
         failed = f", {self.n_failed} failed" if self.n_failed else ""
@@ -255,3 +276,8 @@ def _in_model_order(fit) -> dict[str, Any]:
     """The fit's estimates in the order the model declares its parameters."""
     order = [k for k in getattr(fit.model, "param_names", ()) if k in fit.estimates]
     return {k: fit.estimates[k] for k in order + sorted(set(fit.estimates) - set(order))}
+
+
+def _plain(x):
+    """An ID as the data has it (a whole float as an int)."""
+    return int(x) if isinstance(x, (float, np.floating)) and float(x).is_integer() else x

@@ -27,6 +27,7 @@ from ._runner import (
     fit_task,
     renumbered,
     run_tasks,
+    with_data_ids,
 )
 from ._tables import FIT_OPTIONS, element_names, estimates_row
 
@@ -116,7 +117,10 @@ def run_fold(task: FoldTask, population, widths: Mapping[str, int] | None = None
             int(ok.sum()),
         )
     except Exception as err:  # noqa: BLE001  (a fold that cannot be scored is a result)
-        out = FoldOutcome(train, np.nan, np.nan, np.nan, 0, error=f"{type(err).__name__}: {err}")
+        said = with_data_ids(f"{type(err).__name__}: {err}", task.held_out)
+        out = FoldOutcome(
+            train, np.nan, np.nan, np.nan, 0, error=f"scoring the held-out subjects: {said}"
+        )
     spent = train.seconds + time.perf_counter() - t0
     return dataclasses.replace(out, train=dataclasses.replace(train, seconds=spent))
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import tempfile
 import time
@@ -175,6 +176,31 @@ def _population_of(task: FitTask, population, widths):
     return hit
 
 
+_ID_MENTION = re.compile(r"\bIDs? '?(\d+(?:'?, '?\d+)*)")
+
+
+def with_data_ids(message: str, subjects: Sequence | None) -> str:
+    """`message` of a fit on renumbered subjects (`renumbered`: ID k is the k-th of
+    `subjects`), with the data's IDs of the subjects it names: a failed bootstrap replicate
+    named 'subject ID 2' for the data's subject 5, drawn second."""
+    if subjects is None:
+        return message
+    named: list[int] = []
+    for m in _ID_MENTION.finditer(message):
+        for part in m.group(1).replace("'", "").split(", "):
+            k = int(part)
+            if 1 <= k <= len(subjects) and k not in named:
+                named.append(k)
+    if not named:
+        return message
+
+    def shown(x):
+        return int(x) if isinstance(x, (float, np.floating)) and float(x).is_integer() else x
+
+    pairs = ", ".join(f"ID {k} is the data's ID {shown(subjects[k - 1])!r}" for k in named)
+    return f"{message} [the subjects of this fit are renumbered 1..n: {pairs}]"
+
+
 def run_fit(task: FitTask, population, widths: Mapping[str, int] | None = None) -> FitOutcome:
     """Run one `FitTask` on `population` (in whatever process this is) and return its
     outcome; an error of the fit (a failed solve, ...) is returned as the outcome's `error`."""
@@ -193,12 +219,12 @@ def fit_task(task: FitTask, population, widths: Mapping[str, int] | None = None)
     except Exception as err:  # noqa: BLE001  (one failed fit is a result of the workflow)
         return None, FitOutcome(
             task.key, np.nan, np.nan, False, "", 0, {}, time.perf_counter() - t0,
-            error=f"{type(err).__name__}: {err}",
+            error=with_data_ids(f"{type(err).__name__}: {err}", task.subjects),
         )  # fmt: skip
     if not np.isfinite(f.ofv):  # a fit that could not start: an error, not its start values
         return None, FitOutcome(
             task.key, np.nan, np.nan, False, str(f.message), 0, {}, time.perf_counter() - t0,
-            error=f"the fit did not start: {f.message}",
+            error=with_data_ids(f"the fit did not start: {f.message}", task.subjects),
         )  # fmt: skip
     estimates = {k: _plain(v) for k, v in f.estimates.items()}
     return f, FitOutcome(
