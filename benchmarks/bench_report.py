@@ -18,9 +18,9 @@ first run after deepnlme's source changed compiles the fit's and the report's pr
 empty program store (a fresh cache folder): every program is compiled, as on a first run.
 One-off measurements on a shared machine vary by a factor of two or more.
 
-`--cli PAIRS`: the command line instead (`deepnlme fit ... --out DIR`, which compiles the
-report's programs while the fit's compile), in fresh processes with empty program stores,
-with the report and with `--no-report`, alternating: what the report adds to the command.
+`--cli PAIRS`: the command line instead (`deepnlme fit ... --out DIR`), in fresh processes
+with empty program stores, with the report and with `--no-report`, alternating: what the
+report adds to the command.
 """
 
 from __future__ import annotations
@@ -141,8 +141,7 @@ def main() -> None:
 def _cli_pairs(case: str, pairs: int) -> None:
     """`deepnlme fit MODEL DATA --out DIR --quiet` in fresh processes with empty program
     stores, with the report and with --no-report, alternating: the whole command's wall time
-    and its own timing line. The report's cost is the difference of the medians (the command
-    line compiles the report's programs while the fit compiles: `report_programs`)."""
+    and its own timing line. The report's cost is the difference of the medians."""
     import statistics
     import subprocess
     import sys

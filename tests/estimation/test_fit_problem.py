@@ -397,25 +397,3 @@ def test_a_sandwich_from_fewer_subjects_than_parameters_fails_and_r_does_not():
     assert math.isnan(fit.se["tcl"])
     r = dn.fit(model, pop, NaivePooled(), progress=False, covariance="r")
     assert r.covariance_status.startswith("ok") and 0.05 < r.se["tcl"] < 1.0
-
-
-def test_work_following_a_fit_runs_once_while_it_compiles(linear):
-    """`following(work)`: the next fit calls `work(problem, theta)` once (its problem, the
-    parameter values by name), a later fit in the block does not, and an error in `work` is
-    not the fit's."""
-    from deepnlme.estimation._compiled import following
-
-    seen = []
-
-    def work(problem, theta):
-        seen.append((problem, sorted(theta)))
-        raise RuntimeError("a head start that failed")
-
-    with following(work):
-        fit = fit_problem(linear, FOCE(), progress=False, covariance=None, max_iter=2)
-        fit_problem(linear, FOCE(), progress=False, covariance=None, max_iter=2)
-    fit_problem(linear, FOCE(), progress=False, covariance=None, max_iter=2)
-    assert len(seen) == 1
-    assert seen[0][0] is linear
-    assert seen[0][1] == sorted(pi.name for pi in linear.param_info)
-    assert np.isfinite(fit.ofv) and fit.n_iter == 2

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import contextlib
-import contextvars
 import functools
 import os
 import threading
@@ -63,41 +61,6 @@ def structure_of(problem: Problem) -> Structure:
     return cache["structure"]
 
 
-# Work that its caller knows will follow a fit (the command line's report), run by the fit
-# once its evaluation is traced, while that compiles (`following`).
-_FOLLOWING: contextvars.ContextVar[tuple] = contextvars.ContextVar("deepnlme_following", default=())
-
-
-@contextlib.contextmanager
-def following(work: Callable[[Problem, dict], None]):
-    """Within it, the next fit calls `work(problem, theta)` (its problem, the parameter values
-    at its start) once, on its own thread, after tracing its evaluation and while XLA
-    compiles it, when the thread would otherwise wait: `work` may trace and compile the
-    programs that will run after the fit (`interfaces.report.report_programs`). An error in
-    `work` is not the fit's: it is dropped, and met again where the program is used."""
-    done: list[bool] = []
-
-    def once(problem: Problem, theta: dict) -> None:
-        if not done:
-            done.append(True)
-            work(problem, theta)
-
-    token = _FOLLOWING.set((*_FOLLOWING.get(), once))
-    try:
-        yield
-    finally:
-        _FOLLOWING.reset(token)
-
-
-def run_following(problem: Problem, theta: Callable[[], dict]) -> None:
-    """The work of the enclosing `following` blocks (see there); `theta()` gives the values."""
-    for work in _FOLLOWING.get():
-        try:
-            work(problem, theta())
-        except Exception:  # noqa: BLE001 (a head start only: the later call raises it)
-            pass
-
-
 def compiled_evaluation(
     problem: Problem,
     method: Method,
@@ -131,8 +94,6 @@ def compiled_evaluation(
     cache = problem_cache(problem)
     key = ("eval", method, free, build)
     if key in cache:
-        if ahead is not None:  # (its programs are made: a head start for what follows only)
-            ahead()
         return cache[key], 0.0
     t0 = time.perf_counter()
     structure = structure_of(problem)

@@ -25,7 +25,6 @@ from ._compiled import (
     penalty_hessian,
     post_functions,
     posthoc_modes,
-    run_following,
     structure_of,
 )
 from ._covariance import Covariance, resolve_covariance
@@ -301,7 +300,6 @@ class _Run:
             omega_jac.prepare(*jac_args)
         if problem.n_eta:
             omega_jacobian(problem).prepare(u)
-        run_following(problem, lambda: values_fn(u)[0])
 
     def x0(self) -> np.ndarray:
         """The optimiser's start: the free parameters (JointMAP: and every subject's eta)."""

@@ -827,14 +827,7 @@ def _run_fit(
     model = dn.load_model(model_src)
     pop = data if data_file is None else _read_population(data_file, read, model)
     limit = {} if time_limit is None else {"time_limit": time_limit}
-    with contextlib.ExitStack() as ahead:
-        if report:  # the report's programs compiled while the fit's compile (a fresh process)
-            from deepnlme.estimation._compiled import following
-
-            from .report import report_programs
-
-            ahead.enter_context(following(report_programs(model, pop)))
-        fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet, **limit)
+    fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet, **limit)
     print(fit)
     if not quiet:
         print("writing the tables, the saved fit" + (" and the report ..." if report else " ..."),

@@ -20,7 +20,6 @@ import os
 import platform
 import time
 import warnings
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -648,55 +647,6 @@ def _grid_population(pop, ids: list, n_points: int):
         )
 
 
-# the dense curves' grid of a population, its subjects and points: one Population, whose
-# problem and compiled program `report_programs` made during the fit the report then uses
-_GRIDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _grid_of(pop, ids: list, n_points: int):
-    """`_grid_population(pop, ids, n_points)`, built once per population, subjects and points."""
-    key = (tuple(ids), int(n_points))
-    per = _GRIDS.setdefault(pop, {})
-    if key not in per:
-        per.clear()  # (one grid per population: the last report's)
-        per[key] = _grid_population(pop, ids, n_points)
-    return per[key]
-
-
-def report_programs(
-    model, population, *, ode_options=None, max_individual_pages: int = 2,
-    grid_points: int = 150, simulations: bool = True,
-):  # fmt: skip
-    """The work for `estimation._compiled.following` that traces and compiles the report's
-    programs for `model` fitted to `population` (the predictions', the simulations' and the
-    dense curves'), while the fit's own evaluation compiles: a fresh process's first report
-    traces them one after another on a thread the fit leaves waiting for XLA
-    (`benchmarks/RESULTS_report.md`). `ode_options` as given to the fit."""
-    from ..likelihood._from_model import binding_of, model_problem, resolved_options
-    from ..results._diagnostics import prepare_programs
-    from ..results._simulate import _prediction_program
-    from ..solve._ode import OdeOptions
-
-    def work(problem, theta: dict) -> None:
-        import jax
-
-        options = ode_options or OdeOptions()
-        options = resolved_options(
-            options, model_problem(model, population, ode_options=options)[1]
-        )
-        prepare_programs(model, population, options, theta, simulations=simulations)
-        shown = _shown_ids(population, max_individual_pages * _PER_PAGE)
-        if not shown:
-            return
-        grid = _grid_of(population, shown, grid_points)
-        grid_problem, predictor = model_problem(model, grid, ode_options=options)
-        data = binding_of(model, grid, options).data
-        eta = jax.device_put(np.zeros((len(shown), grid_problem.n_eta)))
-        _prediction_program(predictor, grid_problem.cache_token).prepare(theta, eta, data)
-
-    return work
-
-
 def dense_predictions(
     fit, ids: list | None = None, *, n_points: int = 150, grid=None
 ) -> pd.DataFrame:
@@ -854,7 +804,7 @@ def _curves(pool, fit, shown: list, grid_points: int):
     if not shown:
         return None
     try:
-        grid = _grid_of(fit.population, shown, grid_points)
+        grid = _grid_population(fit.population, shown, grid_points)
     except Exception as err:  # noqa: BLE001 (the report says what it cannot show)
         failed: concurrent.futures.Future = concurrent.futures.Future()
         failed.set_exception(err)

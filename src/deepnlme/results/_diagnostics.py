@@ -205,16 +205,10 @@ def _outputs(bound: Bound):
     failure time, derived variables, residuals). One compiled program per problem, kept in the
     program store: the predictions and the residuals share its trace of the model (they were
     two programs, compiled one after the other in a fresh process)."""
-    out = _outputs_program(bound.problem, bound.predictor)(
-        bound.theta, bound.eta, bound.binding.data
-    )
-    return jax.tree_util.tree_map(np.asarray, out)
-
-
-def _outputs_program(problem, predictor):
-    """`_outputs`' program of `problem`: `(theta, eta [N, q], data) -> _subject_outputs`."""
+    problem = bound.problem
     per = owned_cache(problem, "outputs")
     if "program" not in per:
+        predictor = bound.predictor
 
         def all_subjects(theta, eta, subjects):
             omega = problem.omega(theta)
@@ -225,32 +219,8 @@ def _outputs_program(problem, predictor):
         per["program"] = run_once_jit(
             all_subjects, (problem.cache_token, "predictions and residuals")
         )
-    return per["program"]
-
-
-def prepare_programs(model, population, ode_options, theta: dict, *, simulations: bool) -> None:
-    """Trace and compile, for `model` on `population` (a fit's, with its `ode_options`), the
-    programs of `predict` and (`simulations`) of `replicates` now, before there is a fit:
-    they depend on the shapes of `theta` (the parameter values by name, as `fit_values`
-    gives them) and of the data only. The command line's fit does it while its own
-    evaluation compiles (`interfaces.report.report_programs`)."""
-    problem, predictor = model_problem(model, population, ode_options=ode_options)
-    binding = binding_of(model, population, ode_options)
-    data = binding.data
-    n, t = data.obs_mask.shape
-    q = problem.n_eta
-    eta = jax.device_put(np.zeros((n, q)))
-    _outputs_program(problem, predictor).prepare(theta, eta, data)
-    cm = predictor.model.compiled  # (`ebe_table`'s program: the individual parameters)
-    individual_frame(
-        cm, binding, population, theta, np.zeros((n, q)), per_time=False, token=problem.cache_token
-    )
-    if simulations:
-        b = Bound(problem, predictor, binding, population, theta, eta, ode_options)
-        chunk = _chunk(data_entries(problem.subjects))
-        _simulation_program(b).prepare(
-            np.zeros((chunk, n, q)), np.zeros((chunk, n, t)), theta, data
-        )
+    out = per["program"](bound.theta, bound.eta, bound.binding.data)
+    return jax.tree_util.tree_map(np.asarray, out)
 
 
 def predict(fit, population=None) -> pd.DataFrame:
