@@ -93,6 +93,9 @@ def test_sections_present_in_order(report):
         assert s in sections, s
     assert "vpc-plot" in p.order and "vpc-tad-plot" not in p.order  # (one dose a subject)
     assert "CWRES vs time after dose" not in report[0]
+    # every part drawn: a part that fails says so in the report and leaves the rest, so a
+    # failure (the dense curves' grid once) is seen here, not as a report that looks whole
+    assert "could not be" not in report[0]
 
 
 @pytest.mark.slow  # the session's fit, made through the command line
