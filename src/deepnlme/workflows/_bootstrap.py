@@ -234,6 +234,14 @@ def bootstrap(
     check_stratify("bootstrap", population, stratify)
     _check_strata(population, stratify)
     check_fit_options("bootstrap", fit.model, fit.method, options)
+    if not fit.converged:  # (as PsN's bootstrap reports the original model's minimisation)
+        warnings.warn(
+            f"bootstrap: the fit it starts from did not converge ({fit.message}): every "
+            "replicate starts from its estimates, and `ci`'s estimate and bias are its. Fit "
+            "the model to convergence first.",
+            UserWarning,
+            stacklevel=2,
+        )
     fit_options: dict[str, Any] = {"covariance": None, "progress": False, **build_for(n, options)}
     if fit.fixed:
         fit_options["fixed"] = list(fit.fixed)

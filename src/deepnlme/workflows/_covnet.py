@@ -729,7 +729,8 @@ def augment(fit: Any, covnet: CovariateNetwork, *, name: str = "CovNet") -> Augm
     `covnet_eta0 + eta[0]`. Covariates the model did not read are added to `covariates:`.
     The start `init`: the base fit's estimates, the network's weights, and the variances of
     the targeted random effects set to what the covariates leave unexplained
-    (`covnet.omega_resid`; off-diagonal elements where the model's Ω has them). At that start
+    (`covnet.omega_resid`, each at least 1% of the base fit's variance: not at the boundary;
+    off-diagonal elements where the model's Ω has them). At that start
     the augmented model with η' = 0 predicts what the base model predicts with η = g(x).
 
     **Example**
