@@ -35,6 +35,10 @@ def test_cv_writes_the_fold_table_of_cross_validate(tmp_path):
     assert folds["held_out_m2ll"].to_numpy() == pytest.approx(
         cv.folds["held_out_m2ll"].to_numpy(), rel=1e-9
     )
+    # each subject's fold, as the API's `assignment` (PsN's cdd records what each run left out)
+    assignment = pd.read_csv(tmp_path / "assignment.csv")
+    assert assignment["ID"].tolist() == list(cv.assignment.index)
+    assert assignment["fold"].tolist() == cv.assignment.tolist()
 
 
 def test_the_search_space_is_read_from_json(tmp_path):

@@ -229,6 +229,12 @@ def test_cli_bootstrap_writes_the_tables_of_the_library(theo, tmp_path):
     )
     np.testing.assert_array_equal(table["ofv"], lib.replicates["ofv"])
     assert list(ci["parameter"]) == list(lib.ci()["parameter"])
+    # the data's IDs each replicate drew, in order (PsN's included individuals)
+    samples = pd.read_csv(fit_dir / "bootstrap" / "samples.csv")
+    for r, drawn in enumerate(lib.samples):
+        rows = samples[samples["replicate"] == r]
+        assert rows["ID_in_replicate"].tolist() == list(range(1, len(drawn) + 1))
+        assert rows["ID"].tolist() == [int(x) for x in drawn]
     bad = subprocess.run(
         [sys.executable, "-m", "deepnlme.interfaces.cli", "bootstrap", str(fit_dir),
          "-n", "2", "--workers", "0"],

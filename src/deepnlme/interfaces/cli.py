@@ -611,7 +611,8 @@ def _parser() -> argparse.ArgumentParser:
         help="case bootstrap of a saved fit: percentile CIs from refitted resamples",
         description="Resample the subjects of a saved fit with replacement, refit each "
         "replicate from the fit's estimates (on Dask workers when dask is installed) and write "
-        "replicates.csv (one row per replicate) and ci.csv (percentile intervals).",
+        "replicates.csv (one row per replicate), samples.csv (the data's IDs each replicate "
+        "drew) and ci.csv (percentile intervals).",
     )
     boot.add_argument("fit", metavar="FIT_DIR", help="saved fit folder (`deepnlme fit --out`)")
     boot.add_argument(
@@ -638,7 +639,8 @@ def _parser() -> argparse.ArgumentParser:
                 if tuning
                 else "Deal the subjects of DATA to K folds, fit MODEL to all but each fold "
                 "and score the held-out subjects at those estimates (their -2LL by the "
-                "method, LaplaceI for JointMAP; PRED and IPRED errors); write folds.csv."
+                "method, LaplaceI for JointMAP; PRED and IPRED errors); write folds.csv and "
+                "assignment.csv (each subject's fold)."
             ),
         )
         if tuning:
@@ -1085,10 +1087,11 @@ def _cross_validate(args) -> None:
     if args.command == "cv":
         cv = cross_validate(load_model(_model_source(args.model)), pop, method, **common)
         cv.folds.to_csv(out / "folds.csv", index=False)
+        cv.assignment.to_frame().to_csv(out / "assignment.csv")  # (each subject's fold)
         with show:
             print(cv.folds.iloc[:, :10].to_string(index=False))
         print(cv)
-        print(f"wrote {out / 'folds.csv'}")
+        print(f"wrote {out / 'folds.csv'} and {out / 'assignment.csv'}")
         return
     space = _space(args.space)
     template = Path(args.template).read_text(encoding="utf-8")
@@ -1122,13 +1125,19 @@ def _bootstrap(args) -> None:
     out = Path(args.out) if args.out else Path(args.fit) / "bootstrap"
     out.mkdir(parents=True, exist_ok=True)
     boot.replicates.to_csv(out / "replicates.csv", index=False)
+    # the subjects each replicate drew (as PsN's included_individuals): ID k of replicate r
+    # is the data's ID
+    pd.DataFrame(
+        [(r, k, x) for r, drawn in enumerate(boot.samples) for k, x in enumerate(drawn, 1)],
+        columns=["replicate", "ID_in_replicate", "ID"],
+    ).to_csv(out / "samples.csv", index=False)
     ci = boot.ci()
     ci.to_csv(out / "ci.csv", index=False)
     with pd.option_context("display.width", 200, "display.max_columns", None):
         print(ci.to_string(index=False))
     print(
         f"\n{boot.n} replicates (seed {args.seed}), {100 * boot.converged_share:.0f}% "
-        f"converged; wrote {out / 'replicates.csv'} and {out / 'ci.csv'}"
+        f"converged; wrote {out / 'replicates.csv'}, {out / 'samples.csv'} and {out / 'ci.csv'}"
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -340,8 +341,20 @@ def cross_validate(
         tasks, population, workers=workers, scheduler=scheduler, progress=progress,
         label="cross-validation", fn=run_fold,
     )  # fmt: skip
+    table = fold_table(outcomes, tasks, model.param_names)
+    trained = table["error"].isna() if "error" in table else np.ones(len(table), bool)
+    astray = table.loc[trained & ~table["converged"].astype(bool), "fold"].tolist()
+    if astray:  # (PsN's cdd reports each run's minimisation status)
+        warnings.warn(
+            f"cross_validate: the training fits of {len(astray)} of {len(table)} folds did not "
+            f"converge (folds {', '.join(map(str, astray))}; the `converged` column): their "
+            "held-out -2LL is at estimates that are no optimum. Give them more iterations "
+            "(max_iter) before comparing models by it.",
+            UserWarning,
+            stacklevel=2,
+        )
     return CrossValidation(
-        folds=fold_table(outcomes, tasks, model.param_names),
+        folds=table,
         assignment=pd.Series(where, index=pd.Index(population.ids, name="ID"), name="fold"),
         method=method,
         score_method=score,
