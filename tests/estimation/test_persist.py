@@ -70,6 +70,7 @@ def test_loaded_fit_fields_equal(saved):
     pd.testing.assert_frame_equal(g.covariance, fit.covariance, check_exact=True)
     pd.testing.assert_frame_equal(dn.predict(g), dn.predict(fit), check_exact=True)
     assert g.options == fit.options and fit.options["optimizer"] == "bfgs"
+    pd.testing.assert_frame_equal(g.history, fit.history, check_exact=True)  # (iter: int)
     meta = json.loads((folder / "fit.json").read_text())
     assert meta["schema_version"] == 1 and meta["versions"]["jax"]
     assert len(meta["data"]["fingerprint"]) == 64
@@ -102,8 +103,10 @@ def test_changed_arrays_are_refused(saved, tmp_path):
         arrays = {k: z[k] for k in z.files}
     arrays["u"] = arrays["u"] + 1e-12
     np.savez(dst / "arrays.npz", **arrays)
-    with pytest.raises(dn.DataError, match=r"load_fit: '[^']*arrays\.npz' does not match its "
-                       r"recorded SHA-256 checksum"):  # fmt: skip
+    with pytest.raises(dn.DataError, match=r"load_fit: '[^']*arrays\.npz' does not match the "
+                       r"SHA-256 checksum fit\.json records for it \(recorded [0-9a-f]{16}\.\.\., "
+                       r"computed [0-9a-f]{16}\.\.\.\): one of the two files was changed or "
+                       r"damaged after saving, or they come from different saves"):  # fmt: skip
         dn.load_fit(dst)
 
 

@@ -569,9 +569,16 @@ def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray], Path]:
     if rec.get("algorithm") != "sha256" or expected != actual:
         where = f"the content of {str(folder)!r}"
         own = payload.get("arrays_sha256")  # (saved fits before it was recorded: the folder)
+        if isinstance(own, str) and own != _arrays_sha256(arrays):
+            raise DataError(
+                f"load_fit: {str(apath)!r} does not match the SHA-256 checksum {jpath.name} "
+                f"records for it (recorded {own[:16]}..., computed "
+                f"{_arrays_sha256(arrays)[:16]}...): one of the two files was changed or "
+                "damaged after saving, or they come from different saves. Save the fit again "
+                "from its source."
+            )
         if isinstance(own, str):
-            changed = apath if own != _arrays_sha256(arrays) else jpath
-            where = f"{str(changed)!r}"
+            where = f"{str(jpath)!r}"
         raise DataError(
             f"load_fit: {where} does not match its recorded SHA-256 checksum (recorded "
             f"{str(expected)[:16]}..., computed {actual[:16]}...): the file was changed or "
@@ -723,7 +730,7 @@ def _loaded_fit(payload: dict, arrays: dict[str, np.ndarray], jpath: Path):
         message=str(stats["message"]),
         n_iter=int(stats["n_iter"]),
         n_eval=int(stats["n_eval"]),
-        history=pd.DataFrame(arrays["history"], columns=payload["history"]["columns"]),
+        history=_history(arrays["history"], payload["history"]["columns"]),
         timings={k: (math.nan if v is None else v) for k, v in payload["timings"].items()},
         covariance=cov,
         covariance_u=arrays.get("covariance_u"),
@@ -743,3 +750,12 @@ def _loaded_fit(payload: dict, arrays: dict[str, np.ndarray], jpath: Path):
         _table=table,
         provenance={"created": payload.get("created"), "versions": payload.get("versions")},
     )
+
+
+def _history(values: np.ndarray, columns: list) -> pd.DataFrame:
+    """The iteration history as saved (one float array), its `iter` column whole numbers
+    again (it came back float64)."""
+    frame = pd.DataFrame(values, columns=columns)
+    if "iter" in frame and frame["iter"].notna().all():
+        frame["iter"] = frame["iter"].astype(np.int64)
+    return frame
