@@ -297,6 +297,11 @@ def test_a_field_fewer_than_the_header_is_refused_not_shifted(tmp_path):
         read_data(p, ignore="C")
     fixed = write(tmp_path, text.replace("3.1,2", "3.1,,2"), "fixed.csv")
     assert read_data(fixed, ignore="C").n_observations == 2  # blank and comment lines pass
+    # fields separated by blanks have no empty field: the fix is '.' alone
+    spaced = write(tmp_path, "ID TIME AMT DV\n1 0 100 .\n1 1 3.1\n", "short.dat")
+    with pytest.raises(DataError, match=r"line 3 has 3, .*Write each missing value as `\.` "
+                       r"\(fields separated by blanks have no empty field\)\.$"):  # fmt: skip
+        read_data(spaced)
 
 
 @pytest.mark.parametrize(

@@ -451,7 +451,8 @@ class Population:
                 lines.append(f"  covariate rule: {_RULE_TEXT[self._rule]}")
             if self._filled is not None:
                 rule, n = self._filled
-                lines.append(f"  missing covariate values filled by fill={rule!r}: {n} cells")
+                cells = "cell" if n == 1 else "cells"
+                lines.append(f"  missing covariate values filled by fill={rule!r}: {n} {cells}")
         else:
             lines.append("  covariates: none")
         if self._ignored:

@@ -233,7 +233,8 @@ def _merged(before: tuple, new: dict[str, list[int]]) -> tuple:
 def _csv_table(path: str, rules: RowRules) -> RawTable:
     """A CSV file's cells as text, with its line numbers; comment records are dropped before
     the file is split into fields, as NM-TRAN drops them, so they need not have its fields."""
-    text = _comma_separated(_read_text(path))
+    raw = _read_text(path)
+    text = _comma_separated(raw)
     header = _header(text)
     if header is not None:
         _check_names(header, repr(os.path.basename(path)))
@@ -244,7 +245,7 @@ def _csv_table(path: str, rules: RowRules) -> RawTable:
             lines[k - 1] = " "  # read as a blank row, so the rows after it keep their lines
         text = "\n".join(lines)
     if header is not None:
-        _check_short_rows(text, header, path)
+        _check_short_rows(text, header, path, spaced=_separator(raw) == " ")
     frame = _cells(text, path)
     if not isinstance(frame.index, pd.RangeIndex):
         # every row has a field more than the header names, and pandas made the first field
@@ -355,12 +356,21 @@ def _comma_separated(text: str) -> str:
     commented = head.startswith("#")
     if commented:
         head = head[1:].lstrip()
-    if "," in head:
+    sep = _separator(text)
+    if sep == ",":
         return head + newline + rest if commented else text
-    sep = next((c for c in ("\t", ";") if c in head), " " if len(head.split()) > 1 else None)
     if sep is None:  # one column (or none): nothing to split
         return head + newline + rest if commented else text
     return lines_as_csv([head, *rest.split("\n")] if newline else [head], sep)
+
+
+def _separator(text: str) -> str | None:
+    """The field separator of the table's header line (the first, after NM-TRAN's `#`): ",",
+    a tab, ";", " " (any run of blanks) or None (one column)."""
+    head = text.partition("\n")[0].lstrip().removeprefix("#").lstrip()
+    if "," in head:
+        return ","
+    return next((c for c in ("\t", ";") if c in head), " " if len(head.split()) > 1 else None)
 
 
 def lines_as_csv(lines: Sequence[str], sep: str) -> str:
@@ -380,11 +390,12 @@ def lines_as_csv(lines: Sequence[str], sep: str) -> str:
     return out.getvalue()
 
 
-def _check_short_rows(text: str, header: list[str], path: str) -> None:
+def _check_short_rows(text: str, header: list[str], path: str, spaced: bool = False) -> None:
     """A DataError naming the lines that have fewer fields than the header names columns
     (blank and comment lines aside): pandas would fill the last columns with empty values and
     shift what was meant for the missing field's column into the wrong ones (`1,4,3.1,2` for
-    `1,4,3.1,,2` made a dose of 2 in CMT 1 out of an observation of 3.1 in CMT 2)."""
+    `1,4,3.1,,2` made a dose of 2 in CMT 1 out of an observation of 3.1 in CMT 2). `spaced`:
+    the file separates its fields by blanks, where a missing value can only be `.`."""
     need = len(header) - 1
     if need < 1:
         return
@@ -407,8 +418,12 @@ def _check_short_rows(text: str, header: list[str], path: str) -> None:
         raise DataError(
             f"{path!r}: fewer fields than the header's {len(header)} columns "
             f"({', '.join(header)}): {where}{more}, so values would land in the wrong columns. "
-            "Write each missing value as an empty field between commas (`1,4,3.1,,2`) or as "
-            "`.`."
+            + (
+                "Write each missing value as `.` (fields separated by blanks have no empty field)."
+                if spaced
+                else "Write each missing value as an empty field between commas (`1,4,3.1,,2`) "
+                "or as `.`."
+            )
         )
 
 

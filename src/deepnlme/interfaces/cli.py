@@ -176,7 +176,8 @@ def _report_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--npde-sims", type=int, default=500, metavar="N",
-        help="data sets simulated for the report's NPDE (default 500; 200 for large designs)",
+        help="data sets simulated for the report's NPDE (default 500; give 200 for a large "
+        "design, whose simulations take most of the report's time)",
     )  # fmt: skip
     parser.add_argument(
         "--vpc-stratify", default=None, metavar="COL",
