@@ -247,3 +247,33 @@ def test_a_reset_goes_back_to_the_initial_state_of_its_own_record(rule, solver):
     second = [10.0, 50 * np.exp(-0.15) + 70 * np.exp(-0.05), 50 * np.exp(-0.2) + 70 * np.exp(-0.1)]
     want = np.concatenate([[10, 10 * e[1], 50 * e[2], 50 * e[3]], second]) / 20
     np.testing.assert_allclose(got, want, rtol=1e-8)
+
+
+def test_a_model_reading_t_on_data_whose_clock_restarts_is_warned():
+    """After an EVID 3/4 record that restarts the clock, `t` runs on (continuous time) where
+    NONMEM's T in $DES starts again at TIME: a circadian term gave two alike periods other
+    responses, without a word."""
+    import warnings
+
+    text = """param:
+    tk = Positive(init=0.1)
+    kin = Positive(init=1.0)
+    sigma = Positive(init=0.1)
+pre:
+    k = tk
+dynamics:
+    R' = kin * (1 + 0.3 * sin(2 * 3.14159 * t / 24)) - k * R
+derived:
+    DV ~ Additive(R, sigma)
+"""
+    df = pd.DataFrame({
+        "ID": [1] * 5, "TIME": [0, 6, 30, 0, 6], "AMT": [0] * 5, "EVID": [2, 0, 0, 3, 0],
+        "DV": [None, 1, 1, None, 1], "MDV": [1, 0, 0, 1, 0], "CMT": [1] * 5,
+    })  # fmt: skip
+    pop = dn.read_data(df)
+    said = r"reads the time t .* subject 1 restarts at an EVID 3/4 record \(its records from "
+    with pytest.warns(UserWarning, match=said + r"TIME 0 on\): t runs on .*\(30 there\)"):
+        dn.model_predict(dn.load_model(text), pop)
+    with warnings.catch_warnings():  # (no t: nothing to say)
+        warnings.simplefilter("error")
+        dn.model_predict(dn.load_model(text.replace("sin(2 * 3.14159 * t / 24)", "0")), pop)

@@ -93,6 +93,7 @@ def _bound(model, population, ode_options: OdeOptions):
         _check_linear(model, binding)
     predictor = _predictor(model, binding, solver_options)
     _warn_small_amounts(predictor, population)
+    _warn_time_after_restart(model, population)
     bound = predictor.model
     cm = bound.compiled
     penalty = model_penalty(bound)
@@ -169,6 +170,39 @@ def _predictor(model, binding, options: OdeOptions) -> SubjectPredictor:
 
     stored = _StoredStatistics(model, binding, options)
     return make(resolve_scaling(model, binding, make, stored))
+
+
+def _warn_time_after_restart(model, population) -> None:
+    """Warn where the model reads the time `t` in `dynamics:`/`derived:` and a subject's clock
+    restarts at an EVID 3/4 record: `t` runs on from where the earlier period ended, where
+    NONMEM's T in $DES starts again at the data's TIME (a circadian term then differs between
+    two periods alike; docs/model-language.md)."""
+    import warnings
+
+    from ..model._ir import Name, Observation, walk
+
+    exprs = []
+    for st in (*model.ir.dynamics, *model.ir.derived):
+        exprs += list(st.args) if isinstance(st, Observation) else [st.expr]
+    if not any(isinstance(n, Name) and n.kind == "time" for e in exprs for n in walk(e)):
+        return
+    records = population._records
+    written = records["TIME"].to_numpy(dtype=float)
+    moved = np.flatnonzero(written != records["_T"].to_numpy(dtype=float))
+    if not moved.size:
+        return
+    first = records.iloc[int(moved[0])]
+    sid = population.ids[int(first["_S"])]
+    warnings.warn(
+        f"the model reads the time t in its dynamics or derived variables, and the clock of "
+        f"subject {sid!r} restarts at an EVID 3/4 record (its records from TIME "
+        f"{float(first['TIME']):g} on): t runs on from where the earlier period ended "
+        f"({float(first['_T']):g} there), where NONMEM's T in $DES starts again at TIME. Where "
+        "the model means the time since the restart, give the period's start as a covariate "
+        "(docs/model-language.md, dynamics).",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 class _StoredStatistics:
