@@ -137,7 +137,8 @@ def with_boundary(fit: Fit, model, init) -> Fit:
     if not found:
         return fit
     items = "; ".join(f"{k} = {v}" for k, v in found.items())
-    theta = [k for k, v in found.items() if " bound " in v]
+    kinds = {pi.name: pi.kind for pi in fit.problem.param_info}
+    theta = [k for k in found if kinds.get(k.split("[")[0]) == "fixed effect"]
     at_bound = (
         f"A fixed effect at a bound the model sets ({', '.join(theta)}) may have its optimum "
         "beyond it: its SE (tiny there) and the convergence mean nothing for it; widen or "

@@ -569,11 +569,12 @@ def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray], Path]:
     if rec.get("algorithm") != "sha256" or expected != actual:
         where = f"the content of {str(folder)!r}"
         own = payload.get("arrays_sha256")  # (saved fits before it was recorded: the folder)
-        if isinstance(own, str) and own != _arrays_sha256(arrays):
+        computed = _arrays_sha256(arrays) if isinstance(own, str) else None
+        if isinstance(own, str) and own != computed:
             raise DataError(
                 f"load_fit: {str(apath)!r} does not match the SHA-256 checksum {jpath.name} "
                 f"records for it (recorded {own[:16]}..., computed "
-                f"{_arrays_sha256(arrays)[:16]}...): one of the two files was changed or "
+                f"{computed[:16]}...): one of the two files was changed or "
                 "damaged after saving, or they come from different saves. Save the fit again "
                 "from its source."
             )

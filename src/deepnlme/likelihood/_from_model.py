@@ -179,12 +179,12 @@ def _warn_time_after_restart(model, population) -> None:
     two periods alike; docs/model-language.md)."""
     import warnings
 
-    from ..model._ir import Name, Observation, walk
+    from ..model._ir import Observation, names_in
 
     exprs = []
     for st in (*model.ir.dynamics, *model.ir.derived):
         exprs += list(st.args) if isinstance(st, Observation) else [st.expr]
-    if not any(isinstance(n, Name) and n.kind == "time" for e in exprs for n in walk(e)):
+    if not any(kind == "time" for e in exprs for _, kind in names_in(e)):
         return
     records = population._records
     written = records["TIME"].to_numpy(dtype=float)
