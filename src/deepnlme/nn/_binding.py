@@ -139,12 +139,12 @@ UNSCALED_LIMIT = 10.0
 
 
 def _warn_unscaled_covariates(model, binding) -> None:
-    """Warn where a network without any input scaling takes a covariate directly (in `pre:`)
-    whose values reach beyond `UNSCALED_LIMIT` in magnitude in the data."""
+    """Warn where a network without any input scaling takes a covariate directly (at any
+    call site) whose values reach beyond `UNSCALED_LIMIT` in magnitude in the data."""
     import warnings
 
     covs = list(model.compiled.covariates)
-    data = binding.data
+    values_of = np.asarray(binding.data.cov_value)[np.asarray(binding.data.cov_mask)]  # [R, K]
     for name, net in networks(model).items():
         if net.scale != "none" or net.in_center is not None or net.in_scale is not None:
             continue
@@ -153,8 +153,7 @@ def _warn_unscaled_covariates(model, binding) -> None:
             for arg in call.args:
                 if not (isinstance(arg, Name) and arg.kind == "covariate") or arg.id not in covs:
                     continue
-                k = covs.index(arg.id)
-                values = np.asarray(data.cov_value)[..., k][np.asarray(data.cov_mask)]
+                values = values_of[:, covs.index(arg.id)]
                 values = values[np.isfinite(values)]
                 if values.size and np.max(np.abs(values)) > UNSCALED_LIMIT:
                     far[arg.id] = (float(values.min()), float(values.max()))
