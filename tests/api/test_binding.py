@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -52,8 +53,17 @@ def test_two_outputs_need_an_endpoint_column():
     pred = dn.model_predict(model, pop)
     np.testing.assert_allclose(pred["PRED"], [1.0, 2.0])
     df["DVID"] = ["CP", "XX"]
-    with pytest.raises(dn.DataError, match="endpoint 'XX' matches no observed output"):
+    where = r"'XX' \(1 observation; the first: subject 1, TIME 1, data row 2\) matches no obs"
+    with pytest.raises(dn.DataError, match=where):
         dn.model_predict(model, dn.read_data(df, endpoint="DVID"))
+    # an output the data never measure: its parameters move nothing, and the fit said only
+    # that they never moved
+    from deepnlme.data import DataWarning
+
+    df["DVID"] = ["CP", "CP"]
+    with pytest.warns(DataWarning, match="output PD has no observation in these data"):
+        fit = dn.fit(model, dn.read_data(df, endpoint="DVID"), dn.NaivePooled(), progress=False)
+    assert "parameter 'b' never moved" in fit.message
 
 
 def test_one_output_and_one_endpoint_of_another_name_is_refused():
@@ -264,3 +274,58 @@ def test_doses_too_small_for_the_ode_tolerance_are_warned():
         dn.model_predict(ode, small, ode_options=dn.OdeOptions(solver="dopri8", atol=1e-19))
         dn.model_predict(ode, small)  # linear: solved exactly
         dn.model_predict(dn.load_model("examples/theophylline.model"), small)
+
+
+_OCCASIONS = """
+param:
+    a = Real(init=1.0)
+    om = Positive(init=0.2)
+    s = Positive(init=0.5)
+random:
+    k1 ~ Normal(0, om)
+    k2 ~ Normal(0, om)
+    k3 ~ Normal(0, om)
+covariates: OCC
+pre:
+    iov = k1 if OCC == 1 else (k2 if OCC == 2 else k3)
+derived:
+    DV ~ Normal(a + iov, s)
+"""
+
+
+@pytest.mark.parametrize(
+    ("codes", "said"),
+    [
+        ((2, 5), r"tests OCC for 1 \(line 12: OCC == 1\), a value OCC never takes.*2, 5"),
+        ((1, 2, 3, 4), r"OCC takes 2 values.*\(3, 4\): all of them get .* random effect k3"),
+    ],
+)
+def test_occasion_codes_the_models_tests_do_not_match_are_warned(codes, said):
+    """Occasions coded 2 and 5 where an inter-occasion model tests 1, 2 (and else), or 1 to 4
+    where it names 3: the fit converged with one random effect moving no prediction (-2LL 359
+    against 19) or two occasions sharing one, and nothing said so."""
+    rows = [
+        [i, t, 0, 1.0 + 0.1 * i + 0.05 * t, 0, 0, 1, c]
+        for i in (1, 2, 3)
+        for c in codes
+        for t in (10 * c, 10 * c + 1)
+    ]
+    df = pd.DataFrame(rows, columns=["ID", "TIME", "AMT", "DV", "EVID", "MDV", "CMT", "OCC"])
+    from deepnlme.data import DataWarning
+
+    model = dn.load_model(_OCCASIONS)
+    with pytest.warns(DataWarning, match=said):
+        dn.fit(model, dn.read_data(df), dn.FOCE(), max_iter=0, covariance=None, progress=False)
+    df["OCC"] = df["OCC"].map({c: k + 1 for k, c in enumerate(codes)}).clip(upper=3)
+    if len(codes) == 2:  # coded as the model tests: nothing to say
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DataWarning)
+            fit = dn.fit(model, dn.read_data(df), dn.FOCE(), covariance=None, progress=False)
+        # one row per subject is its first occasion's: said, with where the others are
+        with pytest.warns(UserWarning, match="OCC changes within subjects.*per_time=True"):
+            first = fit.individual_parameters()
+        per_time = fit.individual_parameters(per_time=True)
+        np.testing.assert_allclose(
+            first["iov"], per_time.groupby("ID", sort=False)["iov"].first(), rtol=1e-12
+        )
+        assert per_time.groupby("ID")["iov"].nunique().eq(2).all()

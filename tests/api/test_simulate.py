@@ -491,3 +491,52 @@ def test_a_failed_integration_says_whether_it_ran_out_of_steps_or_met_stiffness(
     model = dn.load_model(_EXCHANGE.format(k=k))
     with pytest.raises(dn.SolveError, match=r"the prediction failed for subject 1: " + said):
         dn.model_predict(model, pop, ode_options=dn.OdeOptions(**options))
+
+
+_POWER = """
+param:
+    e0 = Real(init=1.0)
+    h = Positive(init=1.5)
+    om = Positive(init=0.3)
+    s = Positive(init=0.2)
+random:
+    eta ~ Normal(0, om)
+covariates: C
+derived:
+    DV ~ Normal(e0 + eta + C ** h, s)
+"""
+
+
+def test_a_prediction_that_is_not_finite_is_named_and_its_subjects_ebes_are_not_made_up():
+    """A negative concentration under a power (C ** h, h = 1.5) on one record: model_predict
+    and simulate gave a NaN among their numbers without a word, and predict on such data held
+    that subject's EBE at 0 (its search could not move), its IPRED and IWRES at eta = 0
+    looking real."""
+    import pandas as pd
+
+    rng = np.random.default_rng(3)
+    rows = [
+        [i, t, 0, 1 + (t / 2) ** 1.5 + 0.2 * i + 0.1 * rng.standard_normal(), 0, 0, t / 2]
+        for i in (1, 2, 3, 4)
+        for t in (1, 2, 3, 4)
+    ]
+    df = pd.DataFrame(rows, columns=["ID", "TIME", "AMT", "DV", "EVID", "MDV", "C"])
+    model = dn.load_model(_POWER)
+    fit = dn.fit(model, dn.read_data(df), dn.FOCE(), covariance=None, progress=False)
+    bad = df.copy()
+    bad.loc[(bad.ID == 3) & (bad.TIME == 2), "C"] = -0.1
+    pop = dn.read_data(bad)
+    said = r"(the first PRED: DV is nan for subject 3 at TIME 2)"
+    with pytest.warns(UserWarning, match="model_predict: 1 observation has .*" + said):
+        dn.model_predict(model, pop)
+    with pytest.warns(UserWarning, match=r"simulate: 1 simulated .*subject 3 at TIME 2\)"):
+        dn.simulate(model, pop, fit, seed=1)
+    with pytest.warns(UserWarning, match="predict: 4 observations .*EBEs of 1 subject"):
+        table = dn.predict(fit, pop)
+    three = table[table.ID == 3]
+    assert three[["IPRED", "IWRES", "CWRES"]].isna().all().all()
+    others = table[table.ID != 3]
+    good = dn.predict(fit, dn.read_data(df))
+    np.testing.assert_allclose(
+        others["IPRED"].to_numpy(), good[good.ID != 3]["IPRED"].to_numpy(), rtol=1e-6
+    )

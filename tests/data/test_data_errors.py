@@ -276,6 +276,28 @@ def test_sort_option_orders_times_and_keeps_file_rows(tmp_path):
     assert pop == read_data(write(tmp_path, GOOD, name="g.csv"))
 
 
+def test_sort_says_when_it_joins_an_id_that_comes_back_after_another(tmp_path):
+    # a second individual labelled with an earlier ID, after another subject: NONMEM reads a
+    # new individual; sort joined the two without a word (a double dose at time 0)
+    p = tmp_path / "again.csv"
+    p.write_text(
+        "ID,TIME,AMT,EVID,MDV,DV\n1,0,100,1,1,.\n1,2,0,0,0,5\n2,0,100,1,1,.\n2,2,0,0,0,4\n"
+        "1,0,200,1,1,.\n1,3,0,0,0,6\n"
+    )
+    with pytest.raises(DataError, match="give them an ID of their own"):
+        read_data(p)
+    with pytest.warns(
+        DataWarning,
+        match=re.escape(
+            "sort=True: the records of 1 subject(s) are in separate blocks of the table, "
+            "joined into one subject each; the first, ID 1: row 1 (line 2 of again.csv) to row "
+            "2 (line 3 of again.csv), then again from row 5 (line 6 of again.csv). NONMEM reads"
+        ),
+    ):
+        pop = read_data(p, sort=True)
+    assert pop.ids == (1, 2)
+
+
 def test_sort_refuses_a_clock_that_restarts_at_a_reset(tmp_path):
     # sorting moved the EVID 4 record (and the period after it) into the first period: every
     # later prediction was wrong, without a word
@@ -293,3 +315,16 @@ def test_sort_refuses_a_clock_that_restarts_at_a_reset(tmp_path):
     ):
         read_data(p, sort=True)
     assert int(read_data(p).arrays().obs_mask.sum()) == 3  # as written: two periods
+
+
+def test_a_decimal_comma_and_unnamed_columns_are_said_as_such(tmp_path):
+    # a ';'-separated export with decimal commas was refused as "not a finite number" alone;
+    # trailing empty header cells showed as pandas' "Unnamed: 9"
+    p = tmp_path / "comma.csv"
+    p.write_text("ID;TIME;AMT;DV;EVID;MDV\n1;0,5;0;1,2;0;0\n")
+    with pytest.raises(DataError, match=re.escape("It has a decimal comma: write a decimal point")):
+        read_data(p)
+    q = tmp_path / "trailing.csv"
+    q.write_text("ID,TIME,AMT,DV,EVID,MDV,,\n1,0,100,.,1,1,,\n1,1,0,2.5,0,0,,\n")
+    summary = read_data(q).summary()
+    assert "columns not read: column 7 (no name), column 8 (no name)" in summary

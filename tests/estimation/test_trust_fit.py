@@ -161,7 +161,7 @@ def test_finite_start_with_a_non_finite_gradient_names_the_parameter():
     # exp(-1 / (b1 - 0.5)) is 0 at b1 = 0.5 and its slope there 0 * inf = NaN
     fit = _fit("exp(-1 / (b1 - 0.5))", max_iter=3)
     assert not fit.converged
-    assert "its gradient is not (NaN or inf in b1)" in fit.message, fit.message
+    assert "its gradient is not (NaN or inf in b1, from the terms of subject ID" in fit.message
     assert "did not start" in fit.message
 
 
@@ -584,3 +584,26 @@ def test_max_iter_0_is_an_evaluation_not_a_failed_search():
     assert fit.message.startswith(
         "evaluated at the start (max_iter=0, no iterations): max|gradient|"
     )
+
+
+def test_a_gradient_that_is_not_finite_at_the_start_names_the_subjects():
+    """C ** h at h = 1 is finite for a negative C, its slope in h (log C) is not: the message
+    named the parameter and left the user to find the record among all subjects."""
+    text = """
+param:
+    e0 = Real(init=1.0)
+    h = Positive(init=1.0)
+    om = Positive(init=0.3)
+    s = Positive(init=0.2)
+random:
+    eta ~ Normal(0, om)
+covariates: C
+derived:
+    DV ~ Normal(e0 + eta + C ** h, s)
+"""
+    rows = [[i, t, 0, 1.0 + t / 2 + 0.1 * i, 0, 0, t / 2] for i in (1, 2, 3) for t in (1, 2, 3)]
+    df = pd.DataFrame(rows, columns=["ID", "TIME", "AMT", "DV", "EVID", "MDV", "C"])
+    df.loc[(df.ID == 2) & (df.TIME == 2), "C"] = -0.1
+    fit = dn.fit(dn.load_model(text), dn.read_data(df), dn.FOCE(), progress=False)
+    assert not fit.converged
+    assert "gradient is not (NaN or inf in h, from the terms of subject ID 2)" in fit.message

@@ -6,6 +6,7 @@ counts rows), the column, the value as written and the fix.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -112,6 +113,16 @@ class Reader:
                 if bad.any()
                 and str(self.table.frame[column].iloc[int(np.flatnonzero(bad)[0])]).strip().upper()
                 == str(column).upper()
+                else ""
+            )
+            + (
+                " It has a decimal comma: write a decimal point (0.5, not 0,5); a spreadsheet "
+                "set to a language with decimal commas exports them so."
+                if bad.any()
+                and re.fullmatch(
+                    r"[+-]?\d*,\d+",
+                    str(self.table.frame[column].iloc[int(np.flatnonzero(bad)[0])]).strip(),
+                )
                 else ""
             ),
         )
@@ -460,7 +471,9 @@ def check_subjects(rd: Reader, column: str, ids: list) -> Subjects:
                 f"line: --accept {reps[0]}.EQ.1)."
                 if reps
                 else "Keep each subject's records together: sort the table by ID, keeping the "
-                "time order within each subject."
+                "time order within each subject. If these records are another individual's "
+                "(NONMEM reads an ID that comes back after another subject as a new "
+                "individual), give them an ID of their own."
             )
             raise rd.fail(
                 int(a),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -456,7 +457,14 @@ class Population:
         else:
             lines.append("  covariates: none")
         if self._ignored:
-            lines.append(f"  columns not read: {', '.join(self._ignored)}")
+            # (pandas names a column with an empty header "Unnamed: k", k from 0)
+            named = [
+                f"column {int(m.group(1)) + 1} (no name)"
+                if (m := re.fullmatch(r"Unnamed: (\d+)", str(c)))
+                else str(c)
+                for c in self._ignored
+            ]
+            lines.append(f"  columns not read: {', '.join(named)}")
         for reason, rows in self._ignored_rows:
             shown = ", ".join(str(r) for r in rows[:20]) + (", ..." if len(rows) > 20 else "")
             word = "row" if len(rows) == 1 else "rows"

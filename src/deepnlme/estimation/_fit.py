@@ -16,6 +16,8 @@ from ..solve._ode import OdeOptions
 from ..solve._subject import (
     check_transformed_observations,
     warn_undosed_subjects,
+    warn_unmatched_codes,
+    warn_unobserved_outputs,
     warn_zero_dv_proportional,
 )
 from ._boundary import with_boundary
@@ -99,6 +101,8 @@ def fit(
     check_model_and_population(model, population)
     warn_zero_dv_proportional(model, population)
     warn_undosed_subjects(model, population)
+    warn_unmatched_codes(model, population)
+    warn_unobserved_outputs(model, population)
     check_transformed_observations(model, population)
     ode_options = ode_options or OdeOptions()
     problem, predictor = model_problem(model, population, ode_options=ode_options)

@@ -186,13 +186,15 @@ def fit_problem(
         fit = dataclasses.replace(
             fit,
             converged=False,
-            message=explain_start(problem, start.u0, run.m2ll_first, (res.f, res.g, start.free)),
+            message=explain_start(
+                problem, start.u0, run.m2ll_first, (res.f, res.g, start.free), ev.grad_i
+            ),
         )
     elif unmoved:
         fit = dataclasses.replace(
             fit,
             converged=False,
-            message=f"{_unmoved_text(unmoved)}; {fit.message}",
+            message=f"{_unmoved_text(unmoved)} (the optimiser's own stop: {fit.message})",
         )
     wait_stored()  # the programs this fit compiled are in the store when it returns
     timings = {

@@ -224,10 +224,33 @@ class Fit:
         binding = binding_of(self.model, self.population, ode)
         cm = predictor.model.compiled  # the resolved model (networks' data scaling)
         theta = fit_values(self)[0]  # (as the diagnostics take them: one program for both)
+        if not per_time:
+            self._warn_first_record_only(cm)
         return individual_frame(
             cm, binding, self.population, theta, self.ebe_array, per_time=per_time,
             token=problem.cache_token,
         )  # fmt: skip
+
+    def _warn_first_record_only(self, cm) -> None:
+        """Warn where the model's covariates change within subjects: one row per subject is
+        at its first record, and an occasion's parameters (IOV: OCC selects the random
+        effect) or a time-varying covariate's effect are not in it (read as the subject's)."""
+        pop = self.population
+        names = {n.upper(): k for k, n in enumerate(pop.covariate_names)}
+        varying = [
+            c for c in cm.covariates if c.upper() in names and pop.time_varying[names[c.upper()]]
+        ]
+        if varying:
+            import warnings
+
+            warnings.warn(
+                f"individual_parameters: {', '.join(varying)} change"
+                f"{'s' if len(varying) == 1 else ''} within subjects, and these parameters are "
+                "at each subject's first record; individual_parameters(per_time=True) gives "
+                "them record by record (each occasion's, for inter-occasion variability).",
+                UserWarning,
+                stacklevel=3,
+            )
 
     # ------------------------------------------------------------------ covariance step
 

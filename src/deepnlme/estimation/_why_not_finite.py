@@ -26,23 +26,25 @@ def _fmt(x: float) -> str:
     return f"{x:.6g}"
 
 
-def explain_start(problem, u0: np.ndarray, m2ll_i=None, start_fg=None) -> str:
+def explain_start(problem, u0: np.ndarray, m2ll_i=None, start_fg=None, grad_i=None) -> str:
     """The message of a fit whose objective is not finite at the start `u0` (the full
     unconstrained vector); `m2ll_i` (per subject, at the start) picks the subjects to look
     at first. `start_fg` = (objective, gradient, free positions) at the start: where the
-    objective is finite and only the gradient is not, the message names the parameters."""
+    objective is finite and only the gradient is not, the message names the parameters, and
+    with the subjects' gradients `grad_i` (``[N, p]``) the subjects."""
     try:
         found = _first_cause(problem, u0, m2ll_i)
     except Exception:  # the diagnosis must never hide the fit's own report
         found = None
     if found is None:
-        return _gradient_cause(problem, start_fg) or _GENERIC
+        return _gradient_cause(problem, start_fg, grad_i) or _GENERIC
     return f"the objective is not finite at the initial estimates: {found}; the fit did not start"
 
 
-def _gradient_cause(problem, start_fg) -> str | None:
+def _gradient_cause(problem, start_fg, grad_i=None) -> str | None:
     """The message for an objective that is finite at the start with a gradient that is not:
-    the parameters whose entries are NaN or inf (None when that is not the case)."""
+    the parameters whose entries are NaN or inf, and the subjects whose terms make them
+    (None when that is not the case)."""
     if start_fg is None:
         return None
     f, g, free = start_fg
@@ -55,9 +57,17 @@ def _gradient_cause(problem, start_fg) -> str | None:
     where = list(dict.fromkeys(hit))
     if np.any(bad[len(free) :]):
         where.append("the random effects")
+    who = ""
+    if grad_i is not None:
+        gi = np.asarray(grad_i, dtype=np.float64).reshape(problem.n_subjects, -1)
+        rows = np.flatnonzero(~np.all(np.isfinite(gi), axis=1))
+        if rows.size:
+            ids = [str(problem.subject_ids[i]) for i in rows[:5]]
+            more = f" and {rows.size - 5} more" if rows.size > 5 else ""
+            who = f", from the terms of subject ID {', '.join(ids)}{more}"
     return (
         f"the objective is finite at the initial estimates but its gradient is not (NaN or inf "
-        f"in {', '.join(where) or 'some entries'}): a derivative of the model is undefined "
+        f"in {', '.join(where) or 'some entries'}{who}): a derivative of the model is undefined "
         "there, as the slope of log, a fractional power or a root is at 0, or of an expression "
         "divided by 0; check the initial estimates and such expressions; the fit did not start"
     )

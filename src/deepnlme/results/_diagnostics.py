@@ -29,7 +29,7 @@ from ..likelihood._from_model import (
 from ..model._distributions import inverse_transform
 from ..solve._ode import OdeOptions
 from ..solve._subject import failure_cause, raise_failed_solves, steady_state_record_at
-from ._simulate import predictions_frame
+from ._simulate import predictions_frame, warn_nonfinite_predictions
 
 _STANDARD_NORMAL = statistics.NormalDist()
 
@@ -249,8 +249,23 @@ def predict(fit, population=None) -> pd.DataFrame:
         ok, fail_time, b.binding.ids, data=b.binding.data,
         explain=lambda i: failure_cause(b.predictor, b.theta, b.eta[i], b.binding.data, i),
     )  # fmt: skip
-    frame = predictions_frame(b.binding, b.population, ppred, ipred, derived)
     mask = np.asarray(b.binding.data.obs_mask)
+    more = ""
+    if b.population is not fit.population:
+        # a subject whose prediction at eta = 0 is not finite has an EBE objective that is
+        # not: its search stayed at eta = 0, and its IPRED and residuals there looked real
+        lost = ~np.where(mask, np.isfinite(ppred), True).all(axis=1)
+        if lost.any():
+            more = (
+                f" The EBEs of {int(lost.sum())} subject(s) could not be estimated there: their "
+                "IPRED and individual residuals are NaN."
+            )
+            ipred = np.where(lost[:, None], np.nan, ipred)
+            for k in ("IRES", "IWRES", "CWRES"):
+                res[k] = np.where(lost[:, None], np.nan, res[k])
+            derived = {k: np.where(lost[:, None], np.nan, v) for k, v in derived.items()}
+    frame = predictions_frame(b.binding, b.population, ppred, ipred, derived)
+    warn_nonfinite_predictions(frame, "predict", more)
     base = frame.iloc[:, :6]
     extra = frame.iloc[:, 6:]
     cols = {k: res[k][mask] for k in ("RES", "WRES", "IRES", "IWRES", "CWRES")}

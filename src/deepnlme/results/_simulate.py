@@ -329,6 +329,20 @@ def _simulate(model, population, params, seed, etas, residual, ode_options) -> _
     )  # fmt: skip
     mask = np.asarray(binding.data.obs_mask)
     y = np.where(mask, np.asarray(y), np.nan)
+    lost = mask & ~np.isfinite(y)
+    if lost.any():
+        import warnings
+
+        i, j = np.argwhere(lost)[0]
+        warnings.warn(
+            f"simulate: {int(lost.sum())} simulated observation(s) are not finite (the first: "
+            f"subject {binding.ids[i]} at TIME {population.written_obs_time()[i, j]:g}): the "
+            "model's prediction there is not finite. Check that record's covariates and doses "
+            "against the model's expressions (a power or log of a negative value, a division "
+            "by 0).",
+            UserWarning,
+            stacklevel=3,
+        )
     return _Simulated(
         population.with_dv(y),
         y,
@@ -419,7 +433,36 @@ def model_predict(
         ok, fail_time, binding.ids, data=binding.data,
         explain=lambda i: failure_cause(predictor, theta, eta[i], binding.data, i),
     )  # fmt: skip
-    return predictions_frame(binding, population, ppred, ipred, derived)
+    frame = predictions_frame(binding, population, ppred, ipred, derived)
+    warn_nonfinite_predictions(frame, "model_predict")
+    return frame
+
+
+def warn_nonfinite_predictions(frame: pd.DataFrame, what: str, more: str = "") -> None:
+    """Warn of observations whose PRED or IPRED is not finite (a covariate outside the
+    domain of the model's expressions: a power of a negative concentration, a log of 0), with
+    the first such record's subject and time: one NaN among a table's numbers went unnoticed
+    (the objective names it at a fit's start; a prediction on other data said nothing)."""
+    import warnings
+
+    pred = frame["PRED"].to_numpy(dtype=float)
+    ipred = frame["IPRED"].to_numpy(dtype=float)
+    bad = ~(np.isfinite(pred) & np.isfinite(ipred))
+    if not bad.any():
+        return
+    column = "PRED" if not np.isfinite(pred).all() else "IPRED"
+    i = int(np.flatnonzero(~np.isfinite(pred if column == "PRED" else ipred))[0])
+    row = frame.iloc[i]
+    n = int(bad.sum())
+    warnings.warn(
+        f"{what}: {n} observation{'s have' if n > 1 else ' has'} a prediction that is not "
+        f"finite (the first {column}: {row['ENDPOINT']} is {float(row[column])} for subject "
+        f"{row['ID']} at TIME {float(row['TIME']):g}). Check that record's covariates "
+        "and doses against the model's expressions (a power or log of a negative value, a "
+        f"division by 0).{more}",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _prediction_program(predictor, token: str | None):

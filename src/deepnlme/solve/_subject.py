@@ -106,12 +106,33 @@ def _match_covariates(model_covs, pop) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _first_record(population, endpoint: str) -> str:
+    """Where the first observation of `endpoint` is, for a message ("" without data)."""
+    if population is None:
+        return ""
+    r = population._records
+    at = np.flatnonzero((r["ENDPOINT"].to_numpy() == endpoint) & (r["MDV"].to_numpy() == 0))
+    if not at.size:
+        return ""
+    first = r.iloc[int(at[0])]
+    n = len(at)
+    return (
+        f" ({n} observation{'s' if n > 1 else ''}; the first: subject "
+        f"{population.ids[int(first['_S'])]}, TIME {float(first['TIME']):g}, data row "
+        f"{int(first['ROW'])})"
+    )
+
+
 def _match_outputs(
-    outputs: tuple[str, ...], endpoints: tuple[str, ...], column: str | None = None
+    outputs: tuple[str, ...],
+    endpoints: tuple[str, ...],
+    column: str | None = None,
+    population=None,
 ) -> tuple[int, ...]:
     """The model output of each of the data's endpoint labels: by name; numeric codes of a
     DVID-like `column` in declaration order, 1-based (nlmixr2's rule); never the numbers of a
-    CMT column, which are compartments, not the outputs' order."""
+    CMT column, which are compartments, not the outputs' order. With the `population`, an
+    endpoint that matches no output is located in the data."""
     if not outputs:
         raise ModelError(
             "the model has no observation statement (`NAME ~ Distribution(...)` in `derived:`), "
@@ -160,9 +181,10 @@ def _match_outputs(
             index.append(int(e) - 1)  # numeric codes in declaration order, 1-based
         else:
             raise DataError(
-                f"the data's endpoint '{e}' matches no observed output of the model "
-                f"({', '.join(outputs)}). Name endpoints like the outputs with "
-                "read_data(..., endpoints={code: name}), or use codes 1..K in declaration order."
+                f"the data's endpoint '{e}'{_first_record(population, e)} matches no "
+                f"observed output of the model ({', '.join(outputs)}). Name endpoints like the "
+                "outputs with read_data(..., endpoints={code: name}), or use codes 1..K in "
+                "declaration order."
             )
     return tuple(index)
 
@@ -301,6 +323,109 @@ def warn_undosed_subjects(model, population) -> None:
     )
 
 
+def _statement_exprs(ir):
+    """(line, expression) of every statement of the model that computes something."""
+    from ..model._ir import Observation
+
+    for st in (*ir.pre, *ir.dosing, *ir.init, *ir.dynamics, *ir.derived):
+        for e in st.args if isinstance(st, Observation) else (st.expr,):
+            yield st.loc.line, e
+
+
+def _code_test(e):
+    """(covariate, number) of ``COV == number`` (either way round), or None."""
+    from ..model._ir import Compare, Name, Num, Unary
+
+    def number(x):
+        if isinstance(x, Num):
+            return float(x.value)
+        if isinstance(x, Unary) and x.op == "-" and isinstance(x.operand, Num):
+            return -float(x.operand.value)
+        return None
+
+    if not isinstance(e, Compare) or e.op not in ("==", "!="):
+        return None
+    for a, b in ((e.left, e.right), (e.right, e.left)):
+        if isinstance(a, Name) and a.kind == "covariate" and number(b) is not None:
+            return a.id, number(b)
+    return None
+
+
+def warn_unmatched_codes(model, population) -> None:
+    """Warn where the model tests a covariate for a code (``OCC == 1``) that it never takes in
+    the data, so the branch is never taken, and where the last ``else`` of a chain of such
+    tests gives one random effect to two codes or more. Both are what occasions coded
+    otherwise than the model's tests do to an inter-occasion model (2 and 5 where it tests 1
+    and 2; 1 to 4 where it names 3): the fit converges, one random effect moves no
+    prediction or two occasions share one, and only a failed covariance step hinted at it."""
+    import warnings
+
+    from ..data import DataWarning
+    from ..model._ir import IfElse, Name, to_source, walk
+
+    names = {n.upper(): n for n in population.covariate_names}
+    records = population._records
+    codes: dict[str, np.ndarray] = {}
+
+    def values(cov: str) -> np.ndarray:
+        if cov not in codes:
+            col = records[names[cov.upper()]].to_numpy(dtype=float)
+            codes[cov] = np.unique(col[np.isfinite(col)])
+        return codes[cov]
+
+    def listed(v) -> str:
+        v = [f"{x:g}" for x in v]
+        return ", ".join(v[:8]) + (f" and {len(v) - 8} more" if len(v) > 8 else "")
+
+    said: set = set()
+    for line, expr in _statement_exprs(model.ir):
+        where = f"line {line}" if line else "a line"
+        inner: set[int] = set()
+        for node in walk(expr):
+            test = _code_test(node)
+            if test is not None and test[0].upper() in names:
+                cov, code = test
+                have = values(cov)
+                if have.size and code not in have and (cov, code) not in said:
+                    said.add((cov, code))
+                    warnings.warn(
+                        f"the model tests {cov} for {code:g} ({where}: {to_source(node)}), a "
+                        f"value {cov} never takes in these data (its values: {listed(have)}): "
+                        "that branch is never taken. Where it selects an occasion's random "
+                        "effect, that random effect moves no prediction and its estimate "
+                        f"means nothing: recode {cov} in the data or the model's tests.",
+                        DataWarning,
+                        stacklevel=3,
+                    )
+            if not isinstance(node, IfElse) or id(node) in inner:
+                continue
+            chain, tested, e = None, [], node
+            while isinstance(e, IfElse) and e.cond.__class__.__name__ == "Compare":
+                test = _code_test(e.cond)
+                if test is None or e.cond.op != "==" or chain not in (None, test[0]):
+                    break
+                chain = test[0]
+                tested.append(test[1])
+                inner.add(id(e))
+                e = e.orelse
+            last = e
+            if chain is None or chain.upper() not in names:
+                continue
+            if not (isinstance(last, Name) and last.kind == "random"):
+                continue
+            rest = [v for v in values(chain) if v not in tested]
+            if len(rest) > 1:
+                warnings.warn(
+                    f"{chain} takes {len(rest)} values in these data that {where}'s tests "
+                    f"({', '.join(f'{chain} == {v:g}' for v in tested)}) do not name "
+                    f"({listed(rest)}): all of them get the last else's random effect "
+                    f"{last.id}, so those occasions share one random effect. Give each its "
+                    f"own (one more test and random effect each), or recode {chain}.",
+                    DataWarning,
+                    stacklevel=3,
+                )
+
+
 def warn_zero_dv_proportional(model, population) -> None:
     """A DataWarning for observations with DV = 0 of a `Proportional` output: its SD is
     sd_prop * f, so the likelihood of DV = 0 grows without bound as f goes to 0 (the fit can
@@ -340,12 +465,44 @@ def warn_zero_dv_proportional(model, population) -> None:
         )
 
 
+def warn_unobserved_outputs(model, population) -> None:
+    """A DataWarning where a fit meets data in which an output of a model with several has
+    no observation: the parameters only it depends on move nothing, and the fit said no more
+    than that they never moved (an endpoint left out when the data were put together)."""
+    import warnings
+
+    from ..data import DataWarning
+
+    cm = model.compiled
+    if len(cm.outputs) < 2:
+        return
+    a = population.arrays()
+    out_of_ep = _match_outputs(
+        cm.outputs, tuple(population.endpoints), population.endpoint_column, population
+    )
+    mask = np.asarray(a.obs_mask, bool)
+    measured = set(np.asarray(out_of_ep, dtype=int)[np.asarray(a.obs_endpoint)[mask]].tolist())
+    none = [o for k, o in enumerate(cm.outputs) if k not in measured]
+    if none:
+        warnings.warn(
+            f"the model's output{'s' if len(none) > 1 else ''} {', '.join(none)} "
+            f"{'have' if len(none) > 1 else 'has'} no observation in these data: the "
+            "parameters only it depends on cannot be estimated from them. An endpoint left out "
+            "when the data were put together, or read under another label (read_data(..., "
+            "endpoints={code: name}))?",
+            DataWarning,
+            stacklevel=3,
+        )
+
+
 def bind_population(model, population) -> Binding:
     """Check that `model` fits `population` and build the model-ordered subject arrays."""
     cm = model.compiled
     a = population.arrays()
     cidx = _match_covariates(cm.covariates, population)
-    out_of_ep = _match_outputs(cm.outputs, tuple(population.endpoints), population.endpoint_column)
+    out_of_ep = _match_outputs(
+        cm.outputs, tuple(population.endpoints), population.endpoint_column, population
+    )
     _check_dose_records(cm, a, tuple(population.ids))
     _warn_observation_compartments(cm, population)
     _check_discrete_observations(cm, a, out_of_ep, population)
