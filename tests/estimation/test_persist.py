@@ -54,6 +54,9 @@ def test_loaded_fit_fields_equal(saved):
     fit, folder = saved
     g = dn.load_fit(folder)
     assert g.population == fit.population
+    # where the data were read from (the report's Data section said "the DataFrame")
+    first = fit.population.summary().splitlines()[0]
+    assert g.population.summary().splitlines()[0] == first and "DataFrame" not in first
     assert g.model.source == fit.model.source
     assert g.method == fit.method
     assert (g.ofv, g.m2ll, g.aic, g.bic, g.converged) == (

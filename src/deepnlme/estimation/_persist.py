@@ -410,6 +410,7 @@ def _data_record(pop, arrays: dict[str, np.ndarray]) -> dict:
         "endpoint_column": "DVID" if "DVID" in data.columns else None,
         "cens_column": "CENS" if "CENS" in data.columns else None,
         "fingerprint": data_fingerprint(pop),
+        "source": str(getattr(pop, "_source_name", "") or ""),
     }
 
 
@@ -637,7 +638,11 @@ def _population(payload: dict, arrays: dict[str, np.ndarray]):
             "fingerprint: its data table was edited, or the file was written by an "
             "incompatible version"
         )
-    return pop.with_filled(d.get("filled"))  # (how the data were read: kept with the fit)
+    pop = pop.with_filled(d.get("filled"))  # (how the data were read: kept with the fit)
+    if d.get("source"):  # (the file it was read from: the report's Data section names it)
+        pop = pop._replace(pop._records, pop._ids)
+        pop._source_name = str(d["source"])
+    return pop
 
 
 def load_fit(path: str | os.PathLike):
