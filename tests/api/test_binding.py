@@ -329,3 +329,33 @@ def test_occasion_codes_the_models_tests_do_not_match_are_warned(codes, said):
             first["iov"], per_time.groupby("ID", sort=False)["iov"].first(), rtol=1e-12
         )
         assert per_time.groupby("ID")["iov"].nunique().eq(2).all()
+
+
+def test_a_trough_before_a_first_steady_state_dose_record_is_warned():
+    """A trough at TIME 0 placed before the SS=1 dose record at TIME 0: as in NONMEM it sees
+    no drug (prediction 0), and a fit took such troughs as measurements of none (sigma 5x, a
+    variance to 0, converged) with nothing said. After the record it is the steady state's."""
+    from deepnlme.data import DataWarning
+
+    model = dn.load_model(
+        "param:\n    tcl = Real(init=1.0)\n    tv = Real(init=3.0)\n    s = Positive(init=0.5)\n"
+        "pre:\n    cl = exp(tcl)\n    v = exp(tv)\ndynamics: OneCompartment\n"
+        "derived:\n    DV ~ Normal(Central / v, s)\n"
+    )
+    cols = ["ID", "TIME", "AMT", "DV", "EVID", "MDV", "SS", "II"]
+    trough, dose = [1, 0.0, 0, 3.0, 0, 0, 0, 0], [1, 0.0, 100, 0, 1, 1, 1, 12]
+    after = [1, 2.0, 0, 4.0, 0, 0, 0, 0]
+    before = dn.read_data(pd.DataFrame([trough, dose, after], columns=cols))
+    with pytest.warns(DataWarning, match=r"time 0 \(data row 1\): this observation comes before"):
+        pred = dn.model_predict(model, before)
+    assert pred["PRED"].iloc[0] == 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        pred = dn.model_predict(
+            model, dn.read_data(pd.DataFrame([dose, trough, after], columns=cols))
+        )
+    cl, v = np.exp(1.0), np.exp(3.0)  # the steady state's trough: 100/v e^-k12 / (1 - e^-k12)
+    k12 = cl / v * 12
+    np.testing.assert_allclose(
+        pred["PRED"].iloc[0], 100 / v * np.exp(-k12) / (1 - np.exp(-k12)) + 100 / v, rtol=1e-10
+    )

@@ -96,6 +96,13 @@ def test_sections_present_in_order(report):
     # every part drawn: a part that fails says so in the report and leaves the rest, so a
     # failure (the dense curves' grid once) is seen here, not as a report that looks whole
     assert "could not be" not in report[0]
+    # the CI column mixes scales: the line under the table says which (the notes are not shown)
+    assert p.text["estimates-ci"] == (
+        "95% CIs: fixed effects estimate \u00b1 1.96 SE on their scale as declared; variances "
+        "and SDs from the log scale (so they stay positive); back-transformed values and their "
+        "CIs are the estimate's and its CI's ends transformed (exp, or the logistic function "
+        "of a logit-scale parameter)."
+    )
 
 
 @pytest.mark.slow  # the session's fit, made through the command line

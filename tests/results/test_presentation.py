@@ -406,11 +406,16 @@ def test_model_and_population_html(tmp_path):
     assert "<table" in page and "more records" in page
 
 
-def _reading(pre: str, extra_params: str = "", random: str = "    eta ~ MvNormal(omega)\n"):
+def _reading(
+    pre: str,
+    extra_params: str = "",
+    random: str = "    eta ~ MvNormal(omega)\n",
+    covariates: str = "WT",
+):
     text = (
         "param:\n    tcl = Real(init=1.0)\n    tv = Real(init=3.0)\n"
         "    omega = PDiag(init=[0.1, 0.1])\n    sigma = Positive(init=0.5)\n"
-        f"{extra_params}random:\n{random}covariates: WT\npre:\n{pre}"
+        f"{extra_params}random:\n{random}covariates: {covariates}\npre:\n{pre}"
         "derived:\n    DV ~ Additive(cl * v * t, sigma)\n"
     )
     return read_model(dn.load_model(text))
@@ -466,6 +471,16 @@ def test_reading_the_expression_tree_not_the_names():
         "    NN = MLP(1, 3, (1, identity), seed=1)\n    tv2 = Real(init=0.1)\n",
     )
     assert r.shifted == {("tcl", "cl"): ["NN"], ("tv", "v"): ["tv2"], ("tv2", "v"): ["tv"]}
+    # mu-referenced covariate terms: exp(tcl) is q where they are 0 (said so: it read "typical
+    # q" where the same model written as factors said "where the factors ... are 1"), and
+    # exp(theta) of `theta * SEX` in the exponent is the factor per unit of SEX
+    r = _reading(
+        "    cl = exp(tcl + 0.75 * log(WT / 70) + bs * SEX + eta[0])\n    v = exp(tv + eta[1])\n",
+        "    bs = Real(init=0.1)\n",
+        covariates="WT, SEX",
+    )
+    assert r.covariate_terms == {("tcl", "cl"): ["0.75 * log(WT / 70)", "bs * SEX"]}
+    assert r.per_unit == {"bs": [("cl", "SEX")]} and ("tv", "v") not in r.covariate_terms
     # exp(tcl) beside factors with other fixed effects (a power covariate model, a THETA per
     # category) is cl where those are 1: said so, not "typical cl" alone
     r = _reading(

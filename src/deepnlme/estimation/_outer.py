@@ -196,6 +196,12 @@ def fit_problem(
             converged=False,
             message=f"{_unmoved_text(unmoved)} (the optimiser's own stop: {fit.message})",
         )
+    elif fit.converged and cov_u is None and str(cov_status).startswith("failed"):
+        still = _at_start(problem, start, res)
+        if still:
+            hint = _still_text(still)
+            fit = dataclasses.replace(fit, message=f"{fit.message}; but {hint}")
+            warnings.warn(f"the fit {hint}", UserWarning, stacklevel=3)
     wait_stored()  # the programs this fit compiled are in the store when it returns
     timings = {
         "compile": run.t_compile,
@@ -426,14 +432,33 @@ def _unmoved(problem: Problem, start: Start, g_first, res: OptResult) -> list[st
         return []
     x_end = np.asarray(res.x, dtype=np.float64)[:p]
     z0 = start.u0[list(start.free)]
-    stuck = (g_first == 0.0) & (g_end == 0.0) & (x_end == z0)
-    if not stuck.any():
+    return _free_labels(problem, start, (g_first == 0.0) & (g_end == 0.0) & (x_end == z0))
+
+
+def _at_start(problem: Problem, start: Start, res: OptResult) -> list[str]:
+    """The free parameters (network weights aside) whose estimate is still their start, to
+    1e-4 (unconstrained scale): with a covariance step that failed, the mark of a plateau or
+    a local optimum the fit stopped on (time in minutes with initial values for hours: an
+    absorption so fast that ka and its variance move nothing, reported converged at an OFV
+    205 above the optimum, with only the failed step to say something was wrong)."""
+    p = len(start.free)
+    x_end = np.asarray(res.x, dtype=np.float64)[:p]
+    z0 = start.u0[list(start.free)]
+    if x_end.size != p:
+        return []
+    return _free_labels(problem, start, np.abs(x_end - z0) <= 1e-4 * np.maximum(1.0, np.abs(z0)))
+
+
+def _free_labels(problem: Problem, start: Start, which: np.ndarray) -> list[str]:
+    """Labels (``b1``, ``omega (entry 2 of 3)``) of the free positions `which` marks, network
+    weights left out."""
+    if not which.any():
         return []
     slices = problem.u_slices()
     size = start.u0.size
     network = _network_names(problem)
     out = []
-    for k in np.flatnonzero(stuck):
+    for k in np.flatnonzero(which):
         i = start.free[k]
         for pi in problem.param_info:
             lo, hi, _ = slices[pi.name].indices(size)
@@ -442,6 +467,17 @@ def _unmoved(problem: Problem, start: Start, g_first, res: OptResult) -> list[st
                     pi.name if pi.size == 1 else f"{pi.name} (entry {i - lo + 1} of {pi.size})"
                 )
     return out
+
+
+def _still_text(names: list[str]) -> str:
+    quoted = ", ".join(f"'{n}'" for n in names)
+    its = "its initial value" if len(names) == 1 else "their initial values"
+    return (
+        f"{quoted} ended at {its} and the covariance step failed: the objective is flat "
+        "there, a plateau or a local optimum rather than the best fit (initial values for "
+        "another time unit than the data's? a rate so fast or slow that it moves no "
+        "prediction?). Fit again from other initial values (dn.multistart) and compare OFVs"
+    )
 
 
 def _unmoved_text(names: list[str]) -> str:

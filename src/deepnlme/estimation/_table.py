@@ -238,6 +238,23 @@ class _Reading:
     # (label, pre name) -> the fixed effects in the product's other factors (WT^theta, a
     # THETA per category): exp(label) is the name's value where those factors are 1
     factored: dict[tuple[str, str], list[str]] = dataclasses.field(default_factory=dict)
+    # (label, pre name) -> the covariate terms beside it in the exponent (`0.75 * log(WT /
+    # 70)`, `th * SEX`): exp(label) is the name's value where they are 0
+    covariate_terms: dict[tuple[str, str], list[str]] = dataclasses.field(default_factory=dict)
+    # label -> (pre name, covariate) where the exponent has `label * COV`: exp(label) is the
+    # factor on the name per unit of the covariate (SEX 0/1: the ratio of the two groups)
+    per_unit: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
+
+
+def _theta_times_covariate(e, shapes) -> tuple[str, str] | None:
+    """(fixed effect, covariate) of a term `theta * COV` or `COV * theta`, else None."""
+    if not (isinstance(e, BinOp) and e.op == "*"):
+        return None
+    for a, b in ((e.left, e.right), (e.right, e.left)):
+        th = _theta_ref(a, shapes)
+        if th is not None and isinstance(b, Name) and b.kind == "covariate":
+            return th, b.id
+    return None
 
 
 def _eta_offsets(ir) -> dict[str, tuple[int, int]]:
@@ -410,6 +427,8 @@ def read_model(model) -> _Reading:
     aliases: set[str] = set()
     direct_exp: dict[str, set[int]] = {}
     logit_scale: dict[str, list[str]] = {}
+    covariate_terms: dict[tuple[str, str], list[str]] = {}
+    per_unit: dict[str, list[tuple[str, str]]] = {}
     statements = _individual_statements(ir)
     for name, expr in statements:
         budget = [_MAX_ALIASES]
@@ -441,12 +460,24 @@ def read_model(model) -> _Reading:
             direct = f in _factors(expr, {}, [0])
             terms = _terms(f.args[0], pre, budget, aliases)
             for sign, t in terms:
+                pair = _theta_times_covariate(t, shapes)
+                if pair is not None and sign > 0:
+                    per_unit.setdefault(pair[0], []).append((name, pair[1]))
                 th = _theta_ref(t, shapes)
                 if th is not None and sign > 0:
                     log_scale.setdefault(th, []).append(name)
                     others = [_shift_of(o) for _, o in terms if o is not t]
                     if any(others):
                         shifted[th, name] = [x for x in others if x]
+                    with_covariates = [
+                        to_source(o)
+                        for _, o in terms
+                        if o is not t
+                        and any(isinstance(n, Name) and n.kind == "covariate" for n in walk(o))
+                        and not _shift_of(o)
+                    ]
+                    if with_covariates:
+                        covariate_terms[th, name] = with_covariates
                     scaled = sorted(set().union(*other_thetas.values()) - {th})
                     if scaled:
                         factored[th, name] = scaled
@@ -500,7 +531,7 @@ def read_model(model) -> _Reading:
                 roles.setdefault(th, (f"in the {argname} of {s.name}: {to_source(arg)}", False))
     return _Reading(
         theta_targets, log_scale, eta_targets, exp_etas - other, roles, shifted, logit_scale,
-        factored,
+        factored, covariate_terms, per_unit,
     )  # fmt: skip
 
 
@@ -651,21 +682,40 @@ def _fixed_rows(
             plain = [
                 w
                 for w in dict.fromkeys(where)
-                if (name, w) not in reading.shifted and (name, w) not in reading.factored
+                if (name, w) not in reading.shifted
+                and (name, w) not in reading.factored
+                and (name, w) not in reading.covariate_terms
             ]
             notes = [f"exp({name}): typical {', '.join(plain)}"] if plain else []
             for w in dict.fromkeys(where):
-                if (name, w) in reading.factored and (name, w) not in reading.shifted:
-                    by = ", ".join(reading.factored[name, w])
+                if (name, w) in reading.shifted:
+                    continue
+                at = []
+                if (name, w) in reading.factored:
+                    at.append(f"the factors with {', '.join(reading.factored[name, w])} are 1")
+                if (name, w) in reading.covariate_terms:
+                    terms = reading.covariate_terms[name, w]
+                    at.append(f"{', '.join(terms)} {'is' if len(terms) == 1 else 'are'} 0")
+                if at:
                     notes.append(
-                        f"exp({name}): typical {w} where the factors with {by} are 1 "
-                        "(covariates at their reference values)"
+                        f"exp({name}): typical {w} where {' and '.join(at)} (covariates at "
+                        "their reference values)"
                     )
             for w in dict.fromkeys(where):
                 if (name, w) in reading.shifted:
                     at = ", ".join(reading.shifted[name, w])
                     notes.append(f"exp({name}): {w} where {at} is 0 (no typical value)")
             row["note"] = _join(row["note"], *notes)
+        elif reading is not None and name in reading.per_unit:
+            est, lo, hi = row["estimate"], row["ci_2.5%"], row["ci_97.5%"]
+            row["back-transformed"] = math.exp(est)
+            row["back_ci_2.5%"] = math.exp(lo) if np.isfinite(lo) else math.nan
+            row["back_ci_97.5%"] = math.exp(hi) if np.isfinite(hi) else math.nan
+            on = "; ".join(
+                f"exp({name}): the factor on {w} per unit of {c}"
+                for w, c in dict.fromkeys(reading.per_unit[name])
+            )
+            row["note"] = _join(row["note"], on)
         elif reading is not None and name in reading.logit_scale:
             est, lo, hi = row["estimate"], row["ci_2.5%"], row["ci_97.5%"]
             row["back-transformed"] = _logistic(est)

@@ -473,9 +473,29 @@ def _estimates_shown(table: pd.DataFrame) -> pd.DataFrame:
 # the table's notes that change how a row reads (the report's table has no note column: it
 # hid that exp(tcl) beside a network is no typical cl, and that two IOV rows are one variance)
 _CAVEATS = (
-    "no typical value", "one variance with", "near its boundary", "where the factors with",
+    "no typical value", "one variance with", "near its boundary", "at their reference values",
+    "per unit of",
     "SD only", "reg=",
 )  # fmt: skip
+
+
+def _ci_scales(table: pd.DataFrame) -> list[str]:
+    """A line under the table saying on which scale each kind of row's CI is (its column mixes
+    three: the report's table has no note column to say it row by row)."""
+    if "ci_2.5%" not in table.columns or not table["ci_2.5%"].notna().any():
+        return []
+    notes = " ".join(str(n) for n in table.get("note", pd.Series(dtype=object)))
+    parts = ["95% CIs: fixed effects estimate ± 1.96 SE on their scale as declared"]
+    if "CI on the log scale" in notes:
+        parts.append("variances and SDs from the log scale (so they stay positive)")
+    if "Fisher's z" in notes:
+        parts.append("correlations through Fisher's z")
+    if "back_ci_2.5%" in table.columns and table["back_ci_2.5%"].notna().any():
+        parts.append(
+            "back-transformed values and their CIs are the estimate's and its CI's ends "
+            "transformed (exp, or the logistic function of a logit-scale parameter)"
+        )
+    return [f'<p class="note" id="estimates-ci">{html.escape("; ".join(parts))}.</p>']
 
 
 def _caveats(table: pd.DataFrame) -> list[str]:
@@ -884,13 +904,15 @@ def _report_html(
         )
     )
     sections.append(_section("covariance", "Covariance step", _covariance_section(fit)))
+    estimates = fit.table()
     sections.append(
         _section(
             "estimates",
             "Estimates",
             [
-                _table(_estimates_shown(fit.table()), table_id="estimates-table"),
-                *_caveats(fit.table()),
+                _table(_estimates_shown(estimates), table_id="estimates-table"),
+                *_ci_scales(estimates),
+                *_caveats(estimates),
             ],
         )
     )

@@ -508,6 +508,7 @@ def bind_population(model, population) -> Binding:
     _check_discrete_observations(cm, a, out_of_ep, population)
     late, between = same_time_order(a)
     _warn_observations_between_doses(population, between)
+    _warn_observations_before_a_first_steady_state(population, late)
     sel = np.asarray(cidx, dtype=int)
     tv = bool(any(population.time_varying[i] for i in cidx))
     f64 = lambda x: jnp.asarray(x, dtype=jnp.float64)  # noqa: E731
@@ -601,6 +602,42 @@ def _warn_observations_between_doses(population, between: np.ndarray) -> None:
         + ". deepnlme gives it the amounts after every administration at that time, not only "
         "those before it in the file. To sample between them, give the later dose a slightly "
         "later TIME.",
+        DataWarning,
+        stacklevel=4,
+    )
+
+
+def _warn_observations_before_a_first_steady_state(population, late: np.ndarray) -> None:
+    """A DataWarning for an observation placed before an SS=1 dose record at its time with no
+    dose before: as in NONMEM it sees the amounts before that record, 0, where a trough of the
+    steady state was meant (coded after the record, it is the steady state's). A fit took such
+    troughs as measurements of no drug: sigma 5x, a variance driven to 0, and converged."""
+    a = population.arrays()
+    mask = np.asarray(a.obs_mask, bool) & ~late
+    dose = np.asarray(a.dose_mask, bool) & np.isin(np.asarray(a.dose_evid), (1, 4))
+    t_obs, t_dose = np.asarray(a.obs_time), np.asarray(a.dose_time)
+    ss1 = dose & (np.asarray(a.dose_ss) == 1)
+    if not ss1.any():
+        return
+    at_ss = (ss1[:, None, :] & (t_dose[:, None, :] == t_obs[:, :, None])).any(axis=2)
+    earlier = (dose[:, None, :] & (t_dose[:, None, :] < t_obs[:, :, None])).any(axis=2)
+    flagged = mask & at_ss & ~earlier
+    if not flagged.any():
+        return
+    import warnings
+
+    from ..data import DataWarning
+
+    i, j = np.argwhere(flagged)[0]
+    n = int(flagged.sum())
+    warnings.warn(
+        f"subject {population.ids[i]}, time {population.written_obs_time()[i, j]:g} "
+        f"(data row {int(a.obs_row[i, j])}): this observation comes before an SS=1 dose record "
+        "at its time, with no dose before it"
+        + (f"; {n} observations are such" if n > 1 else "")
+        + ". As in NONMEM it sees the amounts before that record: none, a prediction of 0. A "
+        "trough of the steady state goes after the SS record (the record after it at the same "
+        "time sees the steady state).",
         DataWarning,
         stacklevel=4,
     )
