@@ -328,3 +328,23 @@ def test_a_decimal_comma_and_unnamed_columns_are_said_as_such(tmp_path):
     q.write_text("ID,TIME,AMT,DV,EVID,MDV,,\n1,0,100,.,1,1,,\n1,1,0,2.5,0,0,,\n")
     summary = read_data(q).summary()
     assert "columns not read: column 7 (no name), column 8 (no name)" in summary
+
+
+def test_a_date_column_is_said_to_be_unused_not_read_as_a_covariate(tmp_path):
+    # NONMEM reads TIME beside a DAT1 item as a clock time added to the date; a numeric DAT1
+    # was read here as a covariate that changes over time, the dates never used, unsaid
+    p = tmp_path / "dates.csv"
+    p.write_text(
+        "ID,DAT1,TIME,AMT,DV,EVID,MDV\n1,20240301,8,100,.,1,1\n1,20240301,10,0,2.5,0,0\n"
+        "1,20240302,8,0,1.5,0,0\n"
+    )
+    with pytest.raises(DataError, match=r"time goes back.*a date column \(DAT1\): if TIME is a"):
+        read_data(p)
+    p.write_text(
+        "ID,DAT1,TIME,AMT,DV,EVID,MDV\n1,20240301,8,100,.,1,1\n1,20240301,10,0,2.5,0,0\n"
+        "1,20240302,32,0,1.5,0,0\n"
+    )
+    with pytest.warns(DataWarning, match="column DAT1 is a date .* TIME is read as the time "):
+        pop = read_data(p)
+    assert pop.covariate_names == () and "columns not read: DAT1" in pop.summary()
+    assert read_data(p, covariates=["DAT1"]).covariate_names == ("DAT1",)  # asked for: read

@@ -509,7 +509,20 @@ def continuous_time(
         ),
         "Sort each subject's records by time (read_data(..., sort=True) does it for you); "
         "a clock that restarts (a new period) needs an EVID 3 or 4 reset record at the "
-        "restart.",
+        "restart."
+        + (
+            f" The table has a date column ({dates[0]}): if {column} is a time of day (NONMEM "
+            "adds it to the date), give the hours elapsed since a reference instead: "
+            "deepnlme does not read dates."
+            if (
+                dates := [
+                    c
+                    for c in table.frame.columns
+                    if str(c).upper() in ("DATE", "DAT1", "DAT2", "DAT3")
+                ]
+            )
+            else ""
+        ),
     )
     starts, stops = subjects.starts, subjects.stops
     step = np.where(back, time - np.concatenate([[0.0], time[:-1]]), 0.0)

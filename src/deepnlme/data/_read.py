@@ -309,9 +309,11 @@ def read_table(
     t_cont = continuous_time(rd, cols.time, rec.time, rec.evid, subjects)
     ep_col, ep_labels, ep_order = _endpoints(rd, endpoint, endpoints, rec.is_obs)
     used = cols.used() | ({ep_col} if ep_col else set())
+    dates = _date_items(rd, cols, covariates)
     cov_names, cov_values, ignored, n_filled = _covariates(
-        rd, covariates, used, fill, subjects, rec.time, needed
+        rd, covariates, used | set(dates), fill, subjects, rec.time, needed
     )
+    ignored = [*dates, *ignored]
     frame = record_frame(
         rd.table, rec, subjects, t_cont, ep_labels, cov_names, cov_values, covariate_rule
     )
@@ -706,6 +708,35 @@ def _coded_endpoints(
             f"Add {unknown[0]!r} to endpoints (it lists {listing(list(order))}).",
         )
     return labels, order
+
+
+# NONMEM's date data items: with one in $INPUT, TIME is a clock time added to the date
+_DATE_ITEMS = ("DATE", "DAT1", "DAT2", "DAT3")
+
+
+def _date_items(rd: Reader, cols, selected: Sequence[str] | None) -> list[str]:
+    """The table's date columns (DATE, DAT1-3) that no option names, warned of and left out
+    of the covariates: NONMEM reads TIME as a clock time beside one and adds the date, where
+    deepnlme reads TIME as elapsed time; a numeric DAT1 was read as a covariate that changes
+    over time, and the dates were never used, without a word."""
+    named = {str(c).upper() for c in (selected or ())}
+    found = [
+        c
+        for c in rd.table.frame.columns
+        if str(c).upper() in _DATE_ITEMS and c not in cols.used() and str(c).upper() not in named
+    ]
+    if found:
+        warnings.warn(
+            f"column {found[0]} is a date (NONMEM's {str(found[0]).upper()} item), and "
+            f"{cols.time} is read as the time elapsed since a reference, the dates not used: "
+            f"NONMEM reads {cols.time} beside a date item as a clock time added to the date. If "
+            f"{cols.time} is a time of day, give the hours elapsed (e.g. since the first dose) "
+            "instead; otherwise remove the column from the table (NONMEM's DATE=DROP) to silence "
+            "this. Left out of the covariates.",
+            DataWarning,
+            stacklevel=4,  # the caller of read_data
+        )
+    return found
 
 
 def _covariates(
