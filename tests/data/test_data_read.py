@@ -118,6 +118,12 @@ def test_summary_says_how_far_a_covariate_moves_and_by_which_rule(rule):
     text = read_data(df, covariate_rule=rule).summary()
     assert "WT: 65 [60, 70], time-varying (60 to 110 over all records)" in text
     assert f'covariate rule: "{rule}" (a record\'s value applies ' in text
+    # a concentration 0 at every baseline and many values later is no category of subjects
+    c = [0, 1.5, 3.1, 4.2, 0, 2.2, 5.3, 6.1, 0, 0.7, 1.9, 2.4]
+    conc = pd.DataFrame({"ID": [1] * 4 + [2] * 4 + [3] * 4, "TIME": [0, 1, 2, 3] * 3,
+                         "DV": [1.0] * 12, "C": c})  # fmt: skip
+    text = read_data(conc, covariate_rule=rule).summary()
+    assert "C: 0 [0, 0], time-varying (0 to 6.1 over all records)" in text, text
 
 
 def test_arrays_contract(pheno):

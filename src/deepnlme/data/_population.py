@@ -438,11 +438,13 @@ class Population:
                 zip(self._covariate_names, self.time_varying, stats)
             ):
                 kind = "constant within subjects"
+                many = False  # (a concentration, 0 at every baseline, is no category)
                 if tv:  # (the baseline's range alone hid how far they move)
                     v = every[name].to_numpy(dtype=float)
                     kind = f"time-varying ({v.min():g} to {v.max():g} over all records)"
+                    many = len(np.unique(v)) > 5
                 levels, counts = np.unique(base[:, k], return_counts=True)
-                few = len(levels) <= 5 and 2 * len(levels) <= len(base)  # (a category)
+                few = len(levels) <= 5 and 2 * len(levels) <= len(base) and not many
                 if few and np.all(levels == np.round(levels)):
                     shown = ", ".join(f"{x:g} ({c})" for x, c in zip(levels, counts))
                     lines.append(f"    {name}: subjects by value {shown}, {kind}")
