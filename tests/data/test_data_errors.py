@@ -348,3 +348,32 @@ def test_a_date_column_is_said_to_be_unused_not_read_as_a_covariate(tmp_path):
         pop = read_data(p)
     assert pop.covariate_names == () and "columns not read: DAT1" in pop.summary()
     assert read_data(p, covariates=["DAT1"]).covariate_names == ("DAT1",)  # asked for: read
+
+
+@pytest.mark.parametrize(
+    ("c0", "dv", "lloq", "said"),
+    [
+        (0, "4.29", "0.3", r"1 censored record\(s\) have a DV above their LLOQ: .* row 3 \(line 4"),
+        (0, "-0.3", ".", r"1 censored record\(s\) have a negative limit where every measured DV"),
+        (1, "0.3", "0.3", r"1 dose record\(s\) have a CENS flag: .* row 1 \(line 2"),
+    ],
+)
+def test_censoring_the_table_codes_against_itself_is_warned(tmp_path, c0, dv, lloq, said):
+    # each read as NONMEM would, each changing the objective (a negative limit: -193 to +214)
+    # without a word
+    p = tmp_path / "c.csv"
+    p.write_text(
+        "ID,TIME,AMT,DV,EVID,MDV,CENS,LLOQ\n"
+        f"1,0,100,.,1,1,{c0},.\n1,1,0,5,0,0,0,0.3\n1,2,0,{dv},0,0,1,{lloq}\n"
+    )
+    with pytest.warns(DataWarning, match=said):
+        read_data(p)
+
+
+def test_an_lloq_without_a_censoring_flag_says_the_flag_is_missing(tmp_path):
+    p = tmp_path / "c.csv"
+    p.write_text(
+        "ID,TIME,AMT,DV,EVID,MDV,LLOQ\n1,0,100,.,1,1,.\n1,1,0,5,0,0,0.3\n1,2,0,.,0,0,0.3\n"
+    )
+    with pytest.raises(DataError, match="has an LLOQ but is not flagged censored: set CENS = 1"):
+        read_data(p)

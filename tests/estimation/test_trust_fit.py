@@ -183,11 +183,11 @@ def _dosed(**dose) -> pd.DataFrame:
 @pytest.mark.parametrize(
     "dose, match",
     [
-        (dict(RATE=-1.0), r"subject 2 at TIME 0 \(CMT 1\) has RATE=-1 .* no `rate\[Depot\]"),
-        (dict(CMT=3), r"subject 2 at TIME 0 \(CMT 3\) doses into compartment 3, .* 2 states"),
+        (dict(RATE=-1.0), r"2 at TIME 0 \(data row 6\) \(CMT 1\) has RATE=-1 .* no `rate\[Depot"),
+        (dict(CMT=3), r"2 at TIME 0 \(data row 6\) \(CMT 3\) doses into compartment 3, .* 2 st"),
         (
             dict(RATE=10.0, SS=1, II=12.0),
-            r"subject 2 at TIME 0 \(CMT 1\) is a steady-state infusion .* longer than its II",
+            r"2 at TIME 0 \(data row 6\) \(CMT 1\) is a steady-state infusion .* longer than",
         ),
     ],
 )
@@ -198,6 +198,19 @@ def test_dose_records_no_solve_can_honour_are_data_errors_at_binding(dose, match
     pop = dn.read_data(_dosed(**dose))
     with pytest.raises(DataError, match=match):
         dn.simulate(model, pop, seed=0)
+
+
+def test_a_dose_record_after_a_clock_reset_is_named_at_its_written_time():
+    # the continuous time runs on past an EVID 4 reset: a record written at 0 was named at 24
+    from deepnlme.datasets import example_path
+
+    df = pd.DataFrame(
+        {"ID": [1] * 5, "TIME": [0.0, 2.0, 24.0, 0.0, 2.0], "AMT": [100, 0, 0, 100, 0],
+         "DV": [None, 3.0, 1.0, None, 4.0], "EVID": [1, 0, 0, 4, 0], "CMT": [1, 2, 2, 3, 2]}
+    )  # fmt: skip
+    model = dn.load_model(example_path("theophylline_ode.model"))
+    with pytest.raises(DataError, match=r"subject 1 at TIME 0 \(data row 4\) \(CMT 3\)"):
+        dn.simulate(model, dn.read_data(df), seed=0)
 
 
 def test_model_rates_and_short_steady_state_infusions_still_bind():
@@ -620,3 +633,58 @@ def test_a_failed_covariance_step_with_a_parameter_still_at_its_start_is_said():
         fit = dn.fit(model, dn.read_data(df), dn.FOCEI(), progress=False)
     assert fit.converged and fit.covariance is None and fit.ofv > 300  # (the optimum: 116.8)
     assert "Fit again from other initial values (dn.multistart)" in fit.message
+
+
+def test_a_logit_scale_fixed_effect_run_off_to_1_is_named_near_its_boundary():
+    """A bioavailability on the wrong compartment went to tf = 23.9 (f = 1 - 4e-11), reported
+    converged with nothing said: the data ask for f above 1 (here: DV about 15 where 10 f
+    is the most the model gives)."""
+    text = """
+param:
+    tf = Real(init=0.0)
+    om = Positive(init=0.5)
+    s = Positive(init=1.0)
+random:
+    eta ~ Normal(0, om)
+pre:
+    f = logistic(tf)
+derived:
+    DV ~ Normal(10 * f + eta, s)
+"""
+    rng = np.random.default_rng(1)
+    shift = rng.standard_normal(7)
+    rows = [
+        [i, t, 0, 15 + shift[i] + 0.3 * rng.standard_normal(), 0, 0]
+        for i in range(1, 7)
+        for t in (1, 2, 3)
+    ]
+    df = pd.DataFrame(rows, columns=["ID", "TIME", "AMT", "DV", "EVID", "MDV"])
+    fit = dn.fit(dn.load_model(text), dn.read_data(df), dn.FOCE(), progress=False)
+    assert "tf" in fit.near_boundary
+    assert "logistic 1 - " in fit.message and "ran off to 0 or 1" in fit.message
+
+
+def test_a_switch_at_an_estimated_time_is_warned_of():
+    """``k1 if t < tsw else k2`` with tsw estimated: a comparison has no derivative, so tsw
+    never moved and the fit said the data did not identify it (the OFV at the true switch
+    time was 89 lower)."""
+    text = """
+param:
+    a = Real(init=1.0)
+    b = Real(init=2.0)
+    tsw = Positive(init=2.5)
+    s = Positive(init=1.0)
+derived:
+    level = a if t < tsw else b
+    DV ~ Normal(level, s)
+"""
+    df = pd.DataFrame(
+        {"ID": [1] * 4, "TIME": [1.0, 2.0, 3.0, 4.0], "DV": [1.0, 1.1, 2.0, 2.1], "EVID": 0}
+    )
+    with pytest.warns(UserWarning, match=r"line 8: t < tsw compares the time with tsw"):
+        dn.fit(dn.load_model(text), dn.read_data(df), dn.NaivePooled(), max_iter=0, progress=False)
+    # a switch at a fixed time, or a covariate's, is no such case
+    fixed = text.replace("tsw = Positive(init=2.5)", "tsw = Positive(init=2.5, fixed=True)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        dn.fit(dn.load_model(fixed), dn.read_data(df), dn.NaivePooled(), max_iter=0, progress=False)

@@ -366,6 +366,35 @@ def test_power_and_sqrt_elsewhere_are_jax_own(x, y):
     assert np.isnan(float(power(-x, 0.5)))  # a negative base to a fractional power: NaN
 
 
+@pytest.mark.parametrize(
+    "square", ["(C - cm) ** 2", "(C - cm) ** 2.0", "pow(C - cm, 2)", "(C - cm) ** P"]
+)
+def test_a_whole_power_of_a_negative_base_has_finite_derivatives(square):
+    """`x ** 2.0` and `pow(x, 2)` of a negative base: value 9, but the forward derivative and
+    the Hessian were NaN (the slope in the exponent, x ** y log x, times its zero tangent), so
+    FOCEI's and LaplaceI's objective was NaN where `x ** 2` fitted. Also an exponent read from
+    a covariate (P = 2): it does not move, so its slope adds nothing."""
+    m = load_model(
+        "param:\n    tcm = Real(init=1.0)\n    omega = PDiag(init=[0.1])\n"
+        "random:\n    eta ~ MvNormal(omega)\ncovariates: C, P\n"
+        f"pre:\n    cm = exp(tcm + eta[0])\n    sq = {square}\n"
+        "derived:\n    DV ~ Normal(sq, 1)\n"
+    )
+    cm = m.compiled
+    theta = cm.unpack(cm.pack(cm.init_values()))
+
+    def sq(eta):
+        return cm.pre(theta, eta, jnp.array([0.5, 2.0]))["sq"]
+
+    x = 0.5 - np.exp(1.0)  # negative
+    eta = jnp.zeros(1)
+    assert float(sq(eta)) == pytest.approx(x**2, rel=1e-14)
+    np.testing.assert_allclose(jax.jacfwd(sq)(eta), [-2 * x * np.exp(1.0)], rtol=1e-12)
+    np.testing.assert_allclose(jax.grad(sq)(eta), [-2 * x * np.exp(1.0)], rtol=1e-12)
+    want = 2 * np.exp(2.0) - 2 * x * np.exp(1.0)  # d2/deta2 of (0.5 - e^(1 + eta))^2 at 0
+    np.testing.assert_allclose(jax.hessian(sq)(eta), [[want]], rtol=1e-12)
+
+
 def test_a_conditional_side_not_taken_leaves_the_derivatives_finite():
     """``log(a) if a > 0 else 0`` at a = 0 (and a fractional power of a negative number before
     a lag time): the side not taken is computed at rest, so the gradient is the taken side's,

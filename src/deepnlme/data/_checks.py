@@ -252,7 +252,9 @@ def check_records(rd: Reader, cols: Columns, items: Items, allow_missing_dv: boo
     _check_dose_items(rd, cols, items, evid, is_dose)
     _check_dose_amounts_and_intervals(rd, cols, items, evid, is_dose)
     cmt = _compartments(rd, cols.cmt, items, is_dose)
-    _check_observed_dv(rd, cols.dv, is_obs & dv_missing & ~allow_missing_dv, items.cens)
+    _check_observed_dv(
+        rd, cols.dv, is_obs & dv_missing & ~allow_missing_dv, items.cens, items.lloq, cols.lloq
+    )
     return Records(
         time=items.time, evid=evid, mdv=mdv, is_dose=is_dose, is_obs=is_obs, dv=dv, amt=items.amt,
         rate=items.rate, ii=items.ii, addl=items.addl, ss=items.ss, cmt=cmt, cens=items.cens,
@@ -428,9 +430,23 @@ def _compartments(rd: Reader, column: str | None, items: Items, is_dose: np.ndar
     return np.where(is_dose & (cmt == 0), 1, cmt)
 
 
-def _check_observed_dv(rd: Reader, column: str, bad: np.ndarray, cens: np.ndarray) -> None:
-    """Report the first observation that `bad` marks as lacking its DV (or its censoring limit)."""
+def _check_observed_dv(
+    rd: Reader,
+    column: str,
+    bad: np.ndarray,
+    cens: np.ndarray,
+    lloq: np.ndarray | None = None,
+    lloq_column: str | None = None,
+) -> None:
+    """Report the first observation that `bad` marks as lacking its DV (or its censoring limit);
+    where the record has an LLOQ and no censoring flag, say that the flag is what is missing."""
     censored = cens != 0
+    flag = (
+        f" The record has an {lloq_column} but is not flagged censored: set CENS = 1 on the "
+        f"records below the limit to fit them as censored at their {lloq_column} (M3)."
+    )
+    with np.errstate(invalid="ignore"):
+        limit = np.isfinite(lloq) if lloq is not None else np.zeros(len(cens), dtype=bool)
     rd.reject(
         bad,
         column,
@@ -444,6 +460,7 @@ def _check_observed_dv(rd: Reader, column: str, bad: np.ndarray, cens: np.ndarra
             "an LLOQ column."
             if censored[i]
             else "Fill in the observed value, or set MDV=1 if this record is not an observation."
+            + (flag if limit[i] else "")
         ),
     )
 

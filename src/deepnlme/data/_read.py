@@ -319,7 +319,7 @@ def read_table(
     )
     _warn_no_observations(rd.table, rec.is_obs, subjects)
     _warn_blq_as_censoring(rd, cols, columns.get("cens"), rec)
-    _warn_below_lloq(rd, cols, items.lloq, rec)
+    _warn_censoring(rd, cols, items.lloq, rec)
     _warn_repeated_doses(rd.table, rec)
     return Population(
         frame,
@@ -480,6 +480,38 @@ def _warn_blq_as_censoring(rd: Reader, cols: Columns, named: object, rec) -> Non
             DataWarning,
             stacklevel=5,  # the caller of read_data
         )
+
+
+def _warn_censoring(rd: Reader, cols: Columns, lloq: np.ndarray, rec) -> None:
+    """Warn of censoring that the table codes against itself, each read as NONMEM would and
+    changing the objective without a word: a below-limit record whose DV (its limit) is above
+    its own LLOQ; a negative limit where every measured DV is positive (the likelihood of a
+    value below -0.3: the objective went from -193 to +214); a censoring flag on a dose
+    record (dropped)."""
+    censored = rec.is_obs & (rec.cens == 1) & np.isfinite(rec.dv)
+    with np.errstate(invalid="ignore"):
+        above = censored & np.isfinite(lloq) & (rec.dv > lloq)
+    measured = rec.is_obs & (rec.cens == 0) & np.isfinite(rec.dv)
+    negative = censored & (rec.dv < 0)
+    dosed = rec.is_dose & (rec.cens != 0)
+    positive = measured.any() and bool((rec.dv[measured] > 0).all())
+    for flagged, what in (
+        (above, f"censored record(s) have a DV above their {cols.lloq}: DV is the limit they "
+         "are censored at"),
+        (negative & positive, "censored record(s) have a negative limit where every measured "
+         "DV is positive: the likelihood is that of a value below it (a limit on another "
+         "scale, or a missing-value code?)"),
+        (dosed, f"dose record(s) have a {cols.cens} flag: a dose is not an observation, the "
+         "flag is not read"),
+    ):  # fmt: skip
+        rows = np.flatnonzero(flagged)
+        if rows.size:
+            warnings.warn(
+                f"{rows.size} {what} (the first {rd.table.where(int(rows[0]))}).",
+                DataWarning,
+                stacklevel=4,  # the caller of read_data
+            )
+    _warn_below_lloq(rd, cols, lloq, rec)
 
 
 def _warn_below_lloq(rd: Reader, cols: Columns, lloq: np.ndarray, rec) -> None:

@@ -30,6 +30,10 @@ BOUNDARY_CORRELATION = 0.99
 # its transform flattens the objective there, so a small gradient does not say that the
 # optimum is inside, and R^-1 gives it a tiny SE.
 BOUNDARY_THETA = 1e-3
+# A fixed effect on the logit scale (`f = logistic(tf)`, a bioavailability) is near 0 or 1
+# where its back-transformed value is within this of either: a bioavailability put on the
+# wrong compartment went to tf = 23.9 (f = 1 - 4e-11), reported converged without a word.
+BOUNDARY_LOGIT = 1e-4
 
 
 def near_boundary(fit: Fit, model, init) -> dict[str, str]:
@@ -62,7 +66,10 @@ def near_boundary(fit: Fit, model, init) -> dict[str, str]:
                 if abs(r) > BOUNDARY_CORRELATION >= abs(r0):
                     out[f"corr({labels[k]}, {labels[j]})"] = f"{r:.4f} (from {r0:.3g})"
     out.update(_bounded_fixed_effects(fit, model, problem, values0, fixed))
-    roles = read_model(model).residual_roles if model is not None else {}
+    reading = read_model(model) if model is not None else None
+    if reading is not None:
+        out.update(_saturated_logits(fit, problem, values0, fixed, reading.logit_scale))
+    roles = reading.residual_roles if reading is not None else {}
     for pi in problem.param_info:
         role, positive = roles.get(pi.name, ("", False))
         if pi.kind != "residual" or pi.name in fixed or pi.size != 1 or not positive:
@@ -112,6 +119,37 @@ def _bounded_fixed_effects(fit: Fit, model, problem, values0, fixed) -> dict[str
     return out
 
 
+def _saturated_logits(fit: Fit, problem, values0, fixed, logit_scale) -> dict[str, str]:
+    """The fixed effects read on the logit scale whose logistic is within `BOUNDARY_LOGIT` of 0
+    or 1 where it started inside: the objective is flat in them there (the estimate runs off
+    towards infinity), and their SE means nothing."""
+    from ._table import flat_names
+
+    out: dict[str, str] = {}
+    for pi in problem.param_info:
+        if pi.kind != "fixed effect" or pi.name in fixed:
+            continue
+        v = np.asarray(fit.estimates[pi.name], dtype=float)
+        v0 = np.asarray(values0[pi.name], dtype=float)
+        for label, idx in flat_names(pi.name, pi.kind, tuple(pi.shape)):
+            if label not in logit_scale:
+                continue
+            x, x0 = float(v[idx]), float(v0[idx])
+            p, p0 = _logistic(x), _logistic(x0)
+            if min(p, 1 - p) < BOUNDARY_LOGIT <= min(p0, 1 - p0):
+                side = "1" if x > 0 else "0"
+                shown = f"1 - {1 - p:.2g}" if x > 0 else f"{p:.2g}"
+                out[label] = (
+                    f"{x:.4g}, logistic {shown} (at {side} on its scale, "
+                    f"{', '.join(dict.fromkeys(logit_scale[label]))}; from {x0:.3g} at the start)"
+                )
+    return out
+
+
+def _logistic(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
 def _dv_scale(fit: Fit, model, output: str) -> float | None:
     """The median |DV| of the uncensored observations of the model's `output` in the fit's
     data (None where there are none, or all are 0)."""
@@ -138,7 +176,8 @@ def with_boundary(fit: Fit, model, init) -> Fit:
         return fit
     items = "; ".join(f"{k} = {v}" for k, v in found.items())
     kinds = {pi.name: pi.kind for pi in fit.problem.param_info}
-    theta = [k for k in found if kinds.get(k.split("[")[0]) == "fixed effect"]
+    logits = [k for k in found if "logistic" in found[k]]
+    theta = [k for k in found if kinds.get(k.split("[")[0]) == "fixed effect" and k not in logits]
     at_bound = (
         f"A fixed effect at a bound the model sets ({', '.join(theta)}) may have its optimum "
         "beyond it: its SE (tiny there) and the convergence mean nothing for it; widen or "
@@ -146,6 +185,13 @@ def with_boundary(fit: Fit, model, init) -> Fit:
         if theta
         else ""
     )
+    if logits:
+        at_bound += (
+            f"A fixed effect on the logit scale ({', '.join(logits)}) ran off to 0 or 1, where "
+            "the objective is flat: its SE means nothing; where it is a bioavailability, check "
+            "that its bioav[...] is on the compartment the doses of that route go into (NONMEM's "
+            "F1 applies to CMT 1 doses only), or fix it. "
+        )
     message = (
         f"{fit.message}; estimates near a boundary: {items}. {at_bound}"
         "A variance or residual SD near 0, "

@@ -15,6 +15,7 @@ from ..likelihood._from_model import model_problem, resolved_options
 from ..solve._ode import OdeOptions
 from ..solve._subject import (
     check_transformed_observations,
+    warn_time_switches,
     warn_undosed_subjects,
     warn_unmatched_codes,
     warn_unobserved_outputs,
@@ -102,6 +103,7 @@ def fit(
     warn_zero_dv_proportional(model, population)
     warn_undosed_subjects(model, population)
     warn_unmatched_codes(model, population)
+    warn_time_switches(model)
     warn_unobserved_outputs(model, population)
     check_transformed_observations(model, population)
     ode_options = ode_options or OdeOptions()

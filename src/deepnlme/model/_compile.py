@@ -55,12 +55,17 @@ _CMP = {
 
 
 def _integer(e: Expr) -> int | None:
-    """The value of a literal integer such as ``2`` or ``-1``, else None."""
+    """The value of a literal integer such as ``2``, ``-1`` or ``2.0`` (NONMEM users write
+    ``X**2.0``; as a real power its derivatives were NaN at a negative base, and a fit's
+    objective with them), else None."""
     sign = 1
     while isinstance(e, Unary) and e.op in "+-":
         sign, e = (-sign if e.op == "-" else sign), e.operand
     if isinstance(e, Num) and isinstance(e.value, int) and not isinstance(e.value, bool):
         return sign * e.value
+    if isinstance(e, Num) and isinstance(e.value, float) and e.value.is_integer():
+        if abs(e.value) <= 1024:  # (repeated squaring: a few products)
+            return sign * int(e.value)
     return None
 
 
@@ -147,6 +152,9 @@ def compile_expr(e: Expr, domains: Mapping[str, Any] | None = None) -> Callable[
         if e.kind == "param":
             dom, name = (domains or {})[e.func], e.func
             return lambda env: dom.apply(env[name], *[f(env) for f in args])
+        if e.func == "pow" and (n := _integer(e.args[1])) is not None:
+            base = args[0]  # `pow(x, 2)` as `x ** 2`: an integer power, exact at x < 0
+            return lambda env: jnp.power(base(env), n)
         impl = FUNCTIONS[e.func].impl
         return lambda env: impl(*[f(env) for f in args])
     raise TypeError(f"cannot compile {e!r}")

@@ -56,15 +56,31 @@ def power(x, y):
     return jnp.power(x, y)
 
 
-@power.defjvp
 def _power_jvp(primals, tangents):
+    """The rule above; a tangent that is symbolically zero (an exponent that is a constant, a
+    base that does not move) adds no term: the slope in ``y`` at a negative base is NaN
+    (``log(x)``), and NaN * 0 made the derivatives of ``x ** 2.5``-like terms NaN where only
+    the base moved and ``x ** y`` is itself defined (an integer-valued ``y`` of a covariate)."""
+    from jax.custom_derivatives import SymbolicZero
+
     x, y = primals
     dx, dy = tangents
     zero = x == 0
     base = jnp.where(zero, 1.0, x)
-    slope_x = jnp.where(zero, jnp.where(y == 1, 1.0, 0.0), y * power(base, y - 1.0))
-    slope_y = jnp.where(zero, 0.0, power(base, y) * jnp.log(base))
-    return power(x, y), slope_x * dx + slope_y * dy
+    out = power(x, y)
+    terms = []
+    if not isinstance(dx, SymbolicZero):
+        slope_x = jnp.where(zero, jnp.where(y == 1, 1.0, 0.0), y * power(base, y - 1.0))
+        terms.append(slope_x * dx)
+    if not isinstance(dy, SymbolicZero):
+        slope_y = jnp.where(zero, 0.0, power(base, y) * jnp.log(base))
+        terms.append(slope_y * dy)
+    if not terms:
+        return out, jnp.zeros_like(out)
+    return out, terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+
+power.defjvp(_power_jvp, symbolic_zeros=True)
 
 
 @jax.custom_jvp

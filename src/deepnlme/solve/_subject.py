@@ -351,6 +351,57 @@ def _code_test(e):
     return None
 
 
+def warn_time_switches(model) -> None:
+    """Warn where `dynamics:` or `derived:` compares the time `t` with an expression of
+    estimated parameters or random effects (``k1 if t < tsw else k2``): a comparison has no
+    derivative, so the fit's gradient in them through it is 0. A switch time estimated so
+    never moved, and the fit then said the data did not identify it, where the OFV at the
+    true switch time was 89 lower."""
+    import warnings
+
+    from ..model._ir import Assign, Compare, Name, to_source, walk
+
+    ir = model.ir
+    pre = {a.name: a.expr for a in ir.pre}
+    derived_vars = {a.name: a.expr for a in (*ir.dynamics, *ir.derived) if isinstance(a, Assign)}
+    held = {p.name for p in ir.params if getattr(p.domain, "fixed", False)}
+
+    def estimated(e, depth: int = 0) -> list[str]:
+        out = []
+        for n in walk(e):
+            if not isinstance(n, Name):
+                continue
+            if n.kind == "random" or (n.kind == "param" and n.id not in held):
+                out.append(n.id)
+            elif depth < 20 and n.kind == "pre" and n.id in pre:
+                out += estimated(pre[n.id], depth + 1)
+            elif depth < 20 and n.kind == "var" and n.id in derived_vars:
+                out += estimated(derived_vars[n.id], depth + 1)
+        return out
+
+    def timed(e) -> bool:
+        return any(isinstance(n, Name) and n.kind == "time" for n in walk(e))
+
+    for line, expr in _statement_exprs(ir):
+        for node in walk(expr):
+            if not isinstance(node, Compare):
+                continue
+            for a, b in ((node.left, node.right), (node.right, node.left)):
+                if timed(a) and not timed(b) and (names := estimated(b)):
+                    warnings.warn(
+                        f"line {line}: {to_source(node)} compares the time with "
+                        f"{', '.join(dict.fromkeys(names))}, estimated: a comparison has no "
+                        "derivative, so the fit cannot move them through it (its gradient is "
+                        "0 there, and a parameter only it uses is reported as not "
+                        "identified). Fix the switch time, give a dose's lag in `dosing:` "
+                        "(lag[...]) where it is one, or write the switch as a smooth function "
+                        "of t (e.g. logistic((t - tsw) / width)).",
+                        UserWarning,
+                        stacklevel=3,
+                    )
+                    return
+
+
 def warn_unmatched_codes(model, population) -> None:
     """Warn where the model tests a covariate for a code (``OCC == 1``) that it never takes in
     the data, so the branch is never taken, and where the last ``else`` of a chain of such
@@ -503,7 +554,7 @@ def bind_population(model, population) -> Binding:
     out_of_ep = _match_outputs(
         cm.outputs, tuple(population.endpoints), population.endpoint_column, population
     )
-    _check_dose_records(cm, a, tuple(population.ids))
+    _check_dose_records(cm, a, tuple(population.ids), population)
     _warn_observation_compartments(cm, population)
     _check_discrete_observations(cm, a, out_of_ep, population)
     late, between = same_time_order(a)
@@ -670,7 +721,27 @@ def late_observations(a) -> np.ndarray:
     return same_time_order(a)[0]
 
 
-def _check_dose_records(cm, a, ids) -> None:
+def _dose_record_at(population, i: int, t: float, cmt: int) -> str:
+    """The dose record of subject `i` at continuous time `t` into `cmt`, in the data's terms:
+    its TIME as written (the continuous time ran on past an EVID 3/4 reset: a record written
+    at 0 was named at 24) and its data row."""
+    if population is None:
+        return f"at TIME {t:g}"
+    r = population._records
+    hit = np.flatnonzero(
+        (r["_S"].to_numpy() == i)
+        & (r["_T"].to_numpy(dtype=float) == t)
+        & np.isin(r["EVID"].to_numpy(), (1, 4))
+        & (r["CMT"].to_numpy() == cmt)
+    )
+    if not hit.size:
+        return f"at TIME {t:g}"
+    first = r.iloc[int(hit[0])]
+    implied = " (a dose implied by ADDL)" if bool(first["IMPLIED"]) else ""
+    return f"at TIME {float(first['TIME']):g} (data row {int(first['ROW'])}{implied})"
+
+
+def _check_dose_records(cm, a, ids, population=None) -> None:
     """Raise DataError for the first dose record no solve can honour, whatever the parameter
     values: a CMT beyond the model's states, RATE=-1 (-2) without `rate[...]`
     (`duration[...]`) for its compartment in `dosing:`, or a steady-state infusion (SS>0,
@@ -684,7 +755,8 @@ def _check_dose_records(cm, a, ids) -> None:
     ss, ii, amt = np.asarray(a.dose_ss), np.asarray(a.dose_ii, np.float64), np.asarray(a.dose_amt)
     for i, k in zip(*np.nonzero(dose)):
         c = int(cmt[i, k])
-        at = f"the dose record of subject {ids[i]} at TIME {float(a.dose_time[i, k]):g} (CMT {c})"
+        when = _dose_record_at(population, int(i), float(a.dose_time[i, k]), c)
+        at = f"the dose record of subject {ids[i]} {when} (CMT {c})"
         if not 1 <= c <= len(states):
             raise DataError(
                 f"{at} doses into compartment {c}, but the model has {len(states)} states "
