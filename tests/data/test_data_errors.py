@@ -47,6 +47,7 @@ CASES = [
     ("1,0.5,3.1,0,0,0,2,0,0,0,0,70", 3, "TIME", "0.5", "time goes back", "Sort each subject"),
     ("1,0,.,0,1,1,1,0,0,0,0,70", 1, "AMT", "0", "without a positive amount", "amount dosed"),
     ("1,0,.,.,1,1,1,0,0,0,0,70", 1, "AMT", "'.'", "without a positive amount", "amount dosed"),
+    ("1,0,.,0,4,1,1,0,0,0,0,70", 1, "AMT", "0", "(EVID 4) without a positive", "set EVID=3"),
     (
         "1,1,5.2,10,0,0,2,0,0,0,0,70",
         2,

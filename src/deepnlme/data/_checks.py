@@ -372,8 +372,13 @@ def _check_dose_amounts_and_intervals(
         is_dose & ~(amt > 0) & ~ss_infusion,
         acol,
         lambda i: f"a dose record (EVID {evid[i]}) without a positive amount",
-        "Give the amount dosed in AMT, or, if the record is not a dose, set EVID=0 "
-        "(observation) or 2 (other event) and MDV=1 as appropriate.",
+        lambda i: (
+            "A reset without a dose is EVID 3 (NONMEM's): set EVID=3, or give the amount "
+            "dosed in AMT."
+            if evid[i] == 4
+            else "Give the amount dosed in AMT, or, if the record is not a dose, set EVID=0 "
+            "(observation) or 2 (other event) and MDV=1 as appropriate."
+        ),
     )
     rd.reject(addl < 0, addlcol, "negative number of additional doses", "ADDL must be 0 or more.")
     rd.reject(
