@@ -378,3 +378,14 @@ def test_an_lloq_without_a_censoring_flag_says_the_flag_is_missing(tmp_path):
     )
     with pytest.raises(DataError, match="has an LLOQ but is not flagged censored: set CENS = 1"):
         read_data(p)
+
+
+def test_a_covariate_negative_for_a_few_subjects_only_is_warned():
+    # WT = -1 for one subject of pheno: negative clearances and concentrations, which a
+    # proportional error fitted ("converged", each bootstrap replicate drawing it too)
+    import deepnlme as dn
+
+    df = pd.read_csv(dn.datasets.path("phenobarbital"))
+    df.loc[df.ID == 5, "WT"] = -1
+    with pytest.warns(DataWarning, match=r"covariate WT is negative for 1 of 59 subjects .*ID 5"):
+        read_data(df)

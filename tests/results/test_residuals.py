@@ -233,3 +233,13 @@ def test_t_test_p_values_equal_scipys():
             assert t_test_p(t, df) == pytest.approx(
                 2 * stats.t.sf(abs(t), df), rel=1e-10, abs=2e-15
             )
+
+
+def test_a_vpc_stratified_by_a_measured_covariate_is_warned_of():
+    """pheno by WT: 21 strata of as few as 3 observations each, without a word (the
+    bootstrap refuses such strata)."""
+    model = dn.load_model("examples/phenobarbital.model")
+    pop = dn.datasets.load("phenobarbital")
+    fit = dn.fit(model, pop, dn.FOCEI(), max_iter=0, progress=False, covariance=None)
+    with pytest.warns(UserWarning, match=r"vpc: stratify='WT' gives \d+ strata .*continuous"):
+        dn.vpc(fit, n_sim=5, seed=1, bins=2, stratify="WT")

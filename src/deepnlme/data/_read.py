@@ -831,6 +831,7 @@ def _warn_missing_code(rd: Reader, column: str, values: np.ndarray, subjects: Su
     why."""
     code = np.isin(values, _MISSING_CODES)
     if not code.any() or (values[~code & np.isfinite(values)] < 0).any():
+        _warn_few_negative(rd, column, values, subjects)
         return
     rows = np.flatnonzero(code)
     first = int(rows[0])
@@ -841,6 +842,28 @@ def _warn_missing_code(rd: Reader, column: str, values: np.ndarray, subjects: Su
         "negative elsewhere: a code for a missing value? It is read as the number (NONMEM "
         "reads it so too). Write missing values as '.' or leave them empty, and fill them "
         "(read_data(..., fill='locf'), 'nocb' or 'baseline').",
+        DataWarning,
+        stacklevel=6,  # the caller of read_data
+    )
+
+
+def _warn_few_negative(rd: Reader, column: str, values: np.ndarray, subjects: Subjects) -> None:
+    """Warn where a covariate is negative for at most 5% of the subjects (one at least) and
+    positive for all others: a typo or a code (WT = -1 in pheno gave negative clearances and
+    concentrations that a proportional error model fitted, "converged", OFV 100 higher)."""
+    finite = np.isfinite(values)
+    negative = finite & (values < 0)
+    if not negative.any() or (values[finite & ~negative] <= 0).any():
+        return
+    who = np.unique(subjects.index[negative])
+    n_subjects = len(subjects.starts)
+    if n_subjects < 20 or len(who) > 0.05 * n_subjects:
+        return
+    first = int(np.flatnonzero(negative)[0])
+    warnings.warn(
+        f"covariate {column} is negative for {len(who)} of {n_subjects} subjects (the first "
+        f"{rd.table.where(first)}, ID {subjects.ids[first]!r}: {values[first]:g}) and positive "
+        "for all others: a typo, or a code for a missing value? It is read as the number.",
         DataWarning,
         stacklevel=6,  # the caller of read_data
     )

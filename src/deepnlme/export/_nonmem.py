@@ -116,6 +116,15 @@ class _Printer(TargetPrinter):
             return f"(EXP({args}) - 1)"
         return None
 
+    def _print_Pow(self, e, rational=False) -> str:
+        # SymPy's printer writes a square root `sqrt(...)`: NONMEM's is SQRT, as its other
+        # functions are written
+        if e.exp == sp.S.Half:
+            return f"SQRT({self._print(e.base)})"
+        if e.exp == -sp.S.Half:
+            return f"1/SQRT({self._print(e.base)})"
+        return super()._print_Pow(e, rational)
+
     def _print_Relational(self, e) -> str:
         op = self._rel.get(e.rel_op)
         if op is None:

@@ -303,6 +303,7 @@ def _strata(b, table: pd.DataFrame, mask: np.ndarray, stratify: str | None) -> n
     if stratify in b.population.covariate_names:
         k = b.population.covariate_names.index(stratify)
         values = b.population.arrays().obs_cov[:, :, k][mask].astype(object)
+        _warn_many_strata(stratify, values)
         if not several:
             return values
         ep = table["ENDPOINT"].to_numpy(dtype=object)
@@ -311,6 +312,23 @@ def _strata(b, table: pd.DataFrame, mask: np.ndarray, stratify: str | None) -> n
         f"vpc: option `stratify` must be None, 'ENDPOINT' or a covariate column "
         f"({', '.join(b.population.covariate_names) or 'none in this data'}); got {stratify!r}"
     )
+
+
+def _warn_many_strata(stratify: str, values: np.ndarray) -> None:
+    """Warn where a covariate gives more than 10 strata (a measured value, not a category):
+    a VPC of pheno by WT had 21 panels of as few as 3 observations each, where the bootstrap
+    refuses such strata."""
+    levels, counts = np.unique(values.astype(float), return_counts=True)
+    if len(levels) > 10:
+        import warnings
+
+        warnings.warn(
+            f"vpc: stratify={stratify!r} gives {len(levels)} strata (the smallest with "
+            f"{int(counts.min())} observations): a continuous covariate? Stratify on bins of "
+            "it in a column of their own, or on a categorical covariate.",
+            UserWarning,
+            stacklevel=5,
+        )
 
 
 def _ordered(strata: np.ndarray) -> list:
