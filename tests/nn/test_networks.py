@@ -636,3 +636,27 @@ derived:
             dn.load_model(text.format(scale="").replace("NN(WT, AGE)", "NN(AGE, AGE)")), pop
         )
         dn.model_predict(dn.load_model(text.format(scale=", scale=zscore")), pop)
+
+
+def test_a_covariate_beyond_the_range_a_network_was_scaled_on_is_warned():
+    """A trained clearance of WT and CRCL gave 22x the true one at WT 5, CRCL 500, in
+    `simulate` and `model_predict`, without a word: a network has no shape of its own beyond
+    its data."""
+    from deepnlme.datasets import example_path
+
+    text = pathlib.Path(example_path("theophylline.model")).read_text()
+    text = text.replace(
+        "param:\n", "param:\n    NN = MLP(1, 3, (1, identity), seed=1, scale=zscore)\n"
+    )
+    text = text.replace("exp(tcl + eta[1])", "exp(tcl + NN(WT)[0] + eta[1])")
+    text = text.replace("pre:\n", "covariates: WT\npre:\n")
+    model = dn.load_model(text)
+    assert "NN(WT)" in str(model)
+    theo = dn.datasets.load("theophylline")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        dn.model_predict(model, theo)  # the data it is scaled on: nothing to say
+    heavier = theo.to_dataframe()
+    heavier["WT"] = heavier["WT"] * 2
+    with pytest.warns(UserWarning, match=r"network NN's input WT takes values from 109.2 to 172.8"):
+        dn.model_predict(model, dn.read_data(heavier))

@@ -15,7 +15,13 @@ from ..errors import ModelError
 from ..model._distributions import DISTRIBUTIONS, FAMILIES, obs_logpdf, transform_obs
 from ..nn import model_penalty, resolve_scaling
 from ..solve._ode import EXACT_SOLVER, STIFF_SOLVER, OdeOptions
-from ..solve._subject import SubjectData, SubjectPredictor, bind_population, dynamics_linearity
+from ..solve._subject import (
+    SubjectData,
+    SubjectPredictor,
+    bind_population,
+    dynamics_linearity,
+    warn_network_extrapolation,
+)
 from ._problem import ObsTerms, ParamInfo, Problem
 
 _SAFE_Y = 0.5  # a value every transform accepts, used for padding entries
@@ -92,6 +98,7 @@ def _bound(model, population, ode_options: OdeOptions):
     elif solver_options.solver == EXACT_SOLVER:
         _check_linear(model, binding)
     predictor = _predictor(model, binding, solver_options)
+    warn_network_extrapolation(predictor.model, population)
     _warn_small_amounts(predictor, population)
     _warn_time_after_restart(model, population)
     bound = predictor.model

@@ -351,6 +351,51 @@ def _code_test(e):
     return None
 
 
+def warn_network_extrapolation(model, population) -> None:
+    """Warn where a data-scaled network's input that is a covariate takes values in
+    `population` beyond the range of the data the network was scaled on (its ``data=``
+    statistics: mean, sd, min, max): a network has no shape of its own there (a trained
+    clearance of WT and CRCL gave 22x the true one at WT 5, CRCL 500, without a word in
+    `simulate` or `model_predict`)."""
+    import warnings
+
+    from ..model._ir import Call, Name, walk
+
+    domains = {p.name: p.domain for p in model.compiled.params}
+    names = {n.upper(): n for n in population.covariate_names}
+    records = population._records
+    said: set = set()
+    for _, expr in _statement_exprs(model.ir):
+        for node in walk(expr):
+            if not (isinstance(node, Call) and node.kind == "param"):
+                continue
+            data = getattr(domains.get(node.func), "data", None)
+            if data is None or getattr(domains[node.func], "scale", "none") == "none":
+                continue
+            for k, arg in enumerate(node.args):
+                if not (isinstance(arg, Name) and arg.kind == "covariate") or k >= len(data):
+                    continue
+                if (node.func, arg.id) in said or arg.id.upper() not in names:
+                    continue
+                lo, hi = float(data[k][2]), float(data[k][3])
+                v = records[names[arg.id.upper()]].to_numpy(dtype=float)
+                v = v[np.isfinite(v)]
+                slack = 0.01 * max(hi - lo, abs(hi), abs(lo), 1e-12)
+                out = (v < lo - slack) | (v > hi + slack)
+                if out.any():
+                    said.add((node.func, arg.id))
+                    warnings.warn(
+                        f"network {node.func}'s input {arg.id} takes values from "
+                        f"{v.min():g} to {v.max():g} in these data, beyond the range it was "
+                        f"scaled and fitted on ({lo:g} to {hi:g}; {int(out.sum())} record(s)): "
+                        "a network extrapolates with no shape of its own there, and its "
+                        "output can be far off. Keep such predictions within that range, or "
+                        "fit the network on data that cover it.",
+                        UserWarning,
+                        stacklevel=5,
+                    )
+
+
 def warn_time_switches(model) -> None:
     """Warn where `dynamics:` or `derived:` compares the time `t` with an expression of
     estimated parameters or random effects (``k1 if t < tsw else k2``): a comparison has no
