@@ -389,3 +389,8 @@ def test_a_covariate_negative_for_a_few_subjects_only_is_warned():
     df.loc[df.ID == 5, "WT"] = -1
     with pytest.warns(DataWarning, match=r"covariate WT is negative for 1 of 59 subjects .*ID 5"):
         read_data(df)
+    # a 0 among a measured covariate's positive values (PMA = 0: a clearance of 0, absorbed
+    # by the variance of V); a 0/1 flag is no such covariate
+    df.loc[df.ID == 5, "WT"] = 0
+    with pytest.warns(DataWarning, match=r"covariate WT is 0 for 1 of 59 subjects .*ID 5: 0\)"):
+        read_data(df)

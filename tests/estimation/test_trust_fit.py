@@ -633,6 +633,8 @@ def test_a_failed_covariance_step_with_a_parameter_still_at_its_start_is_said():
         fit = dn.fit(model, dn.read_data(df), dn.FOCEI(), progress=False)
     assert fit.converged and fit.covariance is None and fit.ofv > 300  # (the optimum: 116.8)
     assert "Fit again from other initial values (dn.multistart)" in fit.message
+    # the failed step names the parameters along the flat direction (it named none)
+    assert "its flattest direction is mostly along omega (entry 1 of 3)" in fit.covariance_status
 
 
 def test_a_logit_scale_fixed_effect_run_off_to_1_is_named_near_its_boundary():

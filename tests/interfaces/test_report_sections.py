@@ -96,6 +96,9 @@ def test_sections_present_in_order(report):
     # every part drawn: a part that fails says so in the report and leaves the rest, so a
     # failure (the dense curves' grid once) is seen here, not as a report that looks whole
     assert "could not be" not in report[0]
+    # shrinkage beyond 30% is cautioned of under its table, and only then
+    shrunk = any(v > 30 for v in report_fit_shrinkage(report))
+    assert ("shrinkage-caution" in p.order) == shrunk
     # the CI column mixes scales: the line under the table says which (the notes are not shown)
     assert p.text["estimates-ci"] == (
         "95% CIs: fixed effects estimate \u00b1 1.96 SE on their scale as declared; variances "
@@ -103,6 +106,26 @@ def test_sections_present_in_order(report):
         "CIs are the estimate's and its CI's ends transformed (exp, or the logistic function "
         "of a logit-scale parameter)."
     )
+
+
+def report_fit_shrinkage(report) -> list[float]:
+    """The eta-shrinkage values (%) the report's table shows."""
+    cells = [c.strip() for c in report[1].chunks.get("shrinkage", []) if c.strip()]
+    return [float(cells[i + 2]) for i in range(len(cells)) if cells[i] == "eta"]
+
+
+def test_a_shrinkage_beyond_30_percent_is_cautioned_of():
+    import pandas as pd
+
+    from deepnlme.interfaces.report import _shrinkage_note
+
+    table = pd.DataFrame(
+        {"kind": ["eta", "eta", "epsilon"], "name": ["eta[0]", "eta[1]", "DV"],
+         "shrinkage%": [3.0, 46.2, 48.4]}
+    )  # fmt: skip
+    (note,) = _shrinkage_note(table)
+    assert "eta-shrinkage above 30% for eta[1] (46%)" in note  # (epsilon's is not an EBE's)
+    assert _shrinkage_note(table.assign(**{"shrinkage%": [3.0, 12.0, 48.4]})) == []
 
 
 @pytest.mark.slow  # the session's fit, made through the command line

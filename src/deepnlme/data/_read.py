@@ -848,20 +848,28 @@ def _warn_missing_code(rd: Reader, column: str, values: np.ndarray, subjects: Su
 
 
 def _warn_few_negative(rd: Reader, column: str, values: np.ndarray, subjects: Subjects) -> None:
-    """Warn where a covariate is negative for at most 5% of the subjects (one at least) and
-    positive for all others: a typo or a code (WT = -1 in pheno gave negative clearances and
-    concentrations that a proportional error model fitted, "converged", OFV 100 higher)."""
+    """Warn where a covariate is negative (or, taking more than 10 values, 0) for at most 5%
+    of the subjects (one at least) and positive for all others: a typo or a code (WT = -1 in
+    pheno gave negative clearances and concentrations that a proportional error model fitted,
+    "converged"; PMA = 0 made one child's maturation and clearance 0, which the fit's
+    variance of V absorbed)."""
     finite = np.isfinite(values)
     negative = finite & (values < 0)
     if not negative.any() or (values[finite & ~negative] <= 0).any():
-        return
+        # a 0 among the positive values of a measured covariate (many values: not a flag)
+        zero = finite & (values == 0)
+        rest = values[finite & ~zero]
+        if not zero.any() or (rest <= 0).any() or len(np.unique(rest)) <= 10:
+            return
+        negative = zero
     who = np.unique(subjects.index[negative])
     n_subjects = len(subjects.starts)
     if n_subjects < 20 or len(who) > 0.05 * n_subjects:
         return
     first = int(np.flatnonzero(negative)[0])
     warnings.warn(
-        f"covariate {column} is negative for {len(who)} of {n_subjects} subjects (the first "
+        f"covariate {column} is {'0' if values[negative][0] == 0 else 'negative'} for "
+        f"{len(who)} of {n_subjects} subjects (the first "
         f"{rd.table.where(first)}, ID {subjects.ids[first]!r}: {values[first]:g}) and positive "
         "for all others: a typo, or a code for a missing value? It is read as the number.",
         DataWarning,

@@ -28,6 +28,18 @@ def _not_positive_definite(m: np.ndarray) -> np.ndarray | None:
     return eig if eig[0] <= 1e-10 * max(abs(eig[-1]), 1e-300) else None
 
 
+def _flattest(m: np.ndarray, labels: list[str] | None) -> str:
+    """ ", mostly along a, b": the parameters of the eigenvector of `m`'s smallest eigenvalue
+    whose share of it is largest (a vanishing peripheral compartment: tq and tv2; the failed
+    step named none, and the user had to guess among all)."""
+    if not labels or len(labels) != m.shape[0]:
+        return ""
+    v = np.linalg.eigh(m)[1][:, 0]
+    share = v**2 / np.sum(v**2)
+    top = [labels[k] for k in np.argsort(-share)[:3] if share[k] >= 0.15]
+    return f"; its flattest direction is mostly along {', '.join(top)}" if top else ""
+
+
 def _eigenvalues(eig: np.ndarray) -> str:
     """The smallest eigenvalues and the largest, on one line (a status line is one line; a
     network's hundred eigenvalues were printed in full, over several)."""
@@ -65,14 +77,23 @@ class Covariance:
                 f"{self.rel_step!r}"
             )
 
-    def estimate(self, r: np.ndarray | None, s: np.ndarray) -> tuple[np.ndarray | None, str]:
+    def estimate(
+        self, r: np.ndarray | None, s: np.ndarray, n_subjects: int | None = None
+    ) -> tuple[np.ndarray | None, str]:
         raise NotImplementedError
 
     def step(
-        self, grad_eval: Callable[[np.ndarray], Any], z_hat: np.ndarray, ev: Any, cov_pos: list
+        self,
+        grad_eval: Callable[[np.ndarray], Any],
+        z_hat: np.ndarray,
+        ev: Any,
+        cov_pos: list,
+        labels: list[str] | None = None,
     ) -> tuple[np.ndarray | None, str]:
         """The covariance of z[cov_pos] at the estimate `z_hat` (`ev`: its evaluation;
-        `grad_eval(z)`: an evaluation at z) and the status line the fit reports."""
+        `grad_eval(z)`: an evaluation at z) and the status line the fit reports; `labels`
+        (one per entry of `cov_pos`) name the parameters along a failed matrix's flattest
+        direction."""
         scores = -0.5 * np.asarray(ev.grad_i)[:, cov_pos]  # per-subject d logL / dz
         s_mat = scores.T @ scores
         r_mat = None
@@ -85,9 +106,9 @@ class Covariance:
                 return None, (
                     "failed: the R matrix (Hessian) is not positive definite; eigenvalues "
                     f"{_eigenvalues(eig)} (a parameter may be unidentifiable or at a "
-                    "boundary)"
+                    f"boundary{_flattest(r_mat, labels)})"
                 )
-        cov, failed = self.estimate(r_mat, s_mat)
+        cov, failed = self.estimate(r_mat, s_mat, scores.shape[0])
         if cov is None:
             return None, failed
         return 0.5 * (cov + cov.T), f"ok ({self.label})"
@@ -144,16 +165,21 @@ class Sandwich(Covariance):
     name: ClassVar[str] = "sandwich"
     label: ClassVar[str] = "sandwich R^-1 S R^-1"
 
-    def estimate(self, r, s):
+    def estimate(self, r, s, n_subjects=None):
         # S sums one outer product per subject: with fewer subjects than parameters (or scores
         # that do not span them) it is singular, and R^-1 S R^-1 gave standard errors of
         # 1e-8 reported "ok" (NONMEM: S MATRIX ALGORITHMICALLY SINGULAR)
         eig = _not_positive_definite(s)
         if eig is not None:
+            if n_subjects is None:
+                why = "fewer subjects than estimated parameters, or scores that do not inform each"
+            elif s.shape[0] > n_subjects:
+                why = f"fewer subjects ({n_subjects}) than estimated parameters ({s.shape[0]})"
+            else:
+                why = "scores that do not inform each parameter (one at a boundary?)"
             return None, (
                 "failed: the S matrix (the subjects' scores) is singular; eigenvalues "
-                f"{_eigenvalues(eig)}: fewer subjects than estimated parameters, or scores "
-                "that do not inform each of them; covariance='r' gives R^-1"
+                f"{_eigenvalues(eig)}: {why}; covariance='r' gives R^-1"
             )
         r_inv = np.linalg.inv(r)
         return r_inv @ s @ r_inv, ""
@@ -166,7 +192,7 @@ class RMatrix(Covariance):
     name: ClassVar[str] = "r"
     label: ClassVar[str] = "R^-1"
 
-    def estimate(self, r, s):
+    def estimate(self, r, s, n_subjects=None):
         return np.linalg.inv(r), ""
 
 
@@ -178,7 +204,7 @@ class SMatrix(Covariance):
     label: ClassVar[str] = "S^-1"
     needs_r: ClassVar[bool] = False
 
-    def estimate(self, r, s):
+    def estimate(self, r, s, n_subjects=None):
         eig = _not_positive_definite(s)
         if eig is not None:
             return None, (

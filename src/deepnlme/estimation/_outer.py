@@ -504,7 +504,27 @@ def _covariance(run: _Run, method: Method, covariance, cov_pos, z_hat, ev):
         return None, note
     if not cov_pos:
         return None, "no estimated parameters to compute a covariance for"
-    return covariance.step(lambda z: run.evaluate(z, run.eta), z_hat, ev, cov_pos)
+    labels = _position_labels(run.problem, run.start, cov_pos)
+    return covariance.step(lambda z: run.evaluate(z, run.eta), z_hat, ev, cov_pos, labels)
+
+
+def _position_labels(problem: Problem, start: Start, positions: list[int]) -> list[str]:
+    """A label for each of the free `positions` (``tka``, ``omega (entry 2 of 3)``)."""
+    slices = problem.u_slices()
+    size = start.u0.size
+    out = []
+    for k in positions:
+        i = start.free[k]
+        for pi in problem.param_info:
+            lo, hi, _ = slices[pi.name].indices(size)
+            if lo <= i < hi:
+                out.append(
+                    pi.name if pi.size == 1 else f"{pi.name} (entry {i - lo + 1} of {pi.size})"
+                )
+                break
+        else:
+            out.append(f"entry {i + 1}")
+    return out
 
 
 def _result(

@@ -699,7 +699,8 @@ def _fixed_rows(
                 if at:
                     notes.append(
                         f"exp({name}): typical {w} where {' and '.join(at)} (covariates at "
-                        "their reference values)"
+                        "the values that make them so: a reference value, or the limit of a "
+                        "maturation function)"
                     )
             for w in dict.fromkeys(where):
                 if (name, w) in reading.shifted:

@@ -473,7 +473,7 @@ def _estimates_shown(table: pd.DataFrame) -> pd.DataFrame:
 # the table's notes that change how a row reads (the report's table has no note column: it
 # hid that exp(tcl) beside a network is no typical cl, and that two IOV rows are one variance)
 _CAVEATS = (
-    "no typical value", "one variance with", "near its boundary", "at their reference values",
+    "no typical value", "one variance with", "near its boundary", "that make them so",
     "per unit of",
     "SD only", "reg=",
 )  # fmt: skip
@@ -496,6 +496,29 @@ def _ci_scales(table: pd.DataFrame) -> list[str]:
             "transformed (exp, or the logistic function of a logit-scale parameter)"
         )
     return [f'<p class="note" id="estimates-ci">{html.escape("; ".join(parts))}.</p>']
+
+
+# eta-shrinkage above which EBE-based diagnostics of a random effect mislead (Savic and
+# Karlsson 2009 name 20-30%: the EBEs shrink towards 0, their plots against covariates
+# flatten, IPRED follows the data)
+_SHRINKAGE_CAUTION = 30.0
+
+
+def _shrinkage_note(table: pd.DataFrame) -> list[str]:
+    """A caution under the shrinkage table for each random effect shrunk beyond
+    `_SHRINKAGE_CAUTION` (the report plotted the EBEs of a random effect at 46% against
+    covariates without a word)."""
+    eta = table[table["kind"] == "eta"]
+    high = eta[eta["shrinkage%"] > _SHRINKAGE_CAUTION]
+    if high.empty:
+        return []
+    listed = ", ".join(f"{r['name']} ({r['shrinkage%']:.0f}%)" for _, r in high.iterrows())
+    return [
+        f'<p class="note" id="shrinkage-caution">eta-shrinkage above {_SHRINKAGE_CAUTION:g}% '
+        f"for {html.escape(listed)}: the data inform these random effects little, and their "
+        "EBEs shrink towards 0; diagnostics built on them (EBEs against covariates, IPRED, "
+        "IWRES) can hide a relation or a misfit (Savic and Karlsson 2009).</p>"
+    ]
 
 
 def _caveats(table: pd.DataFrame) -> list[str]:
@@ -916,7 +939,8 @@ def _report_html(
             ],
         )
     )
-    sections.append(_section("shrinkage", "Shrinkage", [_table(shrinkage(fit, table))]))
+    shrunk = shrinkage(fit, table)
+    sections.append(_section("shrinkage", "Shrinkage", [_table(shrunk), *_shrinkage_note(shrunk)]))
     sections.append(_section("data", "Data", [f"<pre>{html.escape(pop.summary())}</pre>"]))
     sections.append(
         _section(
