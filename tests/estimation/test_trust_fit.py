@@ -706,3 +706,18 @@ def test_an_omega_block_near_singular_without_a_correlation_near_1_is_named():
     found = _singular_block(omega, np.diag([0.2, 0.1, 0.05]), labels)
     assert list(found) == ["Omega"] and "near singular" in found["Omega"]
     assert _singular_block(np.diag([0.2, 0.1, 0.05]), np.diag([0.2, 0.1, 0.05]), labels) == {}
+
+
+def test_an_unconverged_foce_search_says_where_foce_puts_the_residual_variance():
+    """FOCE under a proportional error with a subject predicted near 0 at eta = 0: its term
+    was 1.6e16 and the message said to raise the search's iterations, which cannot mend it."""
+    from types import SimpleNamespace
+
+    from deepnlme.estimation._outer import _explain_inner
+
+    problem = SimpleNamespace(subject_ids=(7, 8), n_eta=1)
+    ev = SimpleNamespace(inner_ok=np.array([True, False]))
+    for method, said in ((dn.FOCE(), True), (dn.FOCEI(), False)):
+        text = _explain_inner("stop", ev, problem, method)
+        assert "1 of 2 subjects (ID 8)" in text
+        assert ("FOCEI takes it at the EBEs" in text) == said

@@ -651,11 +651,21 @@ def _explain_inner(message: str, ev, problem, method) -> str:
         return message
     failed = [problem.subject_ids[i] for i in np.flatnonzero(~ok)]
     shown = ", ".join(f"ID {i}" for i in failed[:5]) + (", ..." if len(failed) > 5 else "")
+    # FOCE takes the residual variance at eta = 0: under an error that scales with the
+    # prediction, a subject predicted near 0 there weighs its records without bound (a term
+    # of 1.6e16), which no number of iterations mends
+    foce = (
+        "; with FOCE the residual variance is taken at eta = 0, where an error scaled by a "
+        "prediction near 0 makes a subject's terms unbounded: FOCEI takes it at the EBEs"
+        if type(method).__name__ == "FOCE"
+        else ""
+    )
     return (
         f"{message}; the EBE search did not converge at the estimates for {len(failed)} of "
         f"{ok.size} subjects ({shown}): their EBEs and objective terms may be inaccurate; "
         f"raise the search's iterations (inner=InnerOptions(max_iter=...), now "
-        f"{method.inner_options.max_iter}) or check these subjects' data and starting values"
+        f"{method.inner_options.max_iter}) or check these subjects' data and starting "
+        f"values{foce}"
     )
 
 
