@@ -721,3 +721,26 @@ def test_an_unconverged_foce_search_says_where_foce_puts_the_residual_variance()
         text = _explain_inner("stop", ev, problem, method)
         assert "1 of 2 subjects (ID 8)" in text
         assert ("FOCEI takes it at the EBEs" in text) == said
+
+
+def test_a_wide_bound_changes_neither_the_se_nor_says_the_estimate_is_at_it():
+    """NONMEM users' "just in case" bounds: `upper=1000` on ka stretched its transform (u =
+    log(1000 - ka) = 6.9) so that the covariance step's difference moved ka by 4% and its
+    SE came out 8% short, "ok"; (0, 1e5) on V named V = 31.8 at its bound (1e-3 of the
+    interval)."""
+    text = Path(example_path("theophylline.model")).read_text()
+    bounded = text
+    for log, natural in (
+        ("tka   = Real(init=0.45)", "tka   = Real(init=1.5, upper=1000)"),
+        ("tv    = Real(init=3.45)", "tv    = Real(init=31.5, lower=0, upper=1e5)"),
+        ("ka = exp(tka + eta[0])", "ka = tka * exp(eta[0])"),
+        ("v  = exp(tv + eta[2])", "v  = tv * exp(eta[2])"),
+    ):
+        bounded = bounded.replace(log, natural)
+    pop = dn.datasets.load("theophylline")
+    ref = dn.fit(dn.load_model(text), pop, dn.FOCEI(), progress=False)
+    fit = dn.fit(dn.load_model(bounded), pop, dn.FOCEI(), progress=False)
+    assert fit.near_boundary == () and fit.covariance_status.startswith("ok")
+    for name in ("tka", "tv"):  # the delta method's SE of exp(log value), from the log model
+        want = np.exp(ref.estimates[name]) * ref.se[name]
+        assert fit.se[name] == pytest.approx(want, rel=2e-3), name

@@ -26,7 +26,7 @@ BOUNDARY_RESIDUAL = 1e-2
 # A correlation of two random effects is near +-1 past this magnitude.
 BOUNDARY_CORRELATION = 0.99
 # A fixed effect is near a bound written in the model (`lower=`, `upper=`; `Positive`'s 0)
-# within this fraction of the distance it started from (of the interval, with both bounds):
+# within this fraction of the distance it started from (at most of the interval, with both):
 # its transform flattens the objective there, so a small gradient does not say that the
 # optimum is inside, and R^-1 gives it a tiny SE.
 BOUNDARY_THETA = 1e-3
@@ -115,7 +115,9 @@ def _bounded_fixed_effects(fit: Fit, model, problem, values0, fixed) -> dict[str
                 if bound is None:
                     continue
                 dist, dist0 = sign * (x - bound), sign * (x0 - bound)
-                span = hi - lo if lo is not None and hi is not None else dist0
+                # of the distance it started from, and at most of the interval: an estimate
+                # 31.8 from the 0 of (0, 1e5) was named at its bound (1e-3 of the interval)
+                span = min(hi - lo, dist0) if lo is not None and hi is not None else dist0
                 if span > 0 and 0 <= dist < BOUNDARY_THETA * span:
                     out[label] = f"{x:.6g} ({side} bound {bound:g}; from {x0:.3g} at the start)"
     return out

@@ -89,16 +89,17 @@ class Covariance:
         ev: Any,
         cov_pos: list,
         labels: list[str] | None = None,
+        steps: list | None = None,
     ) -> tuple[np.ndarray | None, str]:
         """The covariance of z[cov_pos] at the estimate `z_hat` (`ev`: its evaluation;
         `grad_eval(z)`: an evaluation at z) and the status line the fit reports; `labels`
         (one per entry of `cov_pos`) name the parameters along a failed matrix's flattest
-        direction."""
+        direction; `steps` (one per entry, None for the default) the difference steps."""
         scores = -0.5 * np.asarray(ev.grad_i)[:, cov_pos]  # per-subject d logL / dz
         s_mat = scores.T @ scores
         r_mat = None
         if self.needs_r:
-            r_mat = self._r_matrix(grad_eval, z_hat, ev, cov_pos)
+            r_mat = self._r_matrix(grad_eval, z_hat, ev, cov_pos, steps)
             if not np.all(np.isfinite(r_mat)):
                 return None, "failed: the R matrix (Hessian) has non-finite entries"
             eig = _not_positive_definite(r_mat)
@@ -113,7 +114,7 @@ class Covariance:
             return None, failed
         return 0.5 * (cov + cov.T), f"ok ({self.label})"
 
-    def _r_matrix(self, grad_eval, z_hat, ev, cov_pos) -> np.ndarray:
+    def _r_matrix(self, grad_eval, z_hat, ev, cov_pos, given=None) -> np.ndarray:
         """R = 1/2 Hessian of the OFV, from differences of the exact gradient. The evaluations
         at the shifted points are independent: they run `_EVALUATION_THREADS` at a time."""
         k = len(cov_pos)
@@ -121,6 +122,8 @@ class Covariance:
         g0 = np.sum(np.asarray(ev.grad_i), axis=0)[cov_pos]
         signs = (1.0, -1.0) if self.differences == "central" else (1.0,)
         steps = [self.rel_step * max(1.0, abs(z_hat[pos])) for pos in cov_pos]
+        if given is not None:  # (a transform a far bound stretches: `_outer._stretched_steps`)
+            steps = [h if g is None else min(h, g) for h, g in zip(steps, given)]
         points = []
         for pos, h in zip(cov_pos, steps):
             for sign in signs:
