@@ -321,6 +321,13 @@ CASES = [
         ["a parameter needs a domain", "Real(init=1.0)", "Fixed(1.0)"],
     ),
     (
+        "domain-nonmem-theta-bounds",
+        _sub("Real(init=1.0)", "(0.1, 1.0, 20)"),
+        3,
+        13,
+        ["a parameter needs a domain", "Real(init=1.0, lower=0.1, upper=20)"],
+    ),
+    (
         "pdiag-negative",
         _sub("[0.4, 0.07, 0.02]", "[0.4, -0.07, 0.02]"),
         5,

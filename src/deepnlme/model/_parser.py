@@ -1448,6 +1448,15 @@ class _Parser:
             if isinstance(node, ast.Constant | ast.UnaryOp):
                 v = _label(node)
                 hint = f"Write Real(init={v}) to estimate it or Fixed({v}) to hold it constant."
+            if isinstance(node, ast.Tuple) and len(node.elts) in (2, 3):
+                # NONMEM's $THETA (low, init, up) or (low, init)
+                parts = [_label(e) for e in node.elts]
+                bounds = f", upper={parts[2]}" if len(parts) == 3 else ""
+                hint = (
+                    f"NONMEM's $THETA (low, init, up) is Real(init={parts[1]}, "
+                    f"lower={parts[0]}{bounds}) here (the initial value first, the bounds by "
+                    "name)."
+                )
             raise self.err(st, node, "a parameter needs a domain", hint)
         dname = node.func.id
         factory = domain_factory(dname)
