@@ -20,6 +20,7 @@ from ..solve._subject import (
     SubjectPredictor,
     bind_population,
     dynamics_linearity,
+    statement_exprs,
     warn_network_extrapolation,
 )
 from ._problem import ObsTerms, ParamInfo, Problem
@@ -186,12 +187,9 @@ def _warn_time_after_restart(model, population) -> None:
     two periods alike; docs/model-language.md)."""
     import warnings
 
-    from ..model._ir import Observation, names_in
+    from ..model._ir import names_in
 
-    exprs = []
-    for st in (*model.ir.dynamics, *model.ir.derived):
-        exprs += list(st.args) if isinstance(st, Observation) else [st.expr]
-    if not any(kind == "time" for e in exprs for _, kind in names_in(e)):
+    if not any(kind == "time" for _, e in statement_exprs(model.ir) for _, kind in names_in(e)):
         return
     records = population._records
     written = records["TIME"].to_numpy(dtype=float)

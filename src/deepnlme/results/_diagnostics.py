@@ -263,7 +263,10 @@ def predict(fit, population=None) -> pd.DataFrame:
             ipred = np.where(lost[:, None], np.nan, ipred)
             for k in ("IRES", "IWRES", "CWRES"):
                 res[k] = np.where(lost[:, None], np.nan, res[k])
-            derived = {k: np.where(lost[:, None], np.nan, v) for k, v in derived.items()}
+            derived = {
+                k: np.where(lost[:, None], np.nan, v) if np.shape(v) == np.shape(ipred) else v
+                for k, v in derived.items()
+            }
     frame = predictions_frame(b.binding, b.population, ppred, ipred, derived)
     warn_nonfinite_predictions(frame, "predict", more)
     base = frame.iloc[:, :6]

@@ -323,7 +323,7 @@ def warn_undosed_subjects(model, population) -> None:
     )
 
 
-def _statement_exprs(ir):
+def statement_exprs(ir):
     """(line, expression) of every statement of the model that computes something."""
     from ..model._ir import Observation
 
@@ -365,7 +365,7 @@ def warn_network_extrapolation(model, population) -> None:
     names = {n.upper(): n for n in population.covariate_names}
     records = population._records
     said: set = set()
-    for _, expr in _statement_exprs(model.ir):
+    for _, expr in statement_exprs(model.ir):
         for node in walk(expr):
             if not (isinstance(node, Call) and node.kind == "param"):
                 continue
@@ -427,7 +427,7 @@ def warn_time_switches(model) -> None:
     def timed(e) -> bool:
         return any(isinstance(n, Name) and n.kind == "time" for n in walk(e))
 
-    for line, expr in _statement_exprs(ir):
+    for line, expr in statement_exprs(ir):
         for node in walk(expr):
             if not isinstance(node, Compare):
                 continue
@@ -474,7 +474,7 @@ def warn_unmatched_codes(model, population) -> None:
         return ", ".join(v[:8]) + (f" and {len(v) - 8} more" if len(v) > 8 else "")
 
     said: set = set()
-    for line, expr in _statement_exprs(model.ir):
+    for line, expr in statement_exprs(model.ir):
         where = f"line {line}" if line else "a line"
         inner: set[int] = set()
         for node in walk(expr):
