@@ -454,19 +454,9 @@ def _free_labels(problem: Problem, start: Start, which: np.ndarray) -> list[str]
     weights left out."""
     if not which.any():
         return []
-    slices = problem.u_slices()
-    size = start.u0.size
     network = _network_names(problem)
-    out = []
-    for k in np.flatnonzero(which):
-        i = start.free[k]
-        for pi in problem.param_info:
-            lo, hi, _ = slices[pi.name].indices(size)
-            if lo <= i < hi and pi.name not in network:
-                out.append(
-                    pi.name if pi.size == 1 else f"{pi.name} (entry {i - lo + 1} of {pi.size})"
-                )
-    return out
+    named = _position_params(problem, start, [int(k) for k in np.flatnonzero(which)])
+    return [label for name, label in named if name not in network]
 
 
 def _still_text(names: list[str]) -> str:
@@ -548,6 +538,12 @@ def _stretched_steps(problem: Problem, start: Start, z_hat, cov_pos, rel_step: f
 
 def _position_labels(problem: Problem, start: Start, positions: list[int]) -> list[str]:
     """A label for each of the free `positions` (``tka``, ``omega (entry 2 of 3)``)."""
+    return [label for _, label in _position_params(problem, start, positions)]
+
+
+def _position_params(problem: Problem, start: Start, positions: list[int]) -> list:
+    """(parameter, label) of each of the free `positions`: ``("omega", "omega (entry 2 of
+    3)")``."""
     slices = problem.u_slices()
     size = start.u0.size
     out = []
@@ -556,12 +552,11 @@ def _position_labels(problem: Problem, start: Start, positions: list[int]) -> li
         for pi in problem.param_info:
             lo, hi, _ = slices[pi.name].indices(size)
             if lo <= i < hi:
-                out.append(
-                    pi.name if pi.size == 1 else f"{pi.name} (entry {i - lo + 1} of {pi.size})"
-                )
+                label = pi.name if pi.size == 1 else f"{pi.name} (entry {i - lo + 1} of {pi.size})"
+                out.append((pi.name, label))
                 break
         else:
-            out.append(f"entry {i + 1}")
+            out.append(("", f"entry {i + 1}"))
     return out
 
 
@@ -689,21 +684,13 @@ def _explain_inner(message: str, ev, problem, method) -> str:
         return message
     failed = [problem.subject_ids[i] for i in np.flatnonzero(~ok)]
     shown = ", ".join(f"ID {i}" for i in failed[:5]) + (", ..." if len(failed) > 5 else "")
-    # FOCE takes the residual variance at eta = 0: under an error that scales with the
-    # prediction, a subject predicted near 0 there weighs its records without bound (a term
-    # of 1.6e16), which no number of iterations mends
-    foce = (
-        "; with FOCE the residual variance is taken at eta = 0, where an error scaled by a "
-        "prediction near 0 makes a subject's terms unbounded: FOCEI takes it at the EBEs"
-        if type(method).__name__ == "FOCE"
-        else ""
-    )
+    hint = method.search_failure_hint()
     return (
         f"{message}; the EBE search did not converge at the estimates for {len(failed)} of "
         f"{ok.size} subjects ({shown}): their EBEs and objective terms may be inaccurate; "
         f"raise the search's iterations (inner=InnerOptions(max_iter=...), now "
         f"{method.inner_options.max_iter}) or check these subjects' data and starting "
-        f"values{foce}"
+        f"values{'; ' + hint if hint else ''}"
     )
 
 

@@ -108,6 +108,11 @@ class Method(KeywordChecked):
         """Why the covariance step does not apply to this method (None: it applies)."""
         return None
 
+    def search_failure_hint(self) -> str:
+        """What the fit's message adds where some subject's EBE search did not converge,
+        about this method's own way of taking the objective ("" for none)."""
+        return ""
+
     @property
     def inner_options(self) -> InnerOptions:
         """The options of the EBE search (of a post-hoc search, for methods without one)."""

@@ -25,6 +25,15 @@ class FOCE(Conditional):
 
     name = "FOCE"
 
+    def search_failure_hint(self) -> str:
+        # under an error that scales with the prediction, a subject predicted near 0 at
+        # eta = 0 weighs its records without bound (a term of 1.6e16), which no number of
+        # the search's iterations mends
+        return (
+            "with FOCE the residual variance is taken at eta = 0, where an error scaled by a "
+            "prediction near 0 makes a subject's terms unbounded: FOCEI takes it at the EBEs"
+        )
+
     def residual_variance(self, obs_fn: Callable, theta: dict, subj: Any, q: int, dtype) -> Any:
         return obs_fn(theta, jnp.zeros(q, dtype=dtype), subj).var
 
