@@ -512,6 +512,10 @@ def check_subjects(rd: Reader, column: str, ids: list) -> Subjects:
 _REPLICATE_COLUMNS = ("REP", "IREP", "SIM", "SIMNUM", "REPLICATE")
 
 
+# NONMEM's date data items: with one in $INPUT, TIME is a clock time added to the date
+DATE_ITEMS = ("DATE", "DAT1", "DAT2", "DAT3")
+
+
 def continuous_time(
     rd: Reader, column: str, time: np.ndarray, evid: np.ndarray, subjects: Subjects
 ) -> np.ndarray:
@@ -536,13 +540,7 @@ def continuous_time(
             f" The table has a date column ({dates[0]}): if {column} is a time of day (NONMEM "
             "adds it to the date), give the hours elapsed since a reference instead: "
             "deepnlme does not read dates."
-            if (
-                dates := [
-                    c
-                    for c in table.frame.columns
-                    if str(c).upper() in ("DATE", "DAT1", "DAT2", "DAT3")
-                ]
-            )
+            if (dates := [c for c in table.frame.columns if str(c).upper() in DATE_ITEMS])
             else ""
         ),
     )

@@ -14,6 +14,7 @@ import pandas as pd
 
 from ..errors import DataError, OptionError
 from ._checks import (
+    DATE_ITEMS,
     Columns,
     Reader,
     Subjects,
@@ -742,10 +743,6 @@ def _coded_endpoints(
     return labels, order
 
 
-# NONMEM's date data items: with one in $INPUT, TIME is a clock time added to the date
-_DATE_ITEMS = ("DATE", "DAT1", "DAT2", "DAT3")
-
-
 def _date_items(rd: Reader, cols, selected: Sequence[str] | None) -> list[str]:
     """The table's date columns (DATE, DAT1-3) that no option names, warned of and left out
     of the covariates: NONMEM reads TIME as a clock time beside one and adds the date, where
@@ -755,7 +752,7 @@ def _date_items(rd: Reader, cols, selected: Sequence[str] | None) -> list[str]:
     found = [
         c
         for c in rd.table.frame.columns
-        if str(c).upper() in _DATE_ITEMS and c not in cols.used() and str(c).upper() not in named
+        if str(c).upper() in DATE_ITEMS and c not in cols.used() and str(c).upper() not in named
     ]
     if found:
         warnings.warn(
