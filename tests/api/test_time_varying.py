@@ -59,6 +59,12 @@ def pop():
     return dn.read_data(_data())
 
 
+def test_the_covariates_that_change_within_a_subject_are_named(pop):
+    assert pop.covariate_names == ("CRCL",) and pop.time_varying == (True,)
+    assert pop.time_varying_covariates == ("CRCL",)
+    assert dn.datasets.load("theophylline").time_varying_covariates == ()
+
+
 def test_time_varying_closed_form_is_propagated_not_solved(pop):
     closed = dn.load_model(MODEL.format(dynamics="OneCompartmentOral"))
     _, predictor = model_problem(closed, pop)

@@ -342,7 +342,8 @@ class Population:
 
     @property
     def time_varying(self) -> tuple[bool, ...]:
-        """Per covariate: does its value change within any subject?"""
+        """Per covariate, in the order of `covariate_names`: does its value change within
+        any subject? (`time_varying_covariates` names those that do.)"""
         if self._time_varying is None:
             r = self._records.loc[~self._records["IMPLIED"].to_numpy()]
             s = r["_S"].to_numpy()
@@ -353,6 +354,11 @@ class Population:
             base = v[np.flatnonzero(first)][np.cumsum(first) - 1]
             self._time_varying = tuple(bool(f) for f in np.any(v != base, axis=0))
         return self._time_varying
+
+    @property
+    def time_varying_covariates(self) -> tuple[str, ...]:
+        """The covariates whose value changes within at least one subject, by name."""
+        return tuple(c for c, tv in zip(self._covariate_names, self.time_varying) if tv)
 
     @property
     def endpoint_column(self) -> str | None:
