@@ -459,6 +459,27 @@ def test_an_infinite_individual_parameter_is_named_not_predicted_as_zero(dynamic
     assert (ok["PRED"] > 0).all()
 
 
+def test_a_volume_of_zero_from_a_covariate_names_the_parameters_and_covariates():
+    """WT = 0 made CL and V 0 (both finite) and the amounts 0/0: the message spoke of
+    bioavailability, infusion rates and ODE steps, on a closed-form bolus model."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {"ID": [1, 1, 2, 2], "TIME": [0, 2, 0, 2], "AMT": [100, 0, 100, 0],
+         "DV": [np.nan, 4, np.nan, 4], "WT": [70, 70, 0, 0]}
+    )  # fmt: skip
+    text = (
+        "param:\n    tcl = Real(init=0.0)\n    tv = Real(init=1.0)\n"
+        "    sigma = Positive(init=0.5)\ncovariates: WT\n"
+        "pre:\n    cl = exp(tcl) * WT / 70\n    v = exp(tv) * WT / 70\n"
+        "dynamics: OneCompartment\nderived:\n    DV ~ Normal(Central / v, sigma)\n"
+    )
+    pop = dn.read_data(frame)
+    with pytest.raises(dn.SolveError, match=r"subject 2: its individual parameter\(s\) cl, v "
+                       r"are 0 \(its covariates: WT = 0\)"):  # fmt: skip
+        dn.simulate(dn.load_model(text), pop, seed=1)
+
+
 _EXCHANGE = """\
 param:
     kel = Positive(init=0.2)

@@ -138,3 +138,37 @@ def test_a_pcvpc_of_censored_data_leaves_out_the_simulated_values_beyond_the_lim
     by_dose = dn.vpc(fit, n_sim=20, seed=2, bins=2, stratify="DOSE")
     assert set(by_dose.limits) == set(by_dose.summary["stratum"]), by_dose.limits
     assert all(lim == (LLOQ, np.inf) for lim in by_dose.limits.values())
+
+
+def test_a_pcvpc_with_two_limits_leaves_out_observed_values_below_the_higher_one_too():
+    """LLOQ 1 for six subjects, 2 for the others: the pcVPC left out every simulated value
+    below 2 (the endpoint's limit) but kept the observed ones in [1, 2) of the first six, and
+    their low percentiles fell below the simulated interval of a correct model."""
+    df = pd.read_csv(dn.datasets.path("theophylline"), na_values=".")
+    obs = (df["EVID"] == 0) & (df["MDV"] == 0)
+    limit = np.where(df["ID"].rank(method="dense") <= 6, 1.0, 2.0)
+    blq = obs & (df["DV"] < limit)
+    df["CENS"] = blq.astype(int)
+    df.loc[blq, "DV"] = limit[blq]
+    model = dn.load_model(dn.datasets.example_path("theophylline.model"))
+    fit = dn.fit(model, dn.read_data(df), dn.FOCEI(), max_iter=0, covariance=None,
+                 progress=False)  # fmt: skip
+    table = dn.predict(fit)
+    dv, cens, pred = (table[c].to_numpy() for c in ("DV", "CENS", "PRED"))
+    kept = (cens == 0) & (pred > 0) & (dv >= 2.0)
+    assert ((cens == 0) & (pred > 0) & (dv < 2.0)).sum() > 0  # (what was kept before)
+    check = dn.vpc(fit, n_sim=20, seed=2, bins=3, pred_corrected=True)
+    assert check.n_excluded == int((~kept).sum())
+    assert len(check.observed) == int(kept.sum())
+    assert check.summary.groupby("bin")["n_obs"].first().sum() == kept.sum()
+
+
+def test_noise_free_simulations_are_not_censored(censored_fit):
+    sim = dn.simulate(censored_fit, seed=1, residual=False, include=["ipred"])
+    np.testing.assert_array_equal(sim["DV"].to_numpy(), sim["IPRED"].to_numpy())
+    pop = dn.simulate(censored_fit, seed=1, residual=False)
+    frame = pop.to_dataframe()
+    frame = frame[frame["EVID"] == 0]
+    assert (frame["CENS"] == 0).all() and (frame["DV"] < LLOQ).sum() >= 12
+    # with residual errors, the design's censored records are censored again
+    assert (dn.simulate(censored_fit, seed=1).to_dataframe()["CENS"] == 1).any()

@@ -606,7 +606,7 @@ class Population:
             parts.append(part)
         return self._replace(pd.concat(parts, ignore_index=True), ids)
 
-    def with_dv(self, dv: object) -> Population:
+    def with_dv(self, dv: object, censor: bool = True) -> Population:
         """A new population whose observed values are replaced by `dv`.
 
         `dv` holds one value per observation in population order (subjects in `ids` order,
@@ -621,7 +621,8 @@ class Population:
         censored at it (CENS 1 or -1, DV the limit), as a
         study's assay censors every sample, and every other value is an observation (CENS
         0). (Only the records censored in the design were censored again: simulated values
-        below the LLOQ elsewhere stayed, which no study records.)
+        below the LLOQ elsewhere stayed, which no study records.) With `censor=False` every
+        new value is an observation as it is (CENS 0): noise-free predictions, not a sample.
         """
         a = self.arrays()
         values = np.asarray(dv, dtype=float)
@@ -638,7 +639,11 @@ class Population:
         r = self._records.copy()
         col = r["DV"].to_numpy(dtype=float, copy=True)
         obs = _is_obs(r)
-        if "CENS" in r.columns:
+        if "CENS" in r.columns and not censor:
+            cens = r["CENS"].to_numpy(copy=True)
+            cens[obs] = 0
+            r["CENS"] = cens
+        elif "CENS" in r.columns:
             cens = r["CENS"].to_numpy(copy=True)
             c, old = cens[obs], col[obs]
             ep = r["ENDPOINT"].to_numpy()[obs] if "ENDPOINT" in r.columns else np.zeros(len(c))

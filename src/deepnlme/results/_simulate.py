@@ -252,7 +252,8 @@ def simulate(
       seed gives the same data; no global random state is read or advanced.
     - `etas`: `[N, q]` random effects to use instead of drawing them (the default for a Fit
       whose method estimated none, NaivePooled: 0, not the model's initial Omega).
-    - `residual`: False gives the noise-free individual predictions as DV.
+    - `residual`: False gives the noise-free individual predictions as DV (none censored,
+      even where the design has censored records).
     - `include`: None (default: the `Population`), or a list of any of "eta", "ipred",
       "params": then a DataFrame with one row per observation (as Pumas's `simobs`): ID,
       TIME, ENDPOINT, DV (the simulated value), then for "eta" the subject's simulated random
@@ -344,7 +345,7 @@ def _simulate(model, population, params, seed, etas, residual, ode_options) -> _
             stacklevel=3,
         )
     return _Simulated(
-        population.with_dv(y),
+        population.with_dv(y, censor=bool(residual)),
         y,
         np.asarray(eta),
         np.asarray(ipred),

@@ -191,6 +191,11 @@ def vpc_of(
     # without a censored record of its own has them too (the assay's, not the stratum's)
     endpoint = table["ENDPOINT"].to_numpy(dtype=object)
     endpoint_limits = {e: _limits(dv[endpoint == e], cens[endpoint == e]) for e in set(endpoint)}
+    if pred_corrected:
+        # a pcVPC leaves out the simulated values beyond the endpoint's limits (below):
+        # observed values there (a subject whose own LLOQ is lower than another's) go too
+        lo, hi = np.array([endpoint_limits[e] for e in endpoint]).reshape(-1, 2).T
+        keep &= ~((dv < lo) | (dv > hi))
     rows, obs_parts, stratum_limits = [], [], {}
     for s in _ordered(pd.unique(strata[keep])):
         sel = np.flatnonzero(keep & (strata == s))

@@ -1460,17 +1460,33 @@ def nonfinite_parameter(predictor, theta, eta, data, i: int) -> str | None:
     values = np.asarray(data.cov_value)[i]
     mask = np.asarray(data.cov_mask)[i]
     eta = jnp.asarray(eta, dtype=jnp.float64)
+    zero = None  # (the first segment with an individual parameter of 0, and their names)
     for m in np.flatnonzero(mask):
         ind = cm.pre(theta, eta, jnp.asarray(values[m]))
+        since = f" from TIME {times[m]:g}" if m > 0 else ""
         for name in [a.name for a in cm.ir.pre if a.name in ind]:
             v = np.asarray(ind[name])
             if v.ndim == 0 and not np.isfinite(v):
-                since = f" from TIME {times[m]:g}" if m > 0 else ""
                 return (
                     f"its individual parameter {name} is {float(v):g}{since}: check its "
                     "expression in 'pre:' (a division by zero, or a log of 0, at this "
                     "subject's covariates?) and the parameter values"
                 )
+        zeros = [n for n, v in ind.items() if np.ndim(v) == 0 and float(v) == 0.0]
+        if zeros and zero is None:
+            zero = (m, since, zeros)
+    if zero is not None:
+        # a volume or clearance of 0 (a covariate of 0 in a power or product) makes the
+        # amounts 0/0 with every parameter finite: the covariates are the likely cause
+        m, since, zeros = zero
+        names = ", ".join(zeros)
+        covs = ", ".join(f"{c} = {float(values[m][k]):g}" for k, c in enumerate(cm.covariates))
+        at = f" (its covariates{since}: {covs})" if covs else ""
+        return (
+            f"its individual parameter(s) {names} are 0{since}{at}: a rate constant "
+            "divided by a volume of 0, or a clearance of 0 in a ratio, is not finite. Check "
+            "these covariate values and the expressions in 'pre:'"
+        )
     return None
 
 
