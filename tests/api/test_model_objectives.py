@@ -206,12 +206,17 @@ def test_kinds_of_observation_counted_from_the_data_as_the_model_gives_them():
     [
         ("Bernoulli(logistic(mu))", [0.0, 2.0, 2.0], r"takes 0 or 1 \(1 for .*\(2 observations"),
         ("Poisson(exp(mu))", [0.0, 3.0, 0.5], r"takes a count \(0, 1, 2, ...\), but DV is 0.5"),
-        ("Poisson(exp(mu))", [0.0, -1.0, 2.0], r"takes a count .*, but DV is -1"),
+        ("Poisson(exp(mu))", [0.0, -1.0, 2.0], r"takes a count .*, but DV is -1\."),
+        ("Poisson(exp(mu))", [0.0, 1.000000001, 2.0], r"takes a count .*, but DV is 1.000000001"),
+        ("Poisson(exp(mu))", [0.0, 1.0, 2.0, 1], r"has a record censored \(CENS 1 or -1\)"),
+        ("Bernoulli(logistic(mu))", [0.0, 1.0, 0.0, -1], r"has a record censored"),
     ],
 )
 def test_a_dv_a_discrete_output_cannot_take_is_refused(dist, dv, said):
-    # a binary endpoint coded 0/2 fitted p twice the share of events, with no complaint
-    df = pd.DataFrame(dict(ID=[1, 1, 2], TIME=[1, 2, 1], DV=dv, EVID=0, MDV=0))
+    # a binary endpoint coded 0/2 fitted p twice the share of events, with no complaint; a
+    # censoring flag on a count was dropped without a word (and a simulation censored at it)
+    *dv, cens = dv if len(dv) == 4 else (*dv, 0)
+    df = pd.DataFrame(dict(ID=[1, 1, 2], TIME=[1, 2, 1], DV=dv, EVID=0, MDV=0, CENS=[0, cens, 0]))
     model = dn.load_model(f"param:\n    mu = Real(init=0.0)\nderived:\n    DV ~ {dist}\n")
     with pytest.raises(dn.DataError, match=r"subject \d, time \d: the \w+ output 'DV' " + said):
         dn.model_predict(model, dn.read_data(df))

@@ -214,6 +214,16 @@ def _check_discrete_observations(cm, a, out_of_ep, population) -> None:
         if family.support is None:
             continue
         mine = a.obs_mask & (output == k) & np.isfinite(a.obs_dv)
+        censored = mine & (a.obs_cens != 0)
+        if censored.any():
+            # (M3's P(Y < limit) is written for the normal families: the flag was dropped
+            # without a word, and a simulated design's counts censored at it)
+            raise _outside_support(
+                population, censored, f"the {st.dist} output '{cm.outputs[k]}' has a record "
+                "censored (CENS 1 or -1), which a count or binary output does not take (M3 "
+                "censoring is for the continuous families)", "Set CENS to 0 on these "
+                "records, or leave them out.",
+            )  # fmt: skip
         bad = mine & ~family.support(np.where(mine, a.obs_dv, 0.0))
         if bad.any():
             raise _outside_support(
@@ -221,6 +231,13 @@ def _check_discrete_observations(cm, a, out_of_ep, population) -> None:
                 f"{family.support_text}", "Recode DV, or give the output a distribution for "
                 "such values.",
             )  # fmt: skip
+
+
+def _exact(v: float) -> str:
+    """`v` as `:g` writes it where that is `v` exactly, else all its digits (1 + 1e-9 is not
+    a count, and "DV is 1" said that it was)."""
+    short = f"{v:g}"
+    return short if float(short) == v else repr(v)
 
 
 def _outside_support(population, bad: np.ndarray, takes: str, fix: str) -> DataError:
@@ -231,7 +248,7 @@ def _outside_support(population, bad: np.ndarray, takes: str, fix: str) -> DataE
     n = int(bad.sum())
     return DataError(
         f"subject {population.ids[i]}, time {population.written_obs_time()[i, j]:g}: {takes}, "
-        f"but DV is {a.obs_dv[i, j]:g}"
+        f"but DV is {_exact(float(a.obs_dv[i, j]))}"
         + (f" ({n} observations are such)" if n > 1 else "")
         + f". {fix}"
     )
