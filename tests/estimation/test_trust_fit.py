@@ -126,6 +126,21 @@ def test_non_finite_start_names_the_negative_volume_and_the_subject():
     assert "v = " in fit.message and "not positive" in fit.message
 
 
+def test_a_binary_observation_the_start_gives_no_chance_is_named_not_a_sign():
+    """p = logistic(li + 5 * TIME) is 1.0 at TIME 10 where DV is 0: the message blamed li = 0
+    for not being positive, as a volume must be (li is a logit)."""
+    model = dn.load_model(
+        "param:\n    ta = Real(init=0.0)\n    tb = Real(init=5.0)\n    om = Positive(init=0.5)\n"
+        "random:\n    eta ~ Normal(0, om)\npre:\n    li = ta + eta\n"
+        "derived:\n    DV ~ Bernoulli(logistic(li + tb * t))\n"
+    )
+    rows = [(i + 1, t, 1.0 if t < 10 or i else 0.0) for i in range(5) for t in (0.0, 1.0, 10.0)]
+    pop = dn.read_data(pd.DataFrame(rows, columns=["ID", "TIME", "DV"]))
+    fit = dn.fit(model, pop, dn.LaplaceI(), max_iter=0, covariance=None, progress=False)
+    assert "observation DV = 0 of subject ID 1 at TIME 10" in fit.message
+    assert "gives that value no chance" in fit.message and "not positive" not in fit.message
+
+
 def test_non_finite_start_names_a_zero_sd_of_a_proportional_error(tmp_path):
     fit = _oral_fit("Proportional(conc, sigma)", _oral_data(obs_at_zero_for=3))
     assert not fit.converged

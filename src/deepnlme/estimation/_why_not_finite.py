@@ -192,9 +192,15 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
                         "it, -1 above it, DV the limit)"
                     )
             elif not np.isfinite(other[i, j]):
+                # (a count's or an event's: the model gives the value observed no chance,
+                # whatever the signs of its parameters; a logit or a log rate may be <= 0)
                 return (
-                    f"the likelihood of the observation of {at} is not finite ({what} "
-                    f"{_fmt(f)}){hint}"
+                    f"the likelihood of the observation DV = {_fmt(dv[i, j])} of {at} is not "
+                    f"finite ({what} {_fmt(f)}): the model gives that value no chance, as a "
+                    "probability of exactly 0 or 1, or a count's rate of 0, does where DV says "
+                    "otherwise (logistic() of an argument beyond about 37 in size is 1 or 0 "
+                    "in double precision): check the initial estimates and the linear "
+                    "predictor's terms (e.g. a slope times TIME)"
                 )
         if nonpos and m2ll_i is not None and not np.isfinite(m2ll_i[i]):
             return f"the objective of {who} is not finite{hint}"
