@@ -257,3 +257,35 @@ def test_a_failed_resample_names_the_datas_ids():
     with pytest.warns(UserWarning, match=r"every failed replicate drew the data's subject\(s\) "
                       r"5, and no replicate that succeeded did"):  # fmt: skip
         boot.ci(0.9)
+
+
+def test_a_start_stopped_unconverged_below_the_best_optimum_is_said(monkeypatch):
+    """A start that ran out of iterations at OFV 110.3 was left out of the optima, whose best
+    said 116.8: refitted to convergence, it was the better optimum."""
+    from deepnlme.workflows import _multistart
+    from deepnlme.workflows._runner import FitOutcome
+
+    model = dn.load_model(dn.datasets.example_path("theophylline.model"))
+    pop = dn.datasets.load("theophylline")
+    ofv = [116.8, 110.3, 116.8, 130.0]
+    ok = [True, False, True, False]
+
+    def fits(tasks, population, **_):
+        return [FitOutcome(t.key, ofv[t.key], ofv[t.key], ok[t.key],
+                           "converged" if ok[t.key] else "iterations ran out (max_iter=60)",
+                           60, dict(t.init), 0.1) for t in tasks]  # fmt: skip
+
+    monkeypatch.setattr(_multistart, "run_tasks", fits)
+    with pytest.warns(UserWarning, match=r"1 start\(s\) did not converge, at an OFV lower than "
+                      r"the best optimum's \(116.8000\): start 1 stopped at 110.3000 "
+                      r"\(iterations ran out"):  # fmt: skip
+        ms = dn.multistart(model, pop, dn.FOCE(), n=4, seed=1, spread=3.0, progress=False)
+    assert ms.lower_unconverged == (1,) and ms.best_ofv == 116.8
+    assert "1 start(s) did not converge at a lower OFV, down to 110.3000 (start 1)" in repr(ms)
+    # the starts used, as the perturbation draws them (start 0: the model's initial values)
+    assert len(ms.inits) == 4 and float(ms.inits[0]["tka"]) == 0.45
+    again = _multistart.perturbed_starts(model, None, 4, 1, 3.0)
+    for k in range(4):
+        for name, value in again[k].items():
+            np.testing.assert_array_equal(ms.inits[k][name], value)
+    assert float(ms.starts["tka"][1]) == float(again[1]["tka"])  # (the outcome's estimates)

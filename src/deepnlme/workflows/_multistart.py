@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -76,6 +77,11 @@ class Multistart:
     - `best`: the start with the lowest OFV among the converged ones (among all when none
       converged); `best_ofv`, `best_estimates` (parameter name -> value, as `Fit.estimates`:
       pass it as `init` to refit there).
+    - `inits`: the starts themselves, one dict of values by parameter name per start (pass
+      ``inits[k]`` as `init` to fit from start k again).
+    - `lower_unconverged`: the starts that did not converge at an OFV lower than the best
+      optimum's by more than `tol` (the optimum may lie beyond them: refit from their
+      estimates with a larger `max_iter`); said in the repr and warned of.
     """
 
     starts: pd.DataFrame = dataclasses.field(repr=False)
@@ -86,10 +92,18 @@ class Multistart:
     spread: float
     tol: float
     seconds: tuple[float, ...] = dataclasses.field(repr=False, default=())
+    inits: tuple[dict[str, np.ndarray], ...] = dataclasses.field(repr=False, default=())
 
     @property
     def best_ofv(self) -> float:
         return float(self.starts["ofv"].iloc[self.best])
+
+    @property
+    def lower_unconverged(self) -> tuple[int, ...]:
+        if not self.starts["converged"].any():
+            return ()
+        lower = (~self.starts["converged"]) & (self.starts["ofv"] < self.best_ofv - self.tol)
+        return tuple(int(k) for k in self.starts["start"][lower])
 
     def __repr__(self) -> str:
         if not len(self.optima):  # no start converged: the best is a lowest OFV, no optimum
@@ -100,8 +114,20 @@ class Multistart:
         found = int(self.optima["found"].iloc[0])
         return (
             f"Multistart({len(self.starts)} starts, {len(self.optima)} optima; best OFV "
-            f"{self.best_ofv:.4f}, found by {found})"
+            f"{self.best_ofv:.4f}, found by {found}{_lower_note(self)})"
         )
+
+
+def _lower_note(ms: Multistart) -> str:
+    """What the repr says of starts that stopped unconverged below the best optimum."""
+    lower = ms.lower_unconverged
+    if not lower:
+        return ""
+    ofv = ms.starts.set_index("start")["ofv"]
+    k = min(lower, key=lambda s: ofv[s])
+    return (
+        f"; {len(lower)} start(s) did not converge at a lower OFV, down to {ofv[k]:.4f} (start {k})"
+    )
 
 
 def multistart(
@@ -177,7 +203,7 @@ def multistart(
     table.insert(table.columns.get_loc("error") + 1, "optimum", group_optima(ofv, ok, tol))
     finite = np.where(np.isfinite(ofv), ofv, np.inf)
     best = int(np.argmin(np.where(ok, finite, np.inf)) if ok.any() else np.argmin(finite))
-    return Multistart(
+    result = Multistart(
         starts=table,
         optima=_optima(table, [c for c, _, _ in names]),
         best=best,
@@ -186,7 +212,23 @@ def multistart(
         spread=float(spread),
         tol=float(tol),
         seconds=tuple(o.seconds for o in outcomes),
+        inits=tuple(starts),
     )
+    if result.lower_unconverged:
+        # a start that ran out of iterations below the best optimum: the search it stopped
+        # may have been on its way to a better one, which the table would not show
+        lower = result.lower_unconverged
+        k = min(lower, key=lambda s: ofv[s])
+        warnings.warn(
+            f"multistart: {len(lower)} start(s) did not converge, at an OFV lower than the "
+            f"best optimum's ({result.best_ofv:.4f}): start {k} stopped at {ofv[k]:.4f} "
+            f"({outcomes[k].message}). The best optimum may lie beyond it: refit from its "
+            "estimates with a larger max_iter (the row of `starts`), or from "
+            f"`inits[{k}]`.",
+            UserWarning,
+            stacklevel=2,
+        )
+    return result
 
 
 def _optima(table: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
