@@ -252,3 +252,24 @@ def test_a_scheduler_that_does_not_answer_is_an_option_error(theo):
         with pytest.raises(dn.OptionError, match=r"bootstrap: no Dask scheduler answered at "
                            r"'tcp://127.0.0.1:1'.*leave `scheduler` out"):  # fmt: skip
             dn.bootstrap(fit, 2, seed=0, scheduler="tcp://127.0.0.1:1", progress=False)
+
+
+def test_a_script_without_the_main_guard_is_told_what_to_add(monkeypatch):
+    """Without `if __name__ == "__main__":` each worker ran the script's fits, then failed
+    with 475 lines of multiprocessing tracebacks naming neither the guard nor deepnlme."""
+    import multiprocessing
+
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(RuntimeError, match=r"bootstrap: called while a worker process was "
+                       r"importing .*`if __name__ == '__main__':`.*workers=1"):  # fmt: skip
+        _runner.run_tasks([], None, workers=2, label="bootstrap")
+    monkeypatch.undo()
+
+    def refused(**_):
+        raise RuntimeError("Nanny failed to start.")
+
+    with pytest.raises(RuntimeError, match=r"multistart: the Dask worker processes did not "
+                       r"start \(Nanny failed to start.\).*`if __name__ == '__main__':`"):  # fmt: skip
+        _runner._local_cluster("multistart", refused, n_workers=2)
+    with pytest.raises(RuntimeError, match=r"^other$"):  # (another failure: as it was)
+        _runner._local_cluster("multistart", lambda: (_ for _ in ()).throw(RuntimeError("other")))

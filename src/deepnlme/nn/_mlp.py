@@ -408,7 +408,8 @@ def mlp(
     fixed=False,
 ) -> MLP:
     """``MLP(n_in, width_or_(width, activation), ..., act=tanh, bias=True, seed=0, reg=None,
-    scale=None, in_center=None, in_scale=None, out_center=None, out_scale=None)``."""
+    scale=None, in_center=None, in_scale=None, out_center=None, out_scale=None, data=None,
+    fixed=False)``."""
     if isinstance(n_in, bool) or not isinstance(n_in, int) or n_in < 1:
         raise DomainError(f"the input width must be a whole number >= 1, got {_lit(n_in)}")
     if not layers:

@@ -451,6 +451,7 @@ def run_tasks(
     task order (see the module's description). `fn` must be a function of a module the
     workers can import (the default, `run_fit`, returns a `FitOutcome`)."""
     n = check_workers(label, workers, scheduler)
+    _refuse_in_a_starting_worker(label)
     counter = FitCounter(label, len(tasks), enabled=progress, stream=stream)
     if (scheduler is None and (n == 1 or len(tasks) <= 1)) or not _dask_available():
         if scheduler is not None:
@@ -466,6 +467,28 @@ def run_tasks(
     return _run_on_dask(
         tasks, population, min(n, len(tasks)), scheduler, counter, retries, widths, fn
     )
+
+
+_NO_GUARD = (
+    "a script that runs a workflow with `workers` > 1 keeps its work under `if __name__ == "
+    "'__main__':`, as any multiprocessing script does (each worker process imports the "
+    "script), or runs it with workers=1"
+)
+
+
+def _refuse_in_a_starting_worker(label: str) -> None:
+    """Refuse a workflow started while a worker process imports the user's script (a script
+    without the `__main__` guard): Python's error came out of every worker, 475 lines of
+    tracebacks that named neither the guard nor deepnlme, after each worker had run the
+    script's own fits first."""
+    import multiprocessing
+
+    # (the test multiprocessing's own "bootstrapping phase" error makes, before it spawns)
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            f"{label}: called while a worker process was importing the script that started "
+            f"the workflow: {_NO_GUARD}"
+        )
 
 
 def _one_program(tasks: Sequence[FitTask], widths: Mapping[str, int] | None) -> bool:
@@ -503,6 +526,21 @@ def _worker_env(cache: str) -> dict[str, str]:
     }
 
 
+def _local_cluster(label: str, local_cluster, **options):
+    """`distributed.LocalCluster(**options)`, its failure to start its workers said with
+    the likely cause (a script without the `__main__` guard)."""
+    try:
+        return local_cluster(**options)
+    except RuntimeError as e:
+        if "failed to start" not in str(e):
+            raise
+        raise RuntimeError(
+            f"{label}: the Dask worker processes did not start ({e}). Where the workers' "
+            "errors above say that they were importing the script (or speak of a "
+            f"'bootstrapping phase'), {_NO_GUARD}"
+        ) from e
+
+
 def _lost(client, future) -> bool:
     """Whether the scattered data `future` is gone: no worker holds it, or the scheduler has
     forgotten it (the worker that held it died before it was copied to the others)."""
@@ -530,7 +568,9 @@ def _run_on_dask(tasks, population, n, scheduler, counter, retries, widths, fn) 
         cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="deepnlme-workers-"))
         if scheduler is None:
             cluster = stack.enter_context(
-                LocalCluster(
+                _local_cluster(
+                    counter.label,
+                    LocalCluster,
                     n_workers=n,
                     threads_per_worker=1,
                     processes=True,
