@@ -250,3 +250,28 @@ def test_augment_refuses_what_it_cannot_write(base_fit, covnet):
         augment(base_fit, net)
     with pytest.raises(dn.OptionError, match="already has a name 'tcl'"):
         augment(base_fit, covnet, name="tcl")
+
+
+def test_an_augmented_network_model_keeps_its_networks_data_scale(pop):
+    """A base model with a data-scaled network: `augment` wrote it without its scale, so the
+    new model scaled it on whatever data it met first, under weights trained on the fit's."""
+    text = (
+        BASE.replace("covariates", "")
+        .replace(
+            "    sigma = Positive(init=0.3)\n",
+            "    sigma = Positive(init=0.3)\n    NN = MLP(1, 2, (1, identity), scale=zscore)\n",
+        )
+        .replace("v = exp(tv + eta[1])", "v = exp(tv + eta[1] + NN(AGE)[0])")
+    )
+    text = text.replace("random:", "covariates: AGE\nrandom:")
+    fit = dn.fit(dn.load_model(text), pop, dn.FOCE(), max_iter=0, progress=False,
+                 covariance=None)  # fmt: skip
+    net = fit_covariate_network(posterior_table(fit), ["WT"], net=(2,), l2=1.0)
+    aug = augment(fit, net)
+    assert "NN = MLP(1, 2, (1, identity), seed=0, scale=zscore, data=[[" in aug.text
+    few = pop.subset(list(pop.ids[:3]))
+    alone = dn.model_predict(dn.load_model(aug.text), few, aug.init)
+    whole = dn.model_predict(aug.model, pop, aug.init)
+    np.testing.assert_allclose(
+        alone["PRED"].to_numpy(), whole["PRED"].to_numpy()[: len(alone)], rtol=1e-12
+    )

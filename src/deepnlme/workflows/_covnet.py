@@ -32,7 +32,7 @@ from ..errors import OptionError
 from ..estimation._compiled import unpacked
 from ..model import load_model
 from ..model._ir import Assign, BinOp, Call, Index, Name, ParamDecl
-from ..nn import L2, MLP
+from ..nn import L2, MLP, resolved_model
 from ._runner import check_seed
 
 _SUMMARIES = ("first", "last", "mean", "min", "max")
@@ -749,7 +749,9 @@ def augment(fit: Any, covnet: CovariateNetwork, *, name: str = "CovNet") -> Augm
             "augment: `covnet` must be a CovariateNetwork from deepnlme.fit_covariate_network"
             f"(...); got {type(covnet).__name__}"
         )
-    model = fit.model
+    # (with its networks' data scale written in: a network scaled on the fit's data keeps
+    # that scale in the new model's text, as a saved fit's does, not one of the next data)
+    model = resolved_model(fit)
     ir = model.ir
     cm = model.compiled
     labels = tuple(cm.eta_labels)
