@@ -406,6 +406,37 @@ def test_a_simulated_design_with_blq_records_is_censored_again_at_their_limits()
     np.testing.assert_array_equal(a.obs_dv[:, :4], np.where(below, limit, drawn))
 
 
+def test_a_design_built_with_an_lloq_is_censored_where_the_draws_fall_below_it(tmp_path):
+    """make_population had no way to say the assay's limit: a simulation-and-re-estimation
+    study with BLQ data needed a CSV written by hand (simulated concentrations down to -1.8
+    came back, none censored)."""
+    model = dn.load_model(THEO)
+    design = dn.make_population(
+        12, doses={"time": 0, "amt": 320}, obs_times=[0.5, 2, 8, 24, 36], lloq=1.0
+    )
+    sim = dn.simulate(model, design, seed=3)
+    drawn = dn.simulate(model, design, seed=3, include="ipred")["DV"].to_numpy().reshape(12, 5)
+    a = sim.arrays()
+    below = drawn < 1.0
+    assert below.any() and (~below).any()
+    np.testing.assert_array_equal(a.obs_cens[:, :5], np.where(below, 1, 0))
+    np.testing.assert_array_equal(a.obs_dv[:, :5], np.where(below, 1.0, drawn))
+    # written in the NONMEM layout (CENS, LLOQ) and read back: censored as M3 records
+    frame = sim.to_dataframe()
+    assert (frame.loc[frame["EVID"] == 0, "LLOQ"] == 1.0).all()
+    frame.to_csv(tmp_path / "sim.csv", index=False)
+    again = dn.read_data(tmp_path / "sim.csv")
+    assert int((again.arrays().obs_cens == 1).sum()) == int(below.sum())
+    # by endpoint; what is not an endpoint or not a number is refused
+    with pytest.raises(
+        dn.OptionError,
+        match=r"`lloq` names PD, not an endpoint of the design \(its endpoints: DV\)",
+    ):
+        dn.make_population(2, doses={"time": 0, "amt": 1}, obs_times=[1], lloq={"PD": 1.0})
+    with pytest.raises(dn.OptionError, match=r"`lloq` must be a finite number .* nan"):
+        dn.make_population(2, doses={"time": 0, "amt": 1}, obs_times=[1], lloq=float("nan"))
+
+
 def test_a_fit_predicts_and_simulates_with_its_own_ode_options():
     """model_predict(fit) and simulate(fit) solved with the default OdeOptions whatever the
     fit used: at rtol 1e-6 its IPRED differed from predict(fit)'s by 4e-6."""

@@ -49,6 +49,7 @@ def make_population(
     covariates: Mapping[str, object] | None = None,
     endpoints: Sequence[str] | None = None,
     covariate_rule: str = "nonmem",
+    lloq: float | Mapping[str, float] | None = None,
 ) -> Population:
     """Build a population from dosing regimens and sampling times (for simulation studies).
 
@@ -68,6 +69,10 @@ def make_population(
     - `endpoints`: output labels; each sampling time gets one observation per endpoint.
       Default: one endpoint, `"DV"`.
     - `covariate_rule`: as in `read_data`.
+    - `lloq`: the assay's lower limit of quantification: one number for every endpoint, or
+      `{endpoint: limit}` for some. Each sample gets it (an LLOQ column), and `simulate`
+      censors every value drawn below it (CENS 1, DV the limit: Beal's M3), as a study's
+      assay would, so that a fit of the simulated data sees what a study's would.
 
     **Example**
 
@@ -87,7 +92,28 @@ def make_population(
     labels = _endpoint_labels(endpoints)
     covs = _covariate_values(covariates, n)
     frame = _table(ids, dose_columns, times, labels, covs)
-    return _read_built(frame, labels if endpoints is not None else None, covs, covariate_rule)
+    pop = _read_built(frame, labels if endpoints is not None else None, covs, covariate_rule)
+    return pop if lloq is None else pop.with_limits(_limits_by_endpoint(lloq, pop.endpoints))
+
+
+def _limits_by_endpoint(lloq: object, endpoints: Sequence[str]) -> dict[str, float]:
+    """`make_population`'s `lloq` as {endpoint label: limit}, checked."""
+    given = dict(lloq) if isinstance(lloq, Mapping) else dict.fromkeys(endpoints, lloq)
+    unknown = [str(e) for e in given if str(e) not in endpoints]
+    if unknown:
+        raise OptionError(
+            f"make_population: `lloq` names {listing(unknown)}, not an endpoint of the design "
+            f"(its endpoints: {listing(list(endpoints))})."
+        )
+    limits = {}
+    for e, v in given.items():
+        if isinstance(v, bool) or not isinstance(v, int | float | np.number) or not np.isfinite(v):
+            raise OptionError(
+                f"make_population: `lloq` must be a finite number (or a dict of them by "
+                f"endpoint); got {v!r} for {e!r}."
+            )
+        limits[str(e)] = float(v)
+    return limits
 
 
 def _subject_ids(subjects: int | Sequence) -> list:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -547,6 +547,8 @@ class Population:
             out["DVID"] = r["ENDPOINT"].to_numpy(dtype=object)
         if self._has_cens:
             out["CENS"] = r["CENS"].to_numpy()
+        if "LLOQ" in r.columns:
+            out["LLOQ"] = r["LLOQ"].to_numpy()
         for name in self._covariate_names:
             out[name] = r[name].to_numpy()
         return out
@@ -621,7 +623,9 @@ class Population:
         censored at it (CENS 1 or -1, DV the limit), as a
         study's assay censors every sample, and every other value is an observation (CENS
         0). (Only the records censored in the design were censored again: simulated values
-        below the LLOQ elsewhere stayed, which no study records.) With `censor=False` every
+        below the LLOQ elsewhere stayed, which no study records.) A record with a limit of its
+        own (an LLOQ column: `make_population(lloq=...)`) is censored below it. With
+        `censor=False` every
         new value is an observation as it is (CENS 0): noise-free predictions, not a sample.
         """
         a = self.arrays()
@@ -664,6 +668,9 @@ class Population:
                     pick.at(own, subj[marked], old[marked])
                     whole = pick.reduce(old[marked])
                     lim[at] = np.where(np.isfinite(own[subj[at]]), own[subj[at]], whole)
+            if "LLOQ" in r.columns:  # (a design's own limits, record by record)
+                own_limit = r["LLOQ"].to_numpy(dtype=float)[obs]
+                low = np.where(np.isfinite(own_limit), own_limit, low)
             below, above = flat < low, flat > high
             flat = np.where(below, low, np.where(above, high, flat))
             cens[obs] = np.where(below, 1, np.where(above, -1, 0))
@@ -671,6 +678,18 @@ class Population:
         col[obs] = flat
         r["DV"] = col
         return self._replace(r, self._ids)
+
+    def with_limits(self, lloq: Mapping[str, float]) -> Population:
+        """This design with a lower limit of quantification on each observation record of
+        the endpoints `lloq` names (`{endpoint label: limit}`, an LLOQ column): `with_dv`
+        censors new values below it (`make_population(lloq=...)`)."""
+        r = self._records.copy()
+        labels = r["ENDPOINT"].to_numpy(dtype=object)
+        limit = np.array([lloq.get(str(e), np.nan) for e in labels], dtype=float)
+        r["LLOQ"] = np.where(_is_obs(r), limit, np.nan)
+        new = self._replace(r, self._ids)
+        new._has_cens = True
+        return new
 
     def _replace(self, records: pd.DataFrame, ids: Sequence) -> Population:
         return Population(
