@@ -81,8 +81,9 @@ class Bootstrap:
     """The result of `deepnlme.bootstrap`.
 
     - `replicates`: one row per replicate (``replicate`` 0..n-1): ``ofv``, ``converged``,
-      ``n_iter``, ``error`` (None, or why the fit failed) and a column per element
-      of every parameter (``tcl``, ``omega[1,1]``, ...; `Fit.raw_table`'s names).
+      ``n_iter``, ``error`` (None, or why the fit failed), a column per element of every
+      parameter (``tcl``, ``omega[1,1]``, ...; `Fit.raw_table`'s names) and ``stopped``
+      (None, or why a fit that ran did not converge: its message).
     - `samples`: the original IDs each replicate drew (``samples[k][i]`` is subject i+1 of
       replicate k).
     - `converged_share`: the share of the replicates whose fit converged.
@@ -140,7 +141,8 @@ class Bootstrap:
                 why.append(f"{int(unconverged.sum())} did not converge")
             warnings.warn(
                 f"Bootstrap.ci: from {self.n - left} of {self.n} replicates ({', '.join(why)}; "
-                "see `replicates`' `error` and `converged` columns): the intervals describe "
+                "see `replicates`' `error`, `converged` and `stopped` columns): the intervals "
+                "describe "
                 f"the resamples whose fits succeeded{self._common_to_failed(failed)}",
                 UserWarning,
                 stacklevel=2,

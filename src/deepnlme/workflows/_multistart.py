@@ -70,7 +70,8 @@ class Multistart:
 
     - `starts`: one row per start (``start`` 0..n-1; start 0 is the unperturbed one):
       ``ofv``, ``converged``, ``n_iter``, ``error``, ``optimum`` (which row of `optima` it
-      reached; 0: none, it did not converge) and the estimates (``tcl``, ``omega[1,1]``, ...).
+      reached; 0: none, it did not converge), the estimates (``tcl``, ``omega[1,1]``, ...) and
+      ``stopped`` (None, or why a fit that ran did not converge).
     - `optima`: one row per distinct optimum, best first: ``optimum``, ``ofv`` (the lowest of
       its fits), ``found`` (how many starts reached it), ``share`` (of all starts),
       ``starts`` (which), and the estimates of its best fit.

@@ -92,8 +92,9 @@ def percentile_table(
 
 def outcome_table(outcomes: Sequence[Any], names: Sequence[tuple[str, str, tuple]], key: str):
     """One row per outcome (`_runner.FitOutcome`), in their order: `key`, ofv, converged,
-    n_iter, error and the parameter elements `names` (no times: the table is the same
-    whatever ran the fits)."""
+    n_iter, error, the parameter elements `names` and, last, `stopped`: why a fit that ran
+    did not converge (its message; None where it converged or failed: see `error`). No
+    times: the table is the same whatever ran the fits."""
     rows = []
     for o in outcomes:
         row: dict[str, Any] = {
@@ -104,5 +105,7 @@ def outcome_table(outcomes: Sequence[Any], names: Sequence[tuple[str, str, tuple
             "error": o.error,
         }
         row.update(estimates_row(o.estimates, names))
+        # (an unconverged replicate said nothing of why: iterations, a flat direction, ...)
+        row["stopped"] = None if o.converged or o.error is not None else o.message
         rows.append(row)
     return pd.DataFrame(rows)
