@@ -126,6 +126,58 @@ def _fisher_vgh(obs_fn, theta, om_inv):
     return vgh
 
 
+class _Whitened:
+    """The EBE searches in units of Omega's Cholesky factor L: eta = L z, so that the prior
+    term is z'z and the Hessian in z is I plus the data's (times 2), whatever Omega's
+    condition. Searched in eta, a nearly singular Omega (Loblolly's 3x3 block: eigenvalues
+    3e-11 to 41) put its inverse's 3e10 into the Hessian: the damping, scaled by the
+    Hessian's diagonal, crushed the steps along the directions the data determine, and the
+    searches ended unconverged far from the modes (the FOCEI -2LL at nlme's estimates 225.06
+    where a Laplace approximation by hand gives 222.15); a fit then chased those values. The
+    Newton decrement, the convergence test, is the same in either unit; the results are
+    given back in eta (the Hessian transformed back)."""
+
+    def __init__(self, om: jax.Array):
+        self.chol = jnp.linalg.cholesky(om)
+        self.inv = jax.scipy.linalg.solve_triangular(
+            self.chol, jnp.eye(om.shape[0], dtype=om.dtype), lower=True
+        )
+        self.sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
+
+    def search(self, value, eta0, x, options, limit, chunk, serial, active=None, vgh=None):
+        """`newton_lm_lanes` of `value` (a function of eta) from `eta0` ``[L, q]``, run in z;
+        `limit` ``[q]``: the largest step in eta per random effect (in z: the same number of
+        its SDs). Returns the `InnerResult` in eta."""
+        chol, inv = self.chol, self.inv
+        lanes = eta0.shape[0]
+
+        def value_z(z, xl):
+            return value(chol @ z, xl)
+
+        vgh_z = None
+        if vgh is not None:
+
+            def vgh_z(z, xl):
+                v, g, h = vgh(chol @ z, xl)
+                hz = chol.T @ h @ chol
+                return v, chol.T @ g, 0.5 * (hz + hz.T)
+
+        step = limit / jnp.where(self.sd > 0, self.sd, 1.0)
+        res = newton_lm_lanes(
+            value_z,
+            eta0 @ inv.T,
+            x,
+            options,
+            jnp.broadcast_to(step, (lanes, step.shape[0])),
+            chunk,
+            serial,
+            active,
+            vgh_z,
+        )
+        hess = inv.T[None] @ res.hess @ inv[None]  # (L^-T H_z L^-1, lane by lane)
+        return res._replace(eta=res.eta @ chol.T, grad=res.grad @ inv, hess=hess)
+
+
 @dataclasses.dataclass(frozen=True)
 class Conditional(Method):
     """Base of the methods that find each subject's EBE and apply Laplace's formula there.
@@ -251,6 +303,7 @@ class Conditional(Method):
         # search in 2q + 2). The fixed starts (at the restarts: `estimation._outer`) all run.
         source = duplicate_starts(starts, limit) if eta.ndim == 3 and k1 > 1 else None
         active = None if source is None else (source == jnp.arange(k1)).reshape(-1)
+        white = _Whitened(om)
 
         def value(e, xl):
             return inner_value(search_obs, theta, om_inv, xl[1], e, xl[0], ctx.has_other)
@@ -260,12 +313,12 @@ class Conditional(Method):
         inner = self.inner
         if fisher:
             inner = dataclasses.replace(inner, max_iter=min(inner.max_iter, _FISHER_ITER))
-        res = newton_lm_lanes(
+        res = white.search(
             value,
             starts.reshape(n * k1, q),
             x,
             inner,
-            jnp.broadcast_to(limit, (n * k1, q)),
+            limit,
             chunk,
             serial,
             active,
@@ -289,15 +342,7 @@ class Conditional(Method):
             # accepted point: `contribution` computes the exact one at the mode.)
             if not fisher:
                 return kept
-            again = newton_lm_lanes(
-                value,
-                kept.eta,
-                (subjects, v0),
-                self.inner,
-                jnp.broadcast_to(limit, (n, q)),
-                chunk,
-                serial,
-            )
+            again = white.search(value, kept.eta, (subjects, v0), self.inner, limit, chunk, serial)
             return kept._replace(eta=again.eta, hess=again.hess, converged=again.converged)
 
         if k1 == 1:
