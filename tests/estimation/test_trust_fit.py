@@ -141,6 +141,17 @@ def test_a_binary_observation_the_start_gives_no_chance_is_named_not_a_sign():
     assert "gives that value no chance" in fit.message and "not positive" not in fit.message
 
 
+def test_a_start_whose_back_transform_overflows_prints_its_message():
+    """A log-volume started at 800 (litres written for log litres): print(fit) raised
+    OverflowError from exp(800) in the table, and the message was never shown."""
+    text = example_path("theophylline.model").read_text().replace("init=3.45", "init=800")
+    fit = dn.fit(dn.load_model(text), dn.datasets.load("theophylline"), dn.FOCEI(),
+                 progress=False)  # fmt: skip
+    assert not fit.converged and "individual parameter v is inf" in fit.message
+    shown = str(fit)
+    assert "the fit did not start" in shown and "inf" in shown
+
+
 def test_non_finite_start_names_a_zero_sd_of_a_proportional_error(tmp_path):
     fit = _oral_fit("Proportional(conc, sigma)", _oral_data(obs_at_zero_for=3))
     assert not fit.converged

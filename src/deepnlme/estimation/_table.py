@@ -32,6 +32,23 @@ from ..model._ir import (
 from ._compiled import omega_jacobian, post_functions, run_once_jit
 
 
+def _exp(x: float) -> float:
+    """exp(x), inf where it overflows (a start of 800 for a log-volume: the table of a fit
+    that did not start raised OverflowError where its message should have been shown)."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _expm1(x: float) -> float:
+    """expm1(x), inf where it overflows."""
+    try:
+        return math.expm1(x)
+    except OverflowError:
+        return math.inf
+
+
 def flat_names(name: str, kind: str, shape: tuple[int, ...]) -> list[tuple[str, tuple]]:
     """Element labels (1-based) and their index into the declared value; lower triangle only
     for square variance matrices; a variance vector is read as a diagonal."""
@@ -593,7 +610,7 @@ def _log_ci(est: float, se: float) -> tuple[float, float]:
     if not (est > 0 and np.isfinite(se)):
         return math.nan, math.nan
     half = Z * se / est
-    return est * math.exp(-half), est * math.exp(half)
+    return est * _exp(-half), est * _exp(half)
 
 
 def _rse(est: float, se: float) -> float:
@@ -676,9 +693,9 @@ def _fixed_rows(
         where = reading.log_scale.get(name) if reading else None
         if where:
             est, lo, hi = row["estimate"], row["ci_2.5%"], row["ci_97.5%"]
-            row["back-transformed"] = math.exp(est)
-            row["back_ci_2.5%"] = math.exp(lo) if np.isfinite(lo) else math.nan
-            row["back_ci_97.5%"] = math.exp(hi) if np.isfinite(hi) else math.nan
+            row["back-transformed"] = _exp(est)
+            row["back_ci_2.5%"] = _exp(lo) if np.isfinite(lo) else math.nan
+            row["back_ci_97.5%"] = _exp(hi) if np.isfinite(hi) else math.nan
             plain = [
                 w
                 for w in dict.fromkeys(where)
@@ -709,9 +726,9 @@ def _fixed_rows(
             row["note"] = _join(row["note"], *notes)
         elif reading is not None and name in reading.per_unit:
             est, lo, hi = row["estimate"], row["ci_2.5%"], row["ci_97.5%"]
-            row["back-transformed"] = math.exp(est)
-            row["back_ci_2.5%"] = math.exp(lo) if np.isfinite(lo) else math.nan
-            row["back_ci_97.5%"] = math.exp(hi) if np.isfinite(hi) else math.nan
+            row["back-transformed"] = _exp(est)
+            row["back_ci_2.5%"] = _exp(lo) if np.isfinite(lo) else math.nan
+            row["back_ci_97.5%"] = _exp(hi) if np.isfinite(hi) else math.nan
             on = "; ".join(
                 f"exp({name}): the factor on {w} per unit of {c}"
                 for w, c in dict.fromkeys(reading.per_unit[name])
@@ -729,7 +746,7 @@ def _fixed_rows(
 
 
 def _logistic(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+    return 1.0 / (1.0 + _exp(-x)) if x >= 0 else _exp(x) / (1.0 + _exp(x))
 
 
 # the note of a row whose estimate is near a boundary (`estimation._boundary`)
@@ -799,7 +816,7 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
         targets = reading.eta_targets.get(j, []) if reading else []
         label = f"{labels[j]} -> {', '.join(targets)}" if targets else labels[j]
         if reading is not None and j in reading.eta_exp:
-            cv = 100.0 * math.sqrt(math.expm1(w)) if w >= 0 else math.nan
+            cv = 100.0 * math.sqrt(_expm1(w)) if w >= 0 else math.nan
             how = f"CV% = 100 sqrt(exp(omega^2) - 1): {labels[j]} enters through exp(...)"
         else:
             cv = math.nan
