@@ -511,6 +511,31 @@ def test_a_volume_of_zero_from_a_covariate_names_the_parameters_and_covariates()
         dn.simulate(dn.load_model(text), pop, seed=1)
 
 
+@pytest.mark.parametrize("ode", [False, True], ids=["closed form", "ODE"])
+def test_a_negative_lag_time_is_refused_with_its_record(ode):
+    """lag = -1: the closed form put the dose an hour early for the observations after its
+    record and not for those between (0 at 1.5 h, 4.09 at 3 h: neither dose time's pair),
+    silently; the ODE form failed with a list of guesses."""
+    import pandas as pd
+
+    frame = pd.DataFrame({"ID": 1, "TIME": [1.5, 2.0, 3.0], "AMT": [0, 100, 0],
+                          "DV": [1.0, np.nan, 1.0], "EVID": [0, 1, 0]})  # fmt: skip
+    dynamics = "\n    Central' = -cl / v * Central" if ode else " OneCompartment"
+    text = (
+        "param:\n    tlag = Real(init=-1.0)\n    sigma = Positive(init=0.5)\n"
+        "pre:\n    cl = 2.0\n    v = 20.0\ndosing:\n    lag[Central] = tlag\n"
+        f"dynamics:{dynamics}\n"
+        "derived:\n    DV ~ Normal(Central / v, sigma)\n"
+    )
+    model = dn.load_model(text)
+    pop = dn.read_data(frame)
+    said = r"its dose record at TIME 2 \(CMT 1\) has a lag time of -1 \(lag\[Central\]\)"
+    with pytest.raises(dn.SolveError, match=said):
+        dn.model_predict(model, pop)
+    fit = dn.fit(model, pop, dn.FOCEI(), max_iter=0, covariance=None, progress=False)
+    assert "a lag time of -1 (lag[Central])" in fit.message
+
+
 _EXCHANGE = """\
 param:
     kel = Positive(init=0.2)

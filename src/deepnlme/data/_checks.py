@@ -350,7 +350,8 @@ def _check_dose_items(
         cols.ss or "SS",
         "unknown steady-state code",
         "SS must be 0 (no steady state), 1 (steady state; the system is reset first) or "
-        "2 (steady state added to the current state).",
+        "2 (steady state added to the current state). (NONMEM's SS=3 is SS=1 with another "
+        "first guess for its iterative solver: code it 1.)",
     )
     rd.reject(
         ~is_dose & (items.ss != 0),

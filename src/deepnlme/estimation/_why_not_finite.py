@@ -77,6 +77,7 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
     from ..solve._subject import (
         NO_STEADY_STATE,
         integrator_failure,
+        invalid_dose_modifier,
         steady_state_conflict,
         steady_state_record_at,
     )
@@ -135,7 +136,9 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
         )
         if pred is not None and not pred[2][i]:
             t = float(fail_time[i])
-            conflict = steady_state_conflict(predictor, theta, zero[i], binding.data, i)
+            conflict = invalid_dose_modifier(
+                predictor, theta, zero[i], binding.data, i
+            ) or steady_state_conflict(predictor, theta, zero[i], binding.data, i)
             if conflict is not None:
                 return f"{who}: {conflict}"
             if steady_state_record_at(binding.data, i, t):

@@ -135,8 +135,10 @@ def resolve_doses(
     # flags are all False and their rates and durations 0
     none = jnp.zeros_like(is_dose)
     is_ss = is_dose & (ss >= 1) if features.steady_state else none
-    # a negative (or non-finite) bioavailability is no dose (it drained the compartment)
-    bad = ~col_ok | ~(bioav >= 0.0)
+    # a negative (or non-finite) bioavailability is no dose (it drained the compartment); a
+    # negative lag would give the dose before its record (superposition put it there for
+    # the later observations and not for those between: numbers that contradict each other)
+    bad = ~col_ok | ~(bioav >= 0.0) | ~(lag >= 0.0)
     if features.infusion:
         m_rate = of_record(dosing.rate)
         m_dur = of_record(dosing.duration)

@@ -1468,6 +1468,48 @@ def steady_state_conflict(predictor, theta, eta, data, i: int) -> str | None:
     return None
 
 
+def invalid_dose_modifier(predictor, theta, eta, data, i: int) -> str | None:
+    """The first dose record of subject `i` whose modifier from 'dosing:' no dose can take,
+    as a sentence naming the record and the value (a lag below 0, a bioavailability below
+    0, a modelled rate or duration not above 0 where RATE is -1 or -2); None where there is
+    none. Such a record made the amounts NaN, said as a list of guesses."""
+    doses = getattr(data, "doses", None)
+    cm = predictor.model.compiled
+    if doses is None or not cm.has_dosing:
+        return None
+    dp = predictor._per_record(cm.dosing, theta, jnp.asarray(eta), jnp.asarray(data.dose_cov)[i])
+    lag, bioav, m_rate, m_dur = (np.asarray(x) for x in dp)
+    mask = np.asarray(doses.mask)[i] & np.isin(np.asarray(doses.evid)[i], (1, 4))
+    time, cmt, rate = (np.asarray(x)[i] for x in (doses.time, doses.cmt, doses.rate))
+    for k in np.flatnonzero(mask):
+        c = int(cmt[k]) - 1
+        if not 0 <= c < len(cm.states):
+            continue
+        state = cm.states[c]
+        checks = [
+            (lag[k, c], not lag[k, c] >= 0, f"a lag time of {lag[k, c]:.6g} (lag[{state}])",
+             "a lag time must be 0 or more"),
+            (bioav[k, c], not bioav[k, c] >= 0,
+             f"a bioavailability of {bioav[k, c]:.6g} (bioav[{state}])",
+             "a bioavailability must be 0 or more"),
+            (m_rate[k, c], rate[k] == -1 and not m_rate[k, c] > 0,
+             f"a modelled rate of {m_rate[k, c]:.6g} (rate[{state}], RATE = -1)",
+             "a modelled rate must be above 0"),
+            (m_dur[k, c], rate[k] == -2 and not m_dur[k, c] > 0,
+             f"a modelled duration of {m_dur[k, c]:.6g} (duration[{state}], RATE = -2)",
+             "a modelled duration must be above 0"),
+        ]  # fmt: skip
+        for _, wrong, what, rule in checks:
+            if wrong:
+                return (
+                    f"its dose record at TIME {time[k]:g} (CMT {c + 1}) has {what} from "
+                    f"'dosing:': {rule}. Check that expression and the parameter values (an "
+                    "expression of a Real parameter can cross 0: write it as exp(...), or "
+                    "declare the parameter Positive)"
+                )
+    return None
+
+
 def nonfinite_parameter(predictor, theta, eta, data, i: int) -> str | None:
     """The first individual parameter (a scalar of 'pre:') that is not finite for subject
     `i` at the random effects `eta`, on a segment of its covariates, as a sentence; None where
@@ -1558,6 +1600,7 @@ def failure_cause(predictor, theta, eta, data, i: int) -> str | None:
     dynamics (`integrator_failure`)."""
     return (
         nonfinite_parameter(predictor, theta, eta, data, i)
+        or invalid_dose_modifier(predictor, theta, eta, data, i)
         or steady_state_conflict(predictor, theta, eta, data, i)
         or integrator_failure(predictor, theta, eta, data, i)
     )
