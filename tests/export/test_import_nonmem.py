@@ -146,6 +146,12 @@ def test_data_ignore_and_accept_pass_to_read_data():
     frame = pd.read_csv(dn.datasets.path("phenobarbital"))
     assert imp.data_options["accept"] == ["APGR.GE.5"]
     assert len(pop) == frame[frame.APGR >= 5].ID.nunique() == 49
+    # the model text says how to read the file as $DATA does (the command line's import
+    # printed the model alone, and a fit of it on the file took every row)
+    said = "--ignore @ --accept APGR.GE.5 (deepnlme fit), ignore=['@'], accept=['APGR.GE.5']"
+    assert said in imp.text.splitlines()[1]
+    # W is folded into the error model, not left out
+    assert not any("left out: W" in n for n in imp.notes), imp.notes
 
 
 # -- (2) export, then import ------------------------------------------------------------------

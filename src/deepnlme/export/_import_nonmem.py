@@ -1433,17 +1433,28 @@ def _translate(records, pm, text: str, base: Path, origin: str | None) -> Nonmem
         if s in need:
             keep.add(s)
             need |= e.free_symbols
-    dropped = [s.name for s, _ in derived.assignments if s not in keep]
+    # what Y reads (W, IPRED) is folded into the observation model, not left out
+    reach, todo = set(), set(y.free_symbols)
+    while todo:
+        s = todo.pop()
+        if s not in reach:
+            reach.add(s)
+            todo |= defs[s].free_symbols if s in defs else set()
+    dropped = [s.name for s, _ in derived.assignments if s not in keep and s not in reach]
     if dropped:
         tr.notes.append(f"${record} variables not used by Y left out: {', '.join(dropped)}")
     der_lines = [f"{_text(s)} = {_text(e)}" for s, e in derived.assignments if s in keep]
     args = ", ".join(_text(a) for a in [pred, *scales])
     der_lines.append(f"DV ~ {dist}({args})")
 
-    text_out = _model_text(tr, origin, pre_lines, dosing, init, closed, dyn_lines, der_lines)
-    model = load_model(text_out)
     method, evaluation, notes = _method(pm, records)
     data_path, options = _data(pm, records, base, tr.covariates, tr.columns.aliases)
+    text_out = _model_text(tr, origin, pre_lines, dosing, init, closed, dyn_lines, der_lines)
+    said = rows_read(data_path, options)
+    if said:
+        first, rest = text_out.split("\n", 1)
+        text_out = f"{first}\n{said}\n{rest}"
+    model = load_model(text_out)
     if any(str(c).upper() == "DVID" for c in tr.columns.order if c) and "endpoint" not in options:
         # one Y takes every observation, whatever its DVID (as in NONMEM): no endpoints
         options = {**options, "endpoint": False}
@@ -1507,6 +1518,18 @@ def _by_column(condition: str, aliases: Mapping[str, str]) -> str:
     if m and m.group(1) in aliases and aliases[m.group(1)] in _DATA_ITEMS:
         return aliases[m.group(1)] + condition[m.end(1) :]
     return condition
+
+
+def rows_read(data: Path | None, options: Mapping[str, Any]) -> str | None:
+    """A comment line saying how to read `data` as `$DATA` does (its IGNORE= and ACCEPT=), or
+    None where it leaves no row out: the command line's import printed the model alone, and a
+    fit of it on the file took every row (59 subjects where NONMEM reads 18)."""
+    flags = [f"--{k} {v}" for k in ("ignore", "accept") for v in options.get(k, ())]
+    if not flags:
+        return None
+    name = data.name if data is not None else "the data"
+    kwargs = ", ".join(f"{k}={list(options[k])!r}" for k in ("ignore", "accept") if k in options)
+    return f"# read {name} as $DATA does: {' '.join(flags)} (deepnlme fit), {kwargs} (read_data)"
 
 
 def _data(

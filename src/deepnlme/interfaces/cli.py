@@ -1020,10 +1020,14 @@ def _export(args) -> None:
 
 def _import(args) -> None:
     from ..export import from_nonmem
+    from ..export._import_nonmem import rows_read
 
     imported = from_nonmem(args.control_stream)
     method = type(imported.method).__name__ if imported.method is not None else "none"
     print(f"# data: {imported.data}; method: {method}", file=sys.stderr)
+    said = rows_read(imported.data, imported.data_options)
+    if said:  # (also the model text's second line)
+        print(said, file=sys.stderr)
     for note in imported.notes:
         print(f"# note: {note}", file=sys.stderr)
     if args.out is None:
