@@ -365,7 +365,21 @@ BASE = PHENO.read_text()
             "supported; write one $OMEGA BLOCK(1) per occasion without SAME",
         ),
         ("$ESTIMATION METHOD=1 INTERACTION", "$ESTIMATION METHOD=1 LAPLACE", "LAPLACE without"),
-        ("Y=F+W*EPS(1)", "Y=F+W*EPS(1)+PHI(F)*EPS(1)", "the function PHI in $ERROR on line 17"),
+        (
+            "Y=F+W*EPS(1)",
+            "Y=F+W*EPS(1)+PHI(F)*EPS(1)",
+            "the function PHI in $ERROR on line 17"
+            " ('Y=F+W*EPS(1)+PHI(F)*EPS(1)') is not supported; deepnlme fits BLQ records by M3 "
+            "itself: flag them CENS = 1",
+        ),
+        ("TVCL=THETA(1)*WGT", "TVCL=THETA(1)*WGT*THETA(7)", "THETA(7), which has no $THETA "),
+        ("TVCL=THETA(1)*WGT", "TVCL=THETA(1)*INT(WGT)", "the function INT in $PK on line 8"),
+        # the model text's error named 'eta2' and line 12 of the generated text
+        (
+            " 0.03  ;        IVV",
+            " 0.03  ;        IVV\n$OMEGA 0.1 FIX",
+            "ETA(3) of $OMEGA, which no statement of the code reads on line 28 ('$OMEGA 0.1 FIX')",
+        ),
         (
             "Y=F+W*EPS(1)",
             "Y=F+W*EPS(1)\nY_2=F+EPS(1)\nIF (DVID.EQ.2) THEN\nY=Y_2\nEND IF",

@@ -599,7 +599,12 @@ class _Translator:
         for f in e.atoms(sp.Function):
             if f.func not in _FUNCTIONS and f.func is not sp.Piecewise:
                 name, fix = f.func.__name__, ""
-                what = f"the function {name}"
+                what = f"the function {_NM_NAMES.get(name, name)}"
+                if name in _NM_NAMES:  # (SymPy's names for INT and MOD)
+                    fix = (
+                        "compute it in the data (a column read as a covariate), or write the "
+                        "condition as an IF on the data items"
+                    )
                 if name == "forward":  # (pharmpy's name for a value held from an earlier record)
                     what = (
                         "a value carried over from an earlier record (an IF without ELSE on "
@@ -607,6 +612,11 @@ class _Translator:
                         "dose)"
                     )
                     fix = "compute it in the data (a BTIME or TAD column read as a covariate)"
+                elif name == "PHI":  # (Beal's M3 written in the code)
+                    fix = (
+                        "deepnlme fits BLQ records by M3 itself: flag them CENS = 1 in the "
+                        "data, DV the LLOQ, and keep the Y of the measured records alone"
+                    )
                 elif name.startswith("A_"):  # (pharmpy's name for a compartment amount)
                     what = f"a compartment amount (A(n), read as {name}) where it cannot be placed"
                 raise _refuse(f"{what} in ${block}", *where, fix)
@@ -629,7 +639,7 @@ class _Translator:
             if table is not None:
                 if n not in table:
                     raise _refuse(
-                        f"{kind}({n}), which has no ${kind.replace('ETA', 'OMEGA')}", *where
+                        f"{kind}({n}), which has no ${ {'ETA': 'OMEGA'}.get(kind, kind) }", *where
                     )
                 return table[n]
             if kind == "A":
@@ -1449,6 +1459,8 @@ def _translate(records, pm, text: str, base: Path, origin: str | None) -> Nonmem
 
     method, evaluation, notes = _method(pm, records)
     data_path, options = _data(pm, records, base, tr.covariates, tr.columns.aliases)
+    init_lines = [f"{s} = {_text(e)}" for s, e in init]
+    _refuse_unused_etas(tr, [*pre_lines, *dosing, *init_lines, *dyn_lines, *der_lines])
     text_out = _model_text(tr, origin, pre_lines, dosing, init, closed, dyn_lines, der_lines)
     said = rows_read(data_path, options)
     if said:
@@ -1490,6 +1502,10 @@ def _uses_f(s: Any) -> bool:
     return any(str(v) == "F" for v in sp.sympify(s.expression).free_symbols)
 
 
+# NONMEM functions that SymPy (through pharmpy) names otherwise, for the messages
+_NM_NAMES = {"floor": "INT", "Mod": "MOD", "ceiling": "INT", "sign": "INT"}
+
+
 def _model_text(tr, origin, pre_lines, dosing, init, closed, dyn_lines, der_lines) -> str:
     out = [f"# imported from the NONMEM control stream {origin or '(text)'} by from_nonmem"]
     out += ["param:", *(f"    {p}" for p in tr.params)]
@@ -1518,6 +1534,42 @@ def _by_column(condition: str, aliases: Mapping[str, str]) -> str:
     if m and m.group(1) in aliases and aliases[m.group(1)] in _DATA_ITEMS:
         return aliases[m.group(1)] + condition[m.end(1) :]
     return condition
+
+
+def _refuse_unused_etas(tr: _Translator, lines: Sequence[str]) -> None:
+    """Refuse an ETA of `$OMEGA` that no statement reads, by its NONMEM number: the model
+    text's own error named the random effect and the line of the generated text ("eta2,
+    line 12"), which the control stream does not have."""
+    code = "\n".join(lines)
+    unused = [
+        n
+        for n, sym in sorted(tr.eta.items())
+        if isinstance(sym, sp.Symbol) and not re.search(rf"(?<![\w.]){re.escape(sym.name)}", code)
+    ]
+    if unused:
+        etas = ", ".join(f"ETA({n})" for n in unused)
+        line, text = _omega_record_of(tr.records, unused[0])
+        raise _refuse(
+            f"{etas} of $OMEGA, which no statement of the code reads", line, text,
+            "use it where it belongs, or remove its $OMEGA (and renumber the ETAs after it): "
+            "deepnlme does not carry a random effect that nothing depends on",
+        )  # fmt: skip
+
+
+def _omega_record_of(records: Sequence[_Record], n: int) -> tuple[int, str]:
+    """The first line of the `$OMEGA` record that declares ETA(`n`) (BLOCK(k): k of them,
+    else one per number), as `_line_of` gives lines."""
+    count = 0
+    number = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[ED][-+]?\d+)?")
+    for r in records:
+        if r.name != "OMEGA":
+            continue
+        body = " ".join(code for _, code in r.code())
+        block = re.search(r"(?:BLOCK|DIAGONAL)\s*\(\s*(\d+)\s*\)", body)
+        count += int(block.group(1)) if block else len(number.findall(body))
+        if count >= n:
+            return r.line, r.lines[0]
+    return _line_of(records, "", ("OMEGA",))
 
 
 def rows_read(data: Path | None, options: Mapping[str, Any]) -> str | None:
