@@ -208,6 +208,24 @@ def test_a_data_file_given_for_data_in_memory_is_checked_against_them():
         with pytest.warns(DataWarning, match="the covariates read from 'theoph_nm.csv'"):
             changed = _data_source(pop, edited)
     assert "differ from the fitted data's" in changed["note"]
+    # a file of the fitted data's own name with other values: its SHA-256 was recorded as the
+    # data's, silently (only a file of another name was compared)
+    # (a saved fit's: `deepnlme report FIT --data FILE`)
+    model = dn.load_model(dn.datasets.example_path("theophylline.model"))
+    fit = dn.fit(model, dn.read_data(path), dn.FO(), max_iter=0, covariance=None, progress=False)
+    df = dn.read_data(path).to_dataframe()
+    df.loc[df["EVID"] == 0, "DV"] *= 1.3
+    with tempfile.TemporaryDirectory() as tmp:
+        fit.save(pathlib.Path(tmp) / "fit")
+        named = dn.load_fit(pathlib.Path(tmp) / "fit").population
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert _data_source(named, path)["note"] is None  # (the right file: no note)
+        altered = pathlib.Path(tmp) / "theoph_nm.csv"
+        df.to_csv(altered, index=False)
+        with pytest.warns(DataWarning, match="does not hold the fitted data"):
+            wrong = _data_source(named, altered)
+    assert wrong["name"] == "theoph_nm.csv" and "does not hold" in wrong["note"]
 
 
 @pytest.mark.slow  # the session's fit, made through the command line

@@ -642,6 +642,9 @@ def _population(payload: dict, arrays: dict[str, np.ndarray]):
     if d.get("source"):  # (the file it was read from: the report's Data section names it)
         pop = pop._replace(pop._records, pop._ids)
         pop._source_name = str(d["source"])
+        # (a file of that name given to its report later is compared with the data, not
+        # taken on its name: `interfaces.report._data_source`)
+        pop._from_saved_fit = True
     return pop
 
 

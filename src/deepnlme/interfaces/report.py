@@ -207,7 +207,9 @@ def _data_source(pop, data_file, model=None) -> dict[str, str | None]:
         given = os.path.basename(os.fspath(data_file))
         if not in_memory and given != name:
             note = f"the population was read from {name!r}, not from the file given ({given!r})"
-        elif in_memory:
+        elif in_memory or getattr(pop, "_from_saved_fit", False):
+            # (a saved fit's data and a file of its name, given later, are compared too: a
+            # copy with other values had its SHA-256 recorded as the data's, silently)
             note = _other_data(pop, data_file, model)
         name = name if not in_memory else given
         in_memory = False
@@ -258,10 +260,17 @@ def _other_data(pop, data_file, model) -> str | None:
         )
         warnings.warn(f"report: {why}; check the data file given", DataWarning, stacklevel=5)
         return why
+    filtered = bool(getattr(pop, "ignored_rows", None))
     why = (
         f"{given!r} does not hold the fitted data: its records (IDs, times, DV, doses as "
         f"read_data reads them: {len(other)} subjects, {other.n_observations} "
         f"observations) differ from the fit's ({len(pop)}, {pop.n_observations})"
+        + (
+            "; the fit's data left rows out (ignore=, accept= or comment rows), which a "
+            "read with the defaults keeps: if that is the difference, the file may be right"
+            if filtered
+            else ""
+        )
     )
     warnings.warn(f"report: {why}; check the data file given", DataWarning, stacklevel=5)
     return why
