@@ -505,7 +505,9 @@ def test_ctrl_c_is_a_line_and_time_limit_reaches_the_fit(in_tmp, capsys, monkeyp
     assert "Traceback" not in err and seen["time_limit"] == 30.0
 
 
-def test_a_rerun_stopped_while_writing_leaves_no_earlier_fit_json(cheap_fit, tmp_path, monkeypatch):
+def test_a_rerun_stopped_while_writing_leaves_no_earlier_fit_json(
+    cheap_fit, tmp_path, monkeypatch, capsys
+):
     """fit.json marks a complete folder: a --force rerun stopped while writing left the
     earlier run's fit.json beside this run's files (and a table cut off at a row)."""
     out, _ = cheap_fit
@@ -531,6 +533,11 @@ def test_a_rerun_stopped_while_writing_leaves_no_earlier_fit_json(cheap_fit, tmp
     with pytest.raises(KeyboardInterrupt):
         cli._write_fit(fit, folder, {}, report=True, force=True)
     assert not (folder / "fit.json").exists()
+    # nor the run before's tables and report (another model's, with --force), and the
+    # commands that read the folder say it is not complete
+    assert not any((folder / n).exists() for n in ("ebes.csv", "predictions.csv", "report.html"))
+    assert cli._saved_fit_folder(str(folder)) == folder / "fit"
+    assert "has no fit.json: the run that wrote it did not finish" in capsys.readouterr().err
 
     def broken(*args, **kwargs):
         raise RuntimeError("the report failed")

@@ -716,6 +716,10 @@ def _write_fit(
     # while writing (Ctrl-C, a killed job) leaves no fit.json of the run before beside this
     # run's files; each file written whole (a temporary file renamed) or not at all
     (out / "fit.json").unlink(missing_ok=True)
+    # and so are the tables and report of the run before (with --force): a run stopped in
+    # its report left them beside this run's estimates and saved fit, another model's
+    for name in ("ebes.csv", "predictions.csv", "report.html"):
+        (out / name).unlink(missing_ok=True)
     _write_whole(out / "estimates.csv", fit.table().to_csv(index=False))
     save_fit(fit, out / "fit", overwrite=force)
     timings = dict(fit.timings)
@@ -973,7 +977,18 @@ def _saved_fit_folder(folder: str) -> Path:
     DIR itself (a saved fit's own folder)."""
     path = Path(folder)
     inner = path / "fit"
-    return inner if (inner / "fit.json").is_file() else path
+    if not (inner / "fit.json").is_file():
+        return path
+    if not (path / "fit.json").is_file():
+        # (the saved fit is whole, written at once; the folder's tables and report may be
+        # another run's: a run replacing them stopped before its fit.json)
+        print(
+            f"deepnlme: warning: {folder} has no fit.json: the run that wrote it did not "
+            "finish, and its tables or report may be an earlier run's; its saved fit "
+            f"({inner}) is whole and is what is used",
+            file=sys.stderr,
+        )
+    return inner
 
 
 def _compare(args) -> None:
@@ -1346,11 +1361,16 @@ def _main(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:  # (Ctrl-C: a line, not a traceback; the shell's status 130)
         out = getattr(args, "out", None)
-        where = (
-            f"; {out} may hold part of the outputs (no fit.json: not complete)"
-            if args.command == "fit" and out
-            else ""
-        )
+        where = ""
+        if args.command == "fit" and out:
+            # (said as the folder is: a stop while fitting leaves a finished run's folder as
+            # it was, fit.json included)
+            complete = (Path(out) / "fit.json").is_file()
+            where = (
+                f"; {out} is as it was (its fit.json is that of a finished run)"
+                if complete
+                else f"; {out} may hold part of the outputs (no fit.json: not complete)"
+            )
         print(f"deepnlme: interrupted{where}", file=sys.stderr)
         return 130
     return 0
