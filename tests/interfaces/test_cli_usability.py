@@ -211,6 +211,14 @@ def test_whitespace_table_with_a_commented_header(in_tmp, capsys):
         assert main(["data", "theo.txt", "--column", "dv=CONC", *sep]) == 0
         out = capsys.readouterr().out
         assert out.startswith("Population from theo.txt: 2 subjects, 3 observations, 2 doses")
+    # a NONMEM comment record under the '#' header was taken for the header ("Expected 4
+    # fields in line 3, saw 8 ... Save the table as comma-separated text")
+    commented = WHITESPACE.replace("CMT WT\n", "CMT WT\nC the second subject's dose late\n")
+    (in_tmp / "theo.txt").write_text(commented)
+    assert main(["data", "theo.txt", "--column", "dv=CONC", "--ignore", "C"]) == 0
+    assert "2 subjects, 3 observations, 2 doses" in capsys.readouterr().out
+    assert main(["data", "theo.txt", "--column", "dv=CONC"]) == 2  # (not told: refused)
+    assert "row 1 (line 3 of theo.txt) has 'C' in the first field" in capsys.readouterr().err
 
 
 def test_a_separated_copy_keeps_the_lines_of_the_file_in_messages(in_tmp, capsys):

@@ -382,6 +382,11 @@ def _header_line(lines: list[str]) -> int:
     """The line (0-based) of a table's header: the first line that is not blank and not a
     '#' comment, or the last '#' line before it when that line starts like data ('#ID TIME
     DV' above '1 0 .': a header written as a comment, as NONMEM tables often have it)."""
+    import re
+
+    def width(text: str) -> int:
+        return len([f for f in re.split(r"[,\t;\s]+", text.strip().lstrip("#")) if f])
+
     last_hash = None
     for k, line in enumerate(lines):
         text = line.strip()
@@ -392,6 +397,12 @@ def _header_line(lines: list[str]) -> int:
             continue
         if last_hash is not None and _NUMBER_START.match(text):
             return last_hash
+        if last_hash is not None and width(text) != width(lines[last_hash]):
+            # a NONMEM comment record under a '#' header ('C first subject excluded'): the
+            # header is the '#' line where the data below have its number of fields
+            data = next((t for t in lines[k + 1 :] if _NUMBER_START.match(t.strip())), None)
+            if data is not None and width(data) == width(lines[last_hash]):
+                return last_hash
         return k
     return 0 if last_hash is None else last_hash
 
