@@ -162,3 +162,32 @@ def test_the_likelihood_ratio_test_against_the_reference():
         _compare._named = real
     assert table["df"].tolist() == [0, 1, 1]
     assert np.isfinite(table["p_LRT"][1]) and np.isnan(table["p_LRT"][2])
+
+
+def test_no_likelihood_ratio_test_between_error_models_that_do_not_nest():
+    """An additive against a proportional error model got a p_LRT (0.078 on pheno): neither
+    is a special case of the other. An additive error is one of a combined error."""
+    # (without the pre-dose zeros, which a proportional error cannot take)
+    import pandas as pd
+
+    frame = pd.read_csv(dn.datasets.path("theophylline"), na_values=".")
+    pop = dn.read_data(frame[(frame["EVID"] != 0) | (frame["TIME"] > 0)])
+
+    def fit(text):
+        return dn.fit(dn.load_model(text), pop, dn.FO(), max_iter=0, covariance=None,
+                      progress=False)  # fmt: skip
+
+    additive = fit(MODEL)
+    combined = fit(MODEL.replace("sigma = Positive(init=0.7)", "sigma = Positive(init=0.7)\n"
+                   "    prop = Positive(init=0.1)").replace(
+                   "Additive(conc, sigma)", "Combined(conc, sigma, prop)"))  # fmt: skip
+    proportional = fit(MODEL.replace("Additive(conc, sigma)", "Proportional(conc, sigma)")
+                       .replace("omega = PDiag(init=[0.4, 0.07, 0.02])",
+                                "omega = PDiag(init=[0.4, 0.07, 0.02])\n    tq = Real(init=0.0)")
+                       .replace("v  = exp(tv + eta[2])", "v  = exp(tv + tq + eta[2])"))  # fmt: skip
+    table = dn.compare({"add": additive, "comb": combined}, reference="first")
+    assert table["df"].tolist() == [0, 1] and np.isfinite(table["p_LRT"][1])
+    with pytest.warns(UserWarning, match=r"p_LRT left out .*'prop' against 'add': their error "
+                      r"models differ \(DV: Additive / Proportional\)"):  # fmt: skip
+        table = dn.compare({"add": additive, "prop": proportional}, reference="first")
+    assert table["df"].tolist() == [0, 1] and np.isnan(table["p_LRT"][1])

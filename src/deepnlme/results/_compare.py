@@ -89,6 +89,49 @@ def _warn_mixed_methods(pairs: list[tuple[str, Any]]) -> None:
         )
 
 
+def _error_models(fit) -> dict[str, str] | None:
+    """Each observed output's distribution (`DV ~ Proportional(...)`: {"DV": "Proportional"}),
+    or None where the fit carries no model."""
+    from ..model._ir import Observation
+
+    cm = getattr(getattr(fit, "model", None), "compiled", None)
+    if cm is None:
+        return None
+    observations = [st for st in cm.ir.derived if isinstance(st, Observation)]
+    return {str(o): st.dist for o, st in zip(cm.outputs, observations)}
+
+
+# (smaller, larger) error models of which the smaller is a special case (a component at 0)
+_NESTED_ERRORS = {("Additive", "Combined"), ("Proportional", "Combined")}
+
+
+def _not_nested(small, large) -> str | None:
+    """Why the fit `small` (fewer parameters) cannot be shown nested in `large`, or None: an
+    output's error model differs (an additive against a proportional error is no smaller
+    case of the other: a p_LRT of 0.078 was printed for them), or a parameter of `small` is
+    not one of `large`'s."""
+    e_small, e_large = _error_models(small), _error_models(large)
+    if e_small is None or e_large is None:
+        return None
+    differ = [
+        k
+        for k in dict.fromkeys([*e_small, *e_large])
+        if e_small.get(k) != e_large.get(k)
+        and (e_small.get(k), e_large.get(k)) not in _NESTED_ERRORS
+    ]
+    if differ:
+        shown = ", ".join(f"{k}: {e_small.get(k, '-')} / {e_large.get(k, '-')}" for k in differ)
+        return f"their error models differ ({shown})"
+
+    def structural(fit) -> set[str]:  # (the error models' own parameters aside)
+        return {p.name for p in fit.model.compiled.params if p.kind != "residual"}
+
+    extra = sorted(structural(small) - structural(large))
+    if extra:
+        return f"the smaller model's {', '.join(extra)} is not a parameter of the larger"
+    return None
+
+
 def _lrt(d_ofv: float, df: int) -> float:
     """The likelihood-ratio test's p-value of an OFV difference (the larger model's OFV
     lower by `d_ofv`) against chi-square with `df` > 0 degrees of freedom."""
@@ -164,11 +207,13 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
     parameters), df and p_LRT (the likelihood-ratio test against the reference fit, for
     nested models only: df the difference in estimated parameters, p_LRT the chi-square
     p-value with |df| degrees of freedom of the larger model's OFV drop, as PsN's scm reads
-    it; NaN where df is 0 or the fit's method is not the reference's), AIC, BIC (each
-    fit's own), condition_number (of the correlation matrix of the estimates; NaN without a
-    covariance step), converged, covariance (the
-    covariance step's status, with the number of its warnings: condition number, high
-    correlations), n_subjects, n_obs. `table.attrs["reference"]` names the reference fit.
+    it; NaN where df is 0 or the fit's method is not the reference's, and, with a warning,
+    where the models cannot be shown nested: an output's error model differs, or the
+    smaller model has a parameter the larger lacks), AIC, BIC (each fit's own),
+    condition_number (of the correlation matrix of the estimates; NaN without a covariance
+    step), converged, covariance (the covariance step's status, with the number of its
+    warnings: condition number, high correlations), n_subjects, n_obs.
+    `table.attrs["reference"]` names the reference fit.
     Fits made by different methods are warned of (their OFVs do not compare as differences).
 
     Fits of different data are refused (numbers of subjects and observations, and the digest
@@ -201,11 +246,18 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
     p_ref = int(pairs[ref][1].n_params)
     method_ref = _method_name(pairs[ref][1])
 
-    def lrt(f) -> float:
+    unnested: list[str] = []
+
+    def lrt(name, f) -> float:
         df = int(f.n_params) - p_ref
         if df == 0 or not (finite[ref] and math.isfinite(f.ofv)):
             return math.nan
         if _method_name(f) != method_ref:  # (no likelihood-ratio statistic across methods)
+            return math.nan
+        small, large = (pairs[ref][1], f) if df > 0 else (f, pairs[ref][1])
+        why = _not_nested(small, large)
+        if why is not None:
+            unnested.append(f"{name!r} against {names[ref]!r}: {why}")
             return math.nan
         drop = float(ofv[ref]) - float(f.ofv) if df > 0 else float(f.ofv) - float(ofv[ref])
         return _lrt(drop, abs(df))
@@ -218,7 +270,7 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
             "dOFV": float(f.ofv) - float(ofv[ref]),
             "n_params": int(f.n_params),
             "df": int(f.n_params) - p_ref,
-            "p_LRT": lrt(f),
+            "p_LRT": lrt(name, f),
             "AIC": float(f.aic),
             "BIC": float(f.bic),
             "condition_number": _condition_number(f),
@@ -229,6 +281,17 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
         }
         for name, f in pairs
     ]
+    if unnested:
+        import warnings
+
+        warnings.warn(
+            "compare: p_LRT left out where the models cannot be shown nested ("
+            + "; ".join(unnested)
+            + "): a likelihood-ratio test needs one model to be a special case of the "
+            "other. Compare such models by AIC or BIC.",
+            UserWarning,
+            stacklevel=2,
+        )
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     table = table.rename(columns={"dOFV": f"dOFV_to_{reference}"})
     table.attrs["reference"] = names[ref]
