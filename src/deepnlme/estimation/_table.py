@@ -817,7 +817,7 @@ def _bsv_rows(fit, raw: pd.DataFrame, reading: _Reading | None) -> list[dict]:
         label = f"{labels[j]} -> {', '.join(targets)}" if targets else labels[j]
         if reading is not None and j in reading.eta_exp:
             cv = 100.0 * math.sqrt(_expm1(w)) if w >= 0 else math.nan
-            how = f"CV% = 100 sqrt(exp(omega^2) - 1): {labels[j]} enters through exp(...)"
+            how = f"CV% = 100 sqrt(exp(variance) - 1): {labels[j]} enters through exp(...)"
         else:
             cv = math.nan
             how = (
