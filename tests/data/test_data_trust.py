@@ -155,6 +155,9 @@ def test_accept_keeps_the_rows_where_a_condition_holds(tmp_path):
     assert pop.n_observations == 4
     both = read_data(p, accept=["DVID.EQ.2", "TIME.EQ.0"], endpoint=False)
     assert both.n_observations == 3  # conditions are or-ed, as NONMEM's commas
+    # NONMEM's own list, as $DATA writes it (it was one condition of value '0,TIME.EQ.0)')
+    for written in ("(DVID.EQ.2,TIME.EQ.0)", "DVID.EQ.2, TIME.EQ.0"):
+        assert read_data(p, accept=written, endpoint=False).n_observations == 3
 
 
 def test_ignore_and_accept_errors(tmp_path):

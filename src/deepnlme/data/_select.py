@@ -106,7 +106,20 @@ def _items(option: str | Sequence[str] | None, name: str) -> list[str]:
                 f"{name}={option!r}: give a string or a list of strings (a comment character "
                 f"such as 'C', or conditions such as 'DV.EQ.0'); got {type(item).__name__}."
             )
-    return items
+    return [part for item in items for part in _nonmem_list(item)]
+
+
+def _nonmem_list(item: str) -> list[str]:
+    """NONMEM's list `(COND,COND,...)` as its conditions (the commas are .OR., as separate
+    conditions are here); `(COND)` as COND; anything else as it is. ("(APGR.LT.3,WT.GT.2.5)"
+    was read as one condition whose value was '3,WT.GT.2.5)'.)"""
+    text = item.strip()
+    if len(text) < 2 or any(q in text for q in "'\""):
+        return [item]
+    inner = text[1:-1] if text.startswith("(") and text.endswith(")") else text
+    if "," not in inner and inner is text:
+        return [item]
+    return [part.strip() for part in inner.split(",") if part.strip()]
 
 
 def _condition(text: str, option: str) -> Condition:
