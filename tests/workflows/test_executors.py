@@ -241,6 +241,16 @@ def test_cli_bootstrap_writes_the_tables_of_the_library(theo, tmp_path):
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert bad.returncode == 2 and "`workers` must be" in bad.stderr
+    # a second run into the folder of the first: refused before any fit (a 2-replicate test
+    # replaced a 200-replicate run's tables without a word)
+    again = subprocess.run(
+        [sys.executable, "-m", "deepnlme.interfaces.cli", "bootstrap", str(fit_dir), "-n", "1"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 2 and "holds the tables of a bootstrap run" in again.stderr
+    assert pd.read_csv(fit_dir / "bootstrap" / "replicates.csv")["ofv"].tolist() == list(
+        table["ofv"]
+    )
 
 
 def test_a_scheduler_that_does_not_answer_is_an_option_error(theo):

@@ -632,6 +632,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     _many_fits_options(boot, "a covariate whose strata keep counts")
     boot.add_argument("--out", default=None, help="output folder (default FIT_DIR/bootstrap)")
+    boot.add_argument(
+        "--force", action="store_true", help="replace the tables of a bootstrap run in --out"
+    )
 
     for name in ("cv", "tune"):
         tuning = name == "tune"
@@ -1141,6 +1144,18 @@ def _bootstrap(args) -> None:
 
     import deepnlme as dn
 
+    from ..workflows._runner import check_workers
+
+    check_workers("bootstrap", _workers(args), args.scheduler)  # (its errors first)
+    out = Path(args.out) if args.out else Path(args.fit) / "bootstrap"
+    earlier = [n for n in ("replicates.csv", "samples.csv", "ci.csv") if (out / n).exists()]
+    if earlier and not args.force:
+        # (refused before any fit: a 2-replicate test run replaced a 200-replicate run's
+        # tables without a word)
+        raise OptionError(
+            f"bootstrap: {out} holds the tables of a bootstrap run ({', '.join(earlier)}); "
+            "give another --out, or --force to replace them"
+        )
     fit = dn.load_fit(_saved_fit_folder(args.fit))
     workers = _workers(args)
     boot = dn.bootstrap(
@@ -1153,7 +1168,6 @@ def _bootstrap(args) -> None:
         progress=not args.quiet,
         max_iter=args.max_iter,
     )
-    out = Path(args.out) if args.out else Path(args.fit) / "bootstrap"
     out.mkdir(parents=True, exist_ok=True)
     boot.replicates.to_csv(out / "replicates.csv", index=False)
     # the subjects each replicate drew (as PsN's included_individuals): ID k of replicate r
