@@ -373,6 +373,13 @@ BASE = PHENO.read_text()
             "itself: flag them CENS = 1",
         ),
         ("TVCL=THETA(1)*WGT", "TVCL=THETA(1)*WGT*THETA(7)", "THETA(7), which has no $THETA "),
+        # (it said "the name Y, used before it is assigned", where NONMEM reads it)
+        (
+            "Y=F+W*EPS(1)",
+            "Y=F+W*EPS(1)\nY=Y+0",
+            "Y read where it is assigned (a one-line IF "
+            "that sets Y, or Y = Y + ...) on line 18 ('Y=Y+0') is not supported; assign Y once",
+        ),
         ("TVCL=THETA(1)*WGT", "TVCL=THETA(1)*INT(WGT)", "the function INT in $PK on line 8"),
         # the model text's error named 'eta2' and line 12 of the generated text
         (

@@ -672,6 +672,13 @@ class _Translator:
                 *where,
                 f"give {name} a value before the IF (NONMEM keeps the previous record's)",
             )
+        if name == "Y":  # (an assignment that reads Y: a one-line IF keeps Y otherwise)
+            raise _refuse(
+                "Y read where it is assigned (a one-line IF that sets Y, or Y = Y + ...)",
+                *where,
+                "assign Y once: several one-line IFs as one IF ... ELSE IF ... ELSE ... "
+                "ENDIF block, each branch a whole Y",
+            )
         raise _refuse(f"the name {name}, used before it is assigned,", *where)
 
     def block(self, record: str, statements, out: _Code, special=None, lazy=False) -> None:
