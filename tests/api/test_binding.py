@@ -144,7 +144,7 @@ def test_a_negative_bioavailability_is_no_dose():
     df = _frame([[3, 0, 10, np.nan, 1, 1, 1], [3, 0.5, 0, 1.0, 0, 0, 1], [3, 2, 0, 1.0, 0, 0, 1]])
     for dynamics in ("OneCompartment", "\n    Central' = -cl / v * Central"):
         model = dn.load_model(text.format(dynamics))
-        with pytest.raises(dn.SolveError, match="bioavailability is below 0"):
+        with pytest.raises(dn.SolveError, match=r"a bioavailability of -0.5 \(bioav\[Central\]\)"):
             dn.model_predict(model, dn.read_data(df))
 
 

@@ -394,3 +394,22 @@ def test_a_covariate_negative_for_a_few_subjects_only_is_warned():
     df.loc[df.ID == 5, "WT"] = 0
     with pytest.warns(DataWarning, match=r"covariate WT is 0 for 1 of 59 subjects .*ID 5: 0\)"):
         read_data(df)
+
+
+def test_an_ii_without_addl_or_ss_is_warned():
+    """II 12 on a dose without ADDL (NONMEM's II is positive where ADDL is, for doses not at
+    steady state) was one dose, silently: most often an ADDL left out."""
+    import warnings
+
+    frame = pd.DataFrame(
+        {"ID": 1, "TIME": [0.0, 1.0, 12.0], "AMT": [100.0, 0.0, 100.0], "II": [12.0, 0.0, 0.0],
+         "DV": [None, 1.0, None], "EVID": [1, 0, 1]}
+    )  # fmt: skip
+    with pytest.warns(DataWarning, match=r"1 dose record\(s\) have II > 0 with neither ADDL nor "
+                      r"SS \(the first row 1 "):  # fmt: skip
+        pop = read_data(frame)
+    assert pop.n_doses == 2  # (each record one dose)
+    frame["ADDL"] = [1, 0, 0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_data(frame).n_doses == 3

@@ -70,6 +70,9 @@ COMPARED = [f for f in PopulationArrays._fields if f not in ("obs_row", "obs_seq
 @pytest.mark.filterwarnings(
     "ignore:.*observation record.* repeat the record before:deepnlme.data.DataWarning"
 )  # (and an observation)
+@pytest.mark.filterwarnings(
+    "ignore:.*have II > 0 with neither ADDL nor SS:deepnlme.data.DataWarning"
+)  # (and an II with ADDL 0)
 @settings(derandomize=True, max_examples=40, deadline=None)
 @given(st.lists(subject, min_size=1, max_size=4))
 def test_addl_expansion_equals_explicit_doses(subjects):
@@ -90,6 +93,9 @@ def test_addl_expansion_equals_explicit_doses(subjects):
 @pytest.mark.filterwarnings(
     "ignore:.*observation record.* repeat the record before:deepnlme.data.DataWarning"
 )  # (and an observation)
+@pytest.mark.filterwarnings(
+    "ignore:.*have II > 0 with neither ADDL nor SS:deepnlme.data.DataWarning"
+)  # (and an II with ADDL 0)
 @settings(derandomize=True, max_examples=25, deadline=None)
 @given(st.lists(subject, min_size=1, max_size=4), st.sampled_from(["nonmem", "locf"]))
 def test_round_trip_through_to_dataframe(subjects, rule):

@@ -590,7 +590,7 @@ def test_time_after_dose_counts_from_the_last_dose_before_each_observation():
     rows = [
         # subject 1: a trough before the dose at 12 (its record first), a peak after it
         # (its record second), ADDL-implied doses at 24 and 36, an observation at 40
-        (1, 0.0, 0.0, 100, 1, 1, 1, 0, 12, 0, 0),
+        (1, 0.0, 0.0, 100, 1, 1, 1, 0, 0, 0, 0),
         (1, 2.0, 5.0, 0, 0, 0, 2, 0, 0, 0, 0),
         (1, 12.0, 3.0, 0, 0, 0, 2, 0, 0, 0, 0),
         (1, 12.0, 0.0, 100, 1, 1, 1, 0, 12, 2, 0),

@@ -322,6 +322,7 @@ def read_table(
     _warn_blq_as_censoring(rd, cols, columns.get("cens"), rec)
     _warn_censoring(rd, cols, items.lloq, rec)
     _warn_repeated_doses(rd.table, rec)
+    _warn_unused_ii(rd.table, rec)
     return Population(
         frame,
         [subjects.ids[a] for a in subjects.starts],
@@ -424,6 +425,24 @@ def _find_columns(rd: Reader, columns: Mapping[str, str | None]) -> Columns:
         for option, standard in COLUMN_OPTIONS.items()
     }
     return Columns(**found)
+
+
+def _warn_unused_ii(table: RawTable, rec) -> None:
+    """Warn of dose records with an II but neither ADDL nor SS: II is read only with them,
+    and each such record is one dose (NONMEM's II is positive where ADDL is, for doses not at
+    steady state): most often an ADDL left out, the regimen given as its first dose only."""
+    unused = np.flatnonzero(
+        np.isin(rec.evid, (1, 4)) & (rec.ii > 0) & (rec.addl == 0) & (rec.ss == 0)
+    )
+    if unused.size:
+        warnings.warn(
+            f"{unused.size} dose record(s) have II > 0 with neither ADDL nor SS (the first "
+            f"{table.where(int(unused[0]))}): II is read with ADDL (additional doses every II) "
+            "or SS only, so each is one dose. Give ADDL where the doses repeat; set II to 0 "
+            "to say they do not.",
+            DataWarning,
+            stacklevel=4,  # the caller of read_data
+        )
 
 
 def _warn_repeated_doses(table: RawTable, rec) -> None:
