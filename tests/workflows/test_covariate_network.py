@@ -252,6 +252,19 @@ def test_augment_refuses_what_it_cannot_write(base_fit, covnet):
         augment(base_fit, covnet, name="tcl")
 
 
+def test_an_augmented_model_is_saved_without_replacing_a_file(base_fit, covnet, tmp_path):
+    aug = augment(base_fit, covnet)
+    path = tmp_path / "augmented.model"
+    aug.save(path)
+    assert dn.load_model(path.read_text()).param_names == aug.model.param_names
+    path.write_text("# mine")
+    with pytest.raises(dn.OptionError, match="exists; give another path, or overwrite=True"):
+        aug.save(path)
+    assert path.read_text() == "# mine"
+    aug.save(path, overwrite=True)
+    assert path.read_text() == aug.text
+
+
 def test_an_augmented_network_model_keeps_its_networks_data_scale(pop):
     """A base model with a data-scaled network: `augment` wrote it without its scale, so the
     new model scaled it on whatever data it met first, under weights trained on the fit's."""

@@ -661,11 +661,18 @@ class Augmented:
     def __str__(self) -> str:
         return self.text
 
-    def save(self, path: Any) -> None:
-        """Write the model text to `path`."""
+    def save(self, path: Any, *, overwrite: bool = False) -> None:
+        """Write the model text to `path`, refusing to replace a file unless `overwrite` (as
+        `save_fit` and `NonmemImport.write` refuse: it replaced a model file silently)."""
         from pathlib import Path
 
-        Path(path).write_text(self.text, encoding="utf-8")
+        out = Path(path)
+        if out.exists() and not overwrite:
+            raise OptionError(
+                f"Augmented.save: {str(out)!r} exists; give another path, or overwrite=True to "
+                "replace it"
+            )
+        out.write_text(self.text, encoding="utf-8")
 
 
 def _map_expr(e: Any, fn) -> Any:
