@@ -463,10 +463,12 @@ def _still_text(names: list[str]) -> str:
     quoted = ", ".join(f"'{n}'" for n in names)
     its = "its initial value" if len(names) == 1 else "their initial values"
     return (
-        f"{quoted} ended at {its} and the covariance step failed: the objective is flat "
-        "there, a plateau or a local optimum rather than the best fit (initial values for "
-        "another time unit than the data's? a rate so fast or slow that it moves no "
-        "prediction?). Fit again from other initial values (dn.multistart) and compare OFVs"
+        f"{quoted} ended at {its} and the covariance step failed: unless the start was "
+        "already the optimum, the objective is flat there, a plateau or a local optimum "
+        "rather than the best fit (initial values for another time unit than the data's? a "
+        "rate so fast or slow that it moves no prediction?); the step may also have failed "
+        "for another reason (a variance at 0: see near_boundary). Fit again from other "
+        "initial values (dn.multistart) and compare OFVs"
     )
 
 
