@@ -413,3 +413,16 @@ def test_an_ii_without_addl_or_ss_is_warned():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert read_data(frame).n_doses == 3
+
+
+def test_a_record_implying_very_many_doses_is_warned():
+    """ADDL 1,000,000 was read and the prediction never finished (7 min): the solve steps
+    through every dose."""
+    frame = pd.DataFrame(
+        {"ID": 1, "TIME": [0.0, 1.0], "AMT": [100.0, 0.0], "II": [12.0, 0.0],
+         "ADDL": [20_000, 0], "DV": [None, 1.0], "EVID": [1, 0]}
+    )  # fmt: skip
+    with pytest.warns(DataWarning, match=r"imply more than 10,000 additional doses \(the first "
+                      r"row 1 .*ADDL 20,000\).*one SS=1 dose record"):  # fmt: skip
+        pop = read_data(frame)
+    assert pop.n_doses == 20_001
