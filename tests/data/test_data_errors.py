@@ -48,6 +48,8 @@ CASES = [
     ("1,0,.,0,1,1,1,0,0,0,0,70", 1, "AMT", "0", "without a positive amount", "amount dosed"),
     ("1,0,.,.,1,1,1,0,0,0,0,70", 1, "AMT", "'.'", "without a positive amount", "amount dosed"),
     ("1,0,.,0,4,1,1,0,0,0,0,70", 1, "AMT", "0", "(EVID 4) without a positive", "set EVID=3"),
+    # NONMEM's endogenous steady state (AMT 0, RATE 0, SS 1): it spoke of the amount alone
+    ("1,0,.,0,1,1,1,0,0,0,1,70", 1, "AMT", "0", "without a positive amount", "'init:' block"),
     (
         "1,1,5.2,10,0,0,2,0,0,0,0,70",
         2,

@@ -380,6 +380,11 @@ def _check_dose_amounts_and_intervals(
             "A reset without a dose is EVID 3 (NONMEM's): set EVID=3, or give the amount "
             "dosed in AMT."
             if evid[i] == 4
+            else "A steady state without a dose (NONMEM's endogenous steady state: AMT=0, "
+            "RATE=0, SS=1) is not supported: give the system's baseline in the model's "
+            "'init:' block (e.g. a turnover's Response = kin / kout), and leave the record "
+            "out."
+            if ss[i] > 0 and rate[i] == 0
             else "Give the amount dosed in AMT, or, if the record is not a dose, set EVID=0 "
             "(observation) or 2 (other event) and MDV=1 as appropriate."
         ),
