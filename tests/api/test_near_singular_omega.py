@@ -55,3 +55,19 @@ def test_the_focei_objective_at_nlmes_estimates_is_nlmes(at_nlme):
     # (additive error: nlme's linearised -2LL is FOCE's at its estimates)
     assert values["FOCEI"] == pytest.approx(ref["m2ll"], abs=1e-3)
     assert abs(values["LaplaceI"] - values["FOCEI"]) < 0.2
+
+
+def test_a_far_start_of_the_searches_ends_at_the_same_modes(at_nlme):
+    """Steps bounded in z (2 units of the Cholesky factor) took more than the 50 iterations
+    from a start 2 SDs off against the correlations (hundreds of units of z): the searches
+    ended unconverged, and the objective was off by 85 to 7e23. The bound is in eta."""
+    _, init = at_nlme
+    model, pop = dn.load_model(MODEL), dn.read_data(DATA / "loblolly.csv")
+    sd = np.sqrt(np.diag(init["omega"]))
+    far = np.tile(2.0 * sd * np.array([1.0, -1.0, 1.0]), (len(pop), 1))
+    assert np.linalg.norm(np.linalg.solve(np.linalg.cholesky(init["omega"]), far[0])) > 100
+    kw = dict(init=init, max_iter=0, covariance=None, progress=False)
+    near = dn.fit(model, pop, dn.FOCEI(), **kw)
+    away = dn.fit(model, pop, dn.FOCEI(), init_eta=far, **kw)
+    assert away.inner_converged and away.m2ll == pytest.approx(near.m2ll, abs=1e-6)
+    np.testing.assert_allclose(away.etas.to_numpy(), near.etas.to_numpy(), atol=1e-5)

@@ -188,18 +188,23 @@ def test_correlation_eigenvalues_condition_number(theo):
             "tka",
             "tcl",
             "tv",
-            "log(omega[1,1])",
-            "log(omega[2,2])",
-            "log(omega[3,3])",
-            "log(sigma)",
+            "omega[1,1]",
+            "omega[2,2]",
+            "omega[3,3]",
+            "sigma",
         ]
-    )
+    )  # (on the declared scale, as NONMEM's: a PDiag's structural zeros left out)
     m = corr.to_numpy()
     np.testing.assert_array_equal(m, m.T)
     np.testing.assert_array_equal(np.diag(m), 1.0)
-    cov = theo.covariance_u
+    cov = theo.covariance.loc[corr.index, corr.columns].to_numpy()
     d = np.sqrt(np.diag(cov))
     np.testing.assert_allclose(m, cov / np.outer(d, d), rtol=1e-13, atol=1e-15)
+    # a diagonal Omega's transforms are one parameter each: the same correlations in
+    # magnitude, and the same eigenvalues, as on the estimation scale
+    cu = theo.covariance_u
+    du = np.sqrt(np.diag(cu))
+    np.testing.assert_allclose(np.abs(m), np.abs(cu / np.outer(du, du)), rtol=1e-6, atol=1e-9)
     eig = theo.eigenvalues
     assert np.all(np.diff(eig) > 0)
     np.testing.assert_allclose(eig, np.linalg.eigvalsh(m), rtol=1e-12)
@@ -211,13 +216,15 @@ def test_correlation_eigenvalues_condition_number(theo):
 
 @pytest.mark.slow
 def test_covariance_warnings_when_forced(theo):
-    cov = theo.covariance_u
-    d = np.sqrt(np.diag(cov))
+    names = list(theo.correlation.index)
+    d = np.sqrt(np.diag(theo.covariance.loc[names, names].to_numpy()))
 
     def with_corr(r):
         c = np.eye(len(d))
         c[1, 2] = c[2, 1] = r  # tcl and tv
-        return dataclasses.replace(theo, covariance_u=c * np.outer(d, d))
+        declared = theo.covariance.copy()
+        declared.loc[names, names] = c * np.outer(d, d)
+        return dataclasses.replace(theo, covariance=declared)
 
     f = with_corr(0.99)
     assert f.condition_number == pytest.approx(1.99 / 0.01, rel=1e-9)
@@ -254,7 +261,7 @@ def test_network_has_one_row_and_its_weights_their_own_table(small_net):
     assert list(w["input_name"]) == ["WT / 70"] * 3 + [""] * 7
     assert w["se"].isna().all()
     # the covariance step left the weights out: so do its diagnostics
-    assert list(fit.correlation.index) == ["tcl", "log(om[1,1])", "log(sigma)"]
+    assert list(fit.correlation.index) == ["tcl", "om[1,1]", "sigma"]
     assert _rows(fit, "between-subject variability")["label"].tolist() == ["eta[0] -> cl"]
     # cl = exp(tcl + eta + NN(WT / 70)[0]): exp(tcl) is no typical cl (it said it was)
     note = _rows(fit, "fixed effects").loc["tcl", "note"]
@@ -676,3 +683,19 @@ def test_a_fit_of_another_network_as_init_is_refused_or_warned(small_net):
     with pytest.warns(UserWarning, match="scale their inputs from the population"):
         dn.fit(dn.load_model(scaled), heavier, dn.FOCE(), init=first, max_iter=0,
                covariance=None, progress=False)  # fmt: skip
+
+
+def test_the_covariance_diagnostics_of_an_omega_block_are_on_nonmems_scale():
+    """A PSD Omega is estimated through its log-Cholesky factor: the correlation matrix,
+    eigenvalues and condition number came from that scale (pheno: 14.3 where NONMEM's scale,
+    Omega's own elements, gives 45.2), so PsN's rule of 1000 read another number."""
+    text = dn.datasets.example_path("theophylline.model").read_text()
+    text = text.replace("PDiag(init=[0.4, 0.07, 0.02])", "PSD(init=[0.4, 0.07, 0.02])")
+    fit = dn.fit(dn.load_model(text), dn.datasets.load("theophylline"), dn.FO(), progress=False)
+    corr = fit.correlation
+    assert "omega[2,1]" in corr.index and not any("log" in str(n) for n in corr.index)
+    cov = fit.covariance.loc[corr.index, corr.columns].to_numpy()
+    d = np.sqrt(np.diag(cov))
+    np.testing.assert_allclose(corr.to_numpy(), cov / np.outer(d, d), rtol=1e-12, atol=1e-14)
+    eig = np.linalg.eigvalsh(cov / np.outer(d, d))
+    assert fit.condition_number == pytest.approx(eig[-1] / eig[0], rel=1e-10)

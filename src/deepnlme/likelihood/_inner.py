@@ -99,6 +99,7 @@ def newton_lm(
     options: InnerOptions,
     max_step: jax.Array | None = None,
     vgh: Callable[[jax.Array], tuple] | None = None,
+    step_map: jax.Array | None = None,
 ) -> InnerResult:
     """Minimise `fun` (one subject's -2 log p(y, eta), no gradient flows) from `eta0`.
 
@@ -121,12 +122,15 @@ def newton_lm(
     `vgh(eta) -> (value, gradient, curvature)`, when given, replaces the exact value, gradient
     and Hessian of `fun` (`exact_vgh`): a positive definite curvature (Fisher scoring) in place of
     the Hessian; `hess` is then that curvature.
+
+    `step_map` (``[q, q]``), when given, is the matrix whose image of a step `max_step`
+    bounds: a search in other units (z, with eta = L z) keeps its steps bounded in eta.
     """
-    start, pending, body = _newton_parts(fun, options, max_step, vgh)
+    start, pending, body = _newton_parts(fun, options, max_step, vgh, step_map)
     return _newton_result(jax.lax.while_loop(pending, body, start(eta0)))
 
 
-def _newton_parts(fun, options: InnerOptions, max_step, vgh=None):
+def _newton_parts(fun, options: InnerOptions, max_step, vgh=None, step_map=None):
     """`newton_lm` as (start(eta0) -> state, pending(state) -> bool, body(state) -> state)."""
 
     def start(eta0):
@@ -155,10 +159,13 @@ def _newton_parts(fun, options: InnerOptions, max_step, vgh=None):
     if vgh is None:
         vgh = functools.partial(exact_vgh, fun)
 
+    def mapped(d):  # (a step as `max_step` measures it)
+        return d if step_map is None else step_map @ d
+
     def body(state):
         eta, v, g, h, cand, lam, it, _, _ = state
         # the length of the step just tried, in units of `max_step` (max-norm)
-        tried = jnp.max(jnp.abs(cand - eta) / unit)
+        tried = jnp.max(jnp.abs(mapped(cand - eta)) / unit)
         v_new, g_new, h_new = vgh(cand)
         finite = jnp.isfinite(v_new) & jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(h_new))
         accept = finite & (v_new <= v + 1e-12 * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0))))
@@ -192,7 +199,7 @@ def _newton_parts(fun, options: InnerOptions, max_step, vgh=None):
             1.0 if max_step is not None else jnp.inf,
             jnp.maximum(0.5 * tried, 1e-300),  # (a zero step tried: no 0 / 0)
         )
-        step = step / jnp.maximum(1.0, jnp.max(jnp.abs(step) / unit) / limit)
+        step = step / jnp.maximum(1.0, jnp.max(jnp.abs(mapped(step)) / unit) / limit)
         stuck = (lam > 1e12 * (1.0 + jnp.mean(jnp.abs(jnp.diag(h))))) | (first & ~finite & ~restart)
         ended = done | stuck | broken
         zeros = jnp.zeros_like(eta)
@@ -224,6 +231,7 @@ def newton_lm_lanes(
     serial: bool = False,
     active: jax.Array | None = None,
     vgh: Callable[[jax.Array, Any], tuple] | None = None,
+    step_map: jax.Array | None = None,
 ) -> InnerResult:
     """`newton_lm` for L searches at once ("lanes"): lane l minimises ``fun(eta, x_l)`` from
     ``eta0[l]`` (`x`: a pytree of ``[L, ...]`` arrays; `max_step` ``[L, q]``). Each lane takes
@@ -239,19 +247,20 @@ def newton_lm_lanes(
     start far from any mode) make all the others wait at full cost. With `chunk`, each pass of
     the loop instead takes one iteration of `chunk` pending lanes (gathered, stepped and
     scattered back): the lanes still pending cost their own iterations only. `chunk` None (or
-    >= L): every pass steps all lanes. `vgh(eta, x_l)`: as `newton_lm`'s, per lane.
+    >= L): every pass steps all lanes. `vgh(eta, x_l)`: as `newton_lm`'s, per lane;
+    `step_map`: as `newton_lm`'s, the same for every lane.
     """
     n_lanes = eta0.shape[0]
     if serial:
 
         def one(a):
             e0, xl, ms = a
-            return newton_lm(lambda e: fun(e, xl), e0, options, ms, _bound_vgh(vgh, xl))
+            return newton_lm(lambda e: fun(e, xl), e0, options, ms, _bound_vgh(vgh, xl), step_map)
 
         return map_lanes(one, (eta0, x, max_step), active, None, serial=True)
 
     def parts(xl, ms):
-        return _newton_parts(lambda e: fun(e, xl), options, ms, _bound_vgh(vgh, xl))
+        return _newton_parts(lambda e: fun(e, xl), options, ms, _bound_vgh(vgh, xl), step_map)
 
     def start(e0, xl, ms):
         return parts(xl, ms)[0](e0)
