@@ -28,6 +28,15 @@ def _not_positive_definite(m: np.ndarray) -> np.ndarray | None:
     return eig if eig[0] <= 1e-10 * max(abs(eig[-1]), 1e-300) else None
 
 
+def _definiteness(eig: np.ndarray) -> str:
+    """How a refused matrix fails: "not positive definite" where an eigenvalue is 0 or
+    below, "numerically singular" where all are positive but the smallest below 1e-10 of the
+    largest (it said "not positive definite" beside eigenvalues that were all positive)."""
+    if eig[0] > 0:
+        return "numerically singular (its smallest eigenvalue below 1e-10 of its largest)"
+    return "not positive definite"
+
+
 def _flattest(m: np.ndarray, labels: list[str] | None) -> str:
     """ ", mostly along a, b": the parameters of the eigenvector of `m`'s smallest eigenvalue
     whose share of it is largest (a vanishing peripheral compartment: tq and tv2; the failed
@@ -105,7 +114,7 @@ class Covariance:
             eig = _not_positive_definite(r_mat)
             if eig is not None:
                 return None, (
-                    "failed: the R matrix (Hessian) is not positive definite; eigenvalues "
+                    f"failed: the R matrix (Hessian) is {_definiteness(eig)}; eigenvalues "
                     f"{_eigenvalues(eig)} (a parameter may be unidentifiable or at a "
                     f"boundary{_flattest(r_mat, labels)})"
                 )
@@ -211,7 +220,7 @@ class SMatrix(Covariance):
         eig = _not_positive_definite(s)
         if eig is not None:
             return None, (
-                f"failed: the S matrix is not positive definite; eigenvalues {_eigenvalues(eig)}"
+                f"failed: the S matrix is {_definiteness(eig)}; eigenvalues {_eigenvalues(eig)}"
             )
         return np.linalg.inv(s), ""
 
