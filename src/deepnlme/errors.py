@@ -92,3 +92,20 @@ class KeywordChecked:
             }
             check_keywords(cls.__name__, kwargs, [f.name for f in fields], nested)
         return super().__new__(cls)
+
+
+def write_new_text(
+    path, text: str, *, overwrite: bool, who: str, error: type = OptionError, hint: str = ""
+):
+    """Write `text` to `path` (a `pathlib.Path` returned), refusing, with `error` in `who`'s
+    name, to replace a file that exists unless `overwrite`; `hint`: how else to ask for it
+    (" (command line: --force)")."""
+    from pathlib import Path
+
+    out = Path(path)
+    if out.exists() and not overwrite:
+        raise error(
+            f"{who}: {str(out)!r} exists; give another path, or overwrite=True{hint} to replace it"
+        )
+    out.write_text(text, encoding="utf-8")
+    return out

@@ -32,6 +32,7 @@ from typing import Any
 import sympy as sp
 from sympy.printing.str import StrPrinter
 
+from ..errors import write_new_text
 from ._errors import NonmemImportError
 
 SUPPORTED = (
@@ -970,14 +971,14 @@ class NonmemImport:
 
     def write(self, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
         """Write the model text to `path` (refusing to replace a file unless `overwrite`)."""
-        out = Path(path)
-        if out.exists() and not overwrite:
-            raise NonmemImportError(
-                f"from_nonmem: {str(out)!r} exists; give another path, or overwrite=True "
-                "(command line: --force) to replace it"
-            )
-        out.write_text(self.text, encoding="utf-8")
-        return out
+        return write_new_text(
+            path,
+            self.text,
+            overwrite=overwrite,
+            who="from_nonmem",
+            error=NonmemImportError,
+            hint=" (command line: --force)",
+        )
 
 
 def nonmem_frame(path: str | os.PathLike, columns: Sequence[str | None]) -> Any:

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 import pandas as pd
 
-from ..errors import OptionError
+from ..errors import OptionError, write_new_text
 from ..estimation._compiled import unpacked
 from ..model import load_model
 from ..model._ir import Assign, BinOp, Call, Index, Name, ParamDecl
@@ -664,15 +664,7 @@ class Augmented:
     def save(self, path: Any, *, overwrite: bool = False) -> None:
         """Write the model text to `path`, refusing to replace a file unless `overwrite` (as
         `save_fit` and `NonmemImport.write` refuse: it replaced a model file silently)."""
-        from pathlib import Path
-
-        out = Path(path)
-        if out.exists() and not overwrite:
-            raise OptionError(
-                f"Augmented.save: {str(out)!r} exists; give another path, or overwrite=True to "
-                "replace it"
-            )
-        out.write_text(self.text, encoding="utf-8")
+        write_new_text(path, self.text, overwrite=overwrite, who="Augmented.save")
 
 
 def _map_expr(e: Any, fn) -> Any:
