@@ -99,7 +99,9 @@ def test_subject_by_subject_in_halves_equals_the_batched_evaluation(model):
     # The searches' end points (`modes`, next evaluation's warm starts) to the search's own
     # accuracy: Fisher scoring (what "auto" takes for integrated ODEs) ends with a step of its
     # own curvature, within about 1e-7 of the mode; the EBEs (after the exact implicit step)
-    # and everything else to the integrator's.
+    # and everything else to the integrator's. (With the searches in units of Omega's
+    # Cholesky factor, their steps bounded in eta through a product with it, the two
+    # programs' searches round apart earlier: one subject's gradient entry 1.3e-7 apart.)
     for name, a, b in zip(batched._fields, batched, looped):
         atol = 1e-6 if name == "modes" else 1e-9
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-7, atol=atol, err_msg=name)
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6, atol=atol, err_msg=name)
