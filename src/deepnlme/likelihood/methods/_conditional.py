@@ -133,7 +133,8 @@ class _Whitened:
     3e-11 to 41) put its inverse's 3e10 into the Hessian: the damping, scaled by the
     Hessian's diagonal, crushed the steps along the directions the data determine, and the
     searches ended unconverged far from the modes (the FOCEI -2LL at nlme's estimates 225.06
-    where a Laplace approximation by hand gives 222.15); a fit then chased those values. The
+    against nlme's 222.22; tests/api/test_near_singular_omega.py); a fit then chased those
+    values. The
     Newton decrement, the convergence test, is the same in either unit; the results are
     given back in eta (the Hessian transformed back)."""
 
