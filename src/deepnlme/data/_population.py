@@ -625,8 +625,8 @@ class Population:
         0). (Only the records censored in the design were censored again: simulated values
         below the LLOQ elsewhere stayed, which no study records.) A record with a limit of its
         own (an LLOQ column: `make_population(lloq=...)`) is censored below it. With
-        `censor=False` every
-        new value is an observation as it is (CENS 0): noise-free predictions, not a sample.
+        `censor=False` every new value is an observation as it is (CENS 0): noise-free
+        predictions, not a sample.
         """
         a = self.arrays()
         values = np.asarray(dv, dtype=float)
