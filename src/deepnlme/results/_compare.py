@@ -92,13 +92,12 @@ def _warn_mixed_methods(pairs: list[tuple[str, Any]]) -> None:
 def _error_models(fit) -> dict[str, str] | None:
     """Each observed output's distribution (`DV ~ Proportional(...)`: {"DV": "Proportional"}),
     or None where the fit carries no model."""
-    from ..model._ir import Observation
+    from ..likelihood._from_model import _observations
 
     cm = getattr(getattr(fit, "model", None), "compiled", None)
     if cm is None:
         return None
-    observations = [st for st in cm.ir.derived if isinstance(st, Observation)]
-    return {str(o): st.dist for o, st in zip(cm.outputs, observations)}
+    return {str(o): st.dist for o, st in zip(cm.outputs, _observations(cm))}
 
 
 # (smaller, larger) error models of which the smaller is a special case (a component at 0)
