@@ -382,7 +382,6 @@ def _header_line(lines: list[str]) -> int:
     """The line (0-based) of a table's header: the first line that is not blank and not a
     '#' comment, or the last '#' line before it when that line starts like data ('#ID TIME
     DV' above '1 0 .': a header written as a comment, as NONMEM tables often have it)."""
-    import re
 
     def width(text: str) -> int:
         return len([f for f in re.split(r"[,\t;\s]+", text.strip().lstrip("#")) if f])
