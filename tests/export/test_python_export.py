@@ -3,6 +3,7 @@ and IPRED equal deepnlme's `predict(fit)` (1e-8)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_isolated
@@ -94,3 +95,38 @@ def test_command_line_export_of_a_saved_fit_and_no_silent_overwrite(
         dn.export(theoph_fit, to="python", out=out)
     assert main(["export", str(saved), "--to", "nonmem", "--out", str(out)]) == 0
     assert main(["export", str(saved), "--to", "python", "--out", str(out), "--force"]) == 0
+
+
+def test_a_new_subject_with_a_fitted_id_is_not_given_its_ebe(pheno_fit, numpy_only, tmp_path):
+    """A new data set numbered like the fit's: a subject whose covariates differ from the
+    fitted subject of its ID gets IPRED nan and a warning naming it, not that subject's
+    EBE; new doses for a fitted subject keep its EBE; `ebes=` replaces the fitted ones."""
+    import importlib.util
+
+    files = dn.export(pheno_fit, to="python", out=tmp_path / "py")
+    data = pd.read_csv(dn.datasets.path("phenobarbital"))
+    data = data[data.ID <= 3].copy()
+    data.loc[data.ID == 2, "WT"] = data.loc[data.ID == 2, "WT"] + 0.5  # another person
+    data.loc[(data.ID == 3) & (data.AMT > 0), "AMT"] *= 2  # new doses, the same person
+    path = tmp_path / "new.csv"
+    data.to_csv(path, index=False)
+    spec = importlib.util.spec_from_file_location("exported_pheno", files["module"])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.warns(UserWarning, match=r"subject 2: WT is \S+ in these data and \S+ in the fit"):
+        got = pd.DataFrame(module.predict(str(path))).astype({"ID": int})
+    assert (got.ID == 2).sum() == 3
+    assert got[got.ID == 2].IPRED.isna().all() and got[got.ID == 2].PRED.notna().all()
+    assert got[got.ID != 2].IPRED.notna().all()
+    ebe = pheno_fit.ebes.loc[1].to_numpy(dtype=float)
+    ipred = np.asarray(module.predict(str(path), ebes={1: ebe})["IPRED"], dtype=float)
+    assert ipred[(got.ID == 1).to_numpy()] == pytest.approx(got[got.ID == 1].IPRED.to_numpy())
+    assert np.isnan(ipred[(got.ID != 1).to_numpy()]).all()
+    with pytest.raises(module.ExportedModelError, match=r"ebes\['1'\] has 1 values"):
+        module.predict(str(path), ebes={"1": [0.1]})
+    out = tmp_path / "out.csv"
+    r = run_isolated(numpy_only, str(files["module"]), str(path), str(out), cwd=tmp_path)
+    assert r.returncode == 0
+    assert "IPRED at the fitted EBEs for 2 of 3 subjects; IPRED nan for 1 without one (ID 2)" in (
+        r.stderr
+    )

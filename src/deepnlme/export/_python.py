@@ -8,7 +8,7 @@ from importlib import resources
 from typing import Any
 
 from ..symbolic import SymbolicError, python_code
-from ._common import fit_form
+from ._common import fit_form, id_key
 from ._errors import ExportError
 
 
@@ -16,6 +16,24 @@ def _runtime_source() -> str:
     text = resources.files(__package__).joinpath("_runtime.py").read_text(encoding="utf-8")
     lines = text.splitlines()
     return "\n".join(line for line in lines if not line.startswith("# ruff: noqa")) + "\n"
+
+
+def _ebe_covariates(pop: Any, names: list[str], ebes: dict) -> dict[str, list[float]]:
+    """Each fitted subject's values of the model's covariates (by subject key): the module
+    uses a subject's EBE only where its data carry the same values, so that a new subject
+    given a training subject's ID is not predicted with that subject's random effects."""
+    if pop is None or not names:
+        return {}
+    frame = pop.covariates_frame()
+    cols = {c.upper(): c for c in frame.columns}
+    if any(n not in cols for n in names):
+        return {}
+    out = {}
+    for sid, row in zip(frame.index, frame[[cols[n] for n in names]].to_numpy(dtype=float)):
+        key = id_key(sid)
+        if key in ebes:
+            out[key] = [float(v) for v in row]
+    return out
 
 
 def python_module(fit: Any) -> str:
@@ -53,11 +71,12 @@ def python_module(fit: Any) -> str:
                 "record"
             )
     obs = ff.obs
+    covariates = [s.name.upper() for s in dict(form.pre.args).get("cov", ())]
     values = {
         "states": list(form.states),
         "closed_form": form.closed_form,
         "ind": list(form.pre.names),
-        "covariates": [s.name.upper() for s in dict(form.pre.args).get("cov", ())],
+        "covariates": covariates,
         "eta": list(ff.eta_names),
         "dosing": list(form.dosing.names),
         "init": list(form.init.names),
@@ -68,6 +87,7 @@ def python_module(fit: Any) -> str:
             k: (v.tolist() if hasattr(v, "tolist") else v) for k, v in fit.estimates.items()
         },
         "ebes": ff.ebes,
+        "ebe_covariates": _ebe_covariates(pop, covariates, ff.ebes),
     }
     model_text = pprint.pformat(values, width=100, sort_dicts=False)
     return (

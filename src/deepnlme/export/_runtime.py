@@ -8,6 +8,7 @@
 import csv
 import math
 import sys
+import warnings
 
 import numpy as np
 
@@ -433,14 +434,35 @@ def _subject_predictions(key, records, eta, cov, rtol, atol, max_steps):
 # the public functions of the module
 
 
-def predict(data, *, rtol=1e-10, atol=1e-12, max_steps=100000):
-    """PRED (random effects 0) and IPRED (at the fitted EBEs) at every observation record.
+def _fitted_ebe(key, cov, ebes):
+    """The random effects IPRED uses for subject `key`, or None (with the reason)."""
+    if ebes is not None:
+        if key not in {id_key(k) for k in ebes}:
+            return None, None
+        row = next(v for k, v in ebes.items() if id_key(k) == key)
+        eta = np.asarray(row, dtype=float).reshape(-1)
+        if eta.shape != (len(MODEL["eta"]),):
+            raise ExportedModelError(
+                f"ebes[{key!r}] has {eta.size} values; the model has {len(MODEL['eta'])} "
+                f"random effects ({', '.join(MODEL['eta'])})"
+            )
+        return eta, None
+    if key not in MODEL["ebes"]:
+        return None, None
+    fitted = MODEL.get("ebe_covariates", {}).get(key)
+    if fitted is not None:
+        for name, a, b in zip(MODEL["covariates"], cov, fitted):
+            if not (a == b or abs(a - b) <= 1e-9 * max(abs(a), abs(b))):
+                return None, (
+                    f"subject {key}: {name} is {a:g} in these data and {b:g} in the fit's data "
+                    "for that ID, so it is taken for another subject and its IPRED is nan "
+                    "(the fitted EBE belongs to the fit's subject); give new subjects IDs that "
+                    "are not in the fit's data, or pass ebes=..."
+                )
+    return np.asarray(MODEL["ebes"][key], dtype=float), None
 
-    `data`: a CSV path or a dict of columns (upper-case names -> lists of strings or
-    numbers). Returns a dict of columns ID, TIME, DVID, PRED, IPRED (one entry per
-    observation record, in data order). A subject without an EBE gets IPRED nan. `rtol`,
-    `atol`, `max_steps`: the ODE solver's (ODE models only).
-    """
+
+def _predict(data, ebes, rtol, atol, max_steps):
     columns = (
         read_csv(data)
         if isinstance(data, str)
@@ -451,16 +473,21 @@ def predict(data, *, rtol=1e-10, atol=1e-12, max_steps=100000):
         raise ExportedModelError(f"the data have no column {missing[0]} (a model covariate)")
     out = {"ID": [], "TIME": [], "DVID": [], "PRED": [], "IPRED": [], "row": []}
     n_eta = len(MODEL["eta"])
+    with_ebe, others = [], []
     for key, records in _subjects(columns).items():
         cov = _covariates(key, records)
         obs, pred, _ = _subject_predictions(
             key, records, np.zeros(n_eta), cov, rtol, atol, max_steps
         )
-        if key in MODEL["ebes"]:
-            ebe = np.asarray(MODEL["ebes"][key], dtype=float)
+        ebe, why_not = _fitted_ebe(key, cov, ebes)
+        if why_not is not None:
+            warnings.warn(why_not, stacklevel=3)
+        if ebe is not None:
             _, ipred, _ = _subject_predictions(key, records, ebe, cov, rtol, atol, max_steps)
+            with_ebe.append(key)
         else:
             ipred = np.full(len(obs), np.nan)
+            others.append(key)
         for r, a, b in zip(obs, pred, ipred):
             out["ID"].append(r["ID"])
             out["TIME"].append(r["TIME"])
@@ -469,7 +496,24 @@ def predict(data, *, rtol=1e-10, atol=1e-12, max_steps=100000):
             out["IPRED"].append(float(b))
             out["row"].append(r["row"])
     order = sorted(range(len(out["row"])), key=lambda k: out["row"][k])
-    return {k: [v[i] for i in order] for k, v in out.items() if k != "row"}
+    table = {k: [v[i] for i in order] for k, v in out.items() if k != "row"}
+    return table, with_ebe, others
+
+
+def predict(data, *, ebes=None, rtol=1e-10, atol=1e-12, max_steps=100000):
+    """PRED (random effects 0) and IPRED (at the subjects' EBEs) at every observation record.
+
+    `data`: a CSV path or a dict of columns (upper-case names -> lists of strings or
+    numbers). Returns a dict of columns ID, TIME, DVID, PRED, IPRED (one entry per
+    observation record, in data order). IPRED is computed at the fitted EBE of a subject
+    whose ID is in the fit's data and whose covariates equal the fit's for that ID (new
+    doses or sampling times for that subject are fine); a subject whose covariates differ
+    is taken for another one (a warning names it) and, like a subject without an EBE, gets
+    IPRED nan. `ebes`: a dict ID -> random effects (in the order of MODEL["eta"]) to use
+    instead of the fitted ones (``{}``: none). `rtol`, `atol`, `max_steps`: the ODE
+    solver's (ODE models only).
+    """
+    return _predict(data, ebes, rtol, atol, max_steps)[0]
 
 
 def write_csv(table, path):
@@ -488,10 +532,17 @@ def main(argv=None):
         print("usage: python model.py DATA.csv OUT.csv", file=sys.stderr)
         return 2
     try:
-        write_csv(predict(argv[0]), argv[1])
+        table, with_ebe, others = _predict(argv[0], None, 1e-10, 1e-12, 100000)
+        write_csv(table, argv[1])
     except (ExportedModelError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    n = len(with_ebe) + len(others)
+    note = f"IPRED at the fitted EBEs for {len(with_ebe)} of {n} subjects"
+    if others:
+        shown = ", ".join(others[:5]) + (", ..." if len(others) > 5 else "")
+        note += f"; IPRED nan for {len(others)} without one (ID {shown})"
+    print(note, file=sys.stderr)
     return 0
 
 
