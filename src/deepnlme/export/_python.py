@@ -7,6 +7,7 @@ import pprint
 from importlib import resources
 from typing import Any
 
+from ..solve._subject import network_covariate_ranges
 from ..symbolic import SymbolicError, python_code
 from ._common import fit_form, id_key
 from ._errors import ExportError
@@ -16,6 +17,14 @@ def _runtime_source() -> str:
     text = resources.files(__package__).joinpath("_runtime.py").read_text(encoding="utf-8")
     lines = text.splitlines()
     return "\n".join(line for line in lines if not line.startswith("# ruff: noqa")) + "\n"
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _ebe_covariates(pop: Any, names: list[str], ebes: dict) -> dict[str, list[float]]:
@@ -88,6 +97,12 @@ def python_module(fit: Any) -> str:
         },
         "ebes": ff.ebes,
         "ebe_covariates": _ebe_covariates(pop, covariates, ff.ebes),
+        "text_ids": pop is not None and not all(_is_number(i) for i in pop.ids),
+        "network_ranges": [
+            [net, cov.upper(), lo, hi]
+            for (net, cov), (lo, hi) in network_covariate_ranges(ff.model).items()
+            if cov.upper() in covariates
+        ],
     }
     model_text = pprint.pformat(values, width=100, sort_dicts=False)
     return (

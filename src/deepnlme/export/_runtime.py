@@ -42,42 +42,111 @@ def id_key(value):
 
 
 def read_csv(path):
-    """The columns of a CSV file by upper-case name (lists of strings), in file order."""
-    with open(path, newline="", encoding="utf-8") as fh:
+    """The columns of a CSV file by upper-case name (lists of strings), in file order.
+
+    Rows whose first field starts with ``#`` are comments; so are rows whose first field
+    starts with a letter or ``@`` where the first column is NONMEM's C column. Elsewhere a
+    row whose first field is ``C`` alone or starts with ``@`` (a NONMEM comment row, which
+    deepnlme's reader refuses too) is refused rather than read as data."""
+    with open(path, newline="", encoding="utf-8-sig") as fh:
         rows = list(csv.reader(fh))
     if not rows:
         raise ExportedModelError(f"{path}: the file is empty")
     head = [h.strip().upper() for h in rows[0]]
-    body = [r for r in rows[1:] if r and not r[0].lstrip().startswith(("#", "C", "@"))]
-    return {h: [r[k] if k < len(r) else "" for r in body] for k, h in enumerate(head)}
+    body, numbers = [], []
+    for k, r in enumerate(rows[1:], 2):
+        first = r[0].strip() if r else ""
+        if not r or first.startswith("#"):
+            continue
+        if head[0] == "C" and (first[:1].isalpha() or first.startswith("@")):
+            continue
+        if first == "C" or first.startswith("@"):
+            raise ExportedModelError(
+                f"{path}, row {k}: the first field is {first!r}, which NONMEM reads as a "
+                "comment row; remove the row, or start it with #"
+            )
+        body.append(r)
+        numbers.append(k)
+    columns = {h: [r[k] if k < len(r) else "" for r in body] for k, h in enumerate(head)}
+    columns["_ROW"] = numbers
+    return columns
 
 
 def _subjects(columns):
-    """Records grouped by subject (order of first appearance), numbers as floats."""
+    """Records grouped by subject (order of appearance), numbers as floats; each subject's
+    records contiguous and in time order, as deepnlme reads them."""
     if "ID" not in columns or "TIME" not in columns:
         raise ExportedModelError("the data need the columns ID and TIME")
     n = len(columns["ID"])
+    rows = columns.get("_ROW") or list(range(2, n + 2))
 
     def col(name, default):
         if name in columns:
-            return [_number(v) for v in columns[name]]
+            out = []
+            for k, v in enumerate(columns[name]):
+                try:
+                    out.append(_number(v))
+                except ValueError:
+                    raise ExportedModelError(
+                        f"row {rows[k]}, column {name}: {v!r} is not a number"
+                    ) from None
+            return out
         return [default] * n
 
+    # IDs written as text in a NONMEM export (numbered 1, 2, ... with SUBJECT beside them)
+    ids = columns["SUBJECT"] if MODEL.get("text_ids") and "SUBJECT" in columns else columns["ID"]
     amt, evid_c, mdv = col("AMT", 0.0), col("EVID", math.nan), col("MDV", math.nan)
-    records = []
+    items = {name: col(name, math.nan) for name in ("TIME", "AMT", "CMT", "RATE", "II", "ADDL",
+                                                    "SS", "DVID")}  # fmt: skip
+    covs = {name: col(name, math.nan) for name in MODEL["covariates"]}
+    out = {}
+    last = None
     for k in range(n):
         evid = evid_c[k]
         if math.isnan(evid):  # no EVID: a record with an amount is a dose
             evid = 1.0 if (amt[k] or 0.0) > 0 else (2.0 if mdv[k] == 1 else 0.0)
-        rec = {"row": k, "ID": columns["ID"][k], "EVID": int(evid), "MDV": mdv[k]}
-        for name in ("TIME", "AMT", "CMT", "RATE", "II", "ADDL", "SS", "DVID"):
-            rec[name] = col(name, math.nan)[k] if name in columns else math.nan
-        rec["cov"] = {name: _number(columns[name][k]) for name in MODEL["covariates"]}
-        records.append(rec)
-    out = {}
-    for rec in records:
-        out.setdefault(id_key(rec["ID"]), []).append(rec)
+        rec = {"row": k, "line": rows[k], "ID": ids[k], "EVID": int(evid), "MDV": mdv[k]}
+        for name, values in items.items():
+            rec[name] = values[k]
+        rec["cov"] = {name: values[k] for name, values in covs.items()}
+        if math.isnan(rec["TIME"]):
+            raise ExportedModelError(f"row {rows[k]}: TIME is missing; every record needs one")
+        key = id_key(ids[k])
+        if key != last and key in out:
+            raise ExportedModelError(
+                f"row {rows[k]}: ID {ids[k]} appears again after other subjects; deepnlme "
+                "reads a subject's records together (NONMEM would read a new individual): "
+                "give that subject a new ID, or sort the records by ID"
+            )
+        recs = out.setdefault(key, [])
+        if recs and rec["TIME"] < recs[-1]["TIME"]:
+            raise ExportedModelError(
+                f"row {rows[k]}: time goes back within subject ID {ids[k]} (from "
+                f"{recs[-1]['TIME']:g} to {rec['TIME']:g}); sort each subject's records by "
+                "time (the exported module does not take a clock that restarts)"
+            )
+        recs.append(rec)
+        last = key
     return out
+
+
+def _warn_network_ranges(key, cov):
+    """Warn, once per network input, where a covariate is beyond the range the network was
+    scaled and fitted on (as deepnlme's `predict` and `simulate` do)."""
+    for net, name, lo, hi in MODEL.get("network_ranges", ()):
+        v = cov[MODEL["covariates"].index(name)]
+        slack = 0.01 * max(hi - lo, abs(hi), abs(lo), 1e-12)
+        if (v < lo - slack or v > hi + slack) and (net, name) not in _WARNED:
+            _WARNED.add((net, name))
+            warnings.warn(
+                f"subject {key}: network {net}'s input {name} is {v:g}, beyond the range it was "
+                f"scaled and fitted on ({lo:g} to {hi:g}): a network extrapolates with no shape "
+                "of its own there, and its output can be far off",
+                stacklevel=4,
+            )
+
+
+_WARNED = set()
 
 
 def _covariates(key, records):
@@ -119,7 +188,7 @@ def _administrations(key, records, dose_mod, n_states, ode):
         cmt = int(_zero(r["CMT"])) or 1
         if not 1 <= cmt <= n_states:
             raise ExportedModelError(
-                f"subject {key}, data row {r['row'] + 2}: CMT={cmt} is not a compartment of the "
+                f"subject {key}, data row {r['line']}: CMT={cmt} is not a compartment of the "
                 f"model (1..{n_states})"
             )
         col = cmt - 1
@@ -129,7 +198,7 @@ def _administrations(key, records, dose_mod, n_states, ode):
         addl = int(_zero(r["ADDL"]))
         if addl > 0 and ii <= 0:
             raise ExportedModelError(
-                f"subject {key}, data row {r['row'] + 2}: ADDL={addl} needs II > 0"
+                f"subject {key}, data row {r['line']}: ADDL={addl} needs II > 0"
             )
         if rate_in == -1:
             rate = m_rate
@@ -139,25 +208,25 @@ def _administrations(key, records, dose_mod, n_states, ode):
             rate = rate_in
         if rate_in != 0 and not rate > 0:
             raise ExportedModelError(
-                f"subject {key}, data row {r['row'] + 2}: RATE={rate_in:g} gives the rate "
+                f"subject {key}, data row {r['line']}: RATE={rate_in:g} gives the rate "
                 f"{rate} in compartment {cmt}; the model's rate or duration must be positive"
             )
         if ss > 0:
             if ode:
                 raise ExportedModelError(
-                    f"subject {key}, data row {r['row'] + 2}: steady-state dose records (SS > 0)"
+                    f"subject {key}, data row {r['line']}: steady-state dose records (SS > 0)"
                     " are not supported by the exported module of an ODE model; expand the "
                     "doses before steady state in the data (ADDL) instead"
                 )
             if lag != 0:
                 raise ExportedModelError(
-                    f"subject {key}, data row {r['row'] + 2}: a steady-state dose (SS > 0) with "
+                    f"subject {key}, data row {r['line']}: a steady-state dose (SS > 0) with "
                     "a lag time is not supported by the exported module"
                 )
             const = rate_in != 0 and ii <= 0
             if rate_in == 0 and ii <= 0:
                 raise ExportedModelError(
-                    f"subject {key}, data row {r['row'] + 2}: a steady-state bolus needs II > 0"
+                    f"subject {key}, data row {r['line']}: a steady-state bolus needs II > 0"
                 )
             if const:
                 payload = ("const", col, bio * rate, 0.0, ii)
@@ -165,7 +234,7 @@ def _administrations(key, records, dose_mod, n_states, ode):
                 dur = amount / rate
                 if dur > ii:
                     raise ExportedModelError(
-                        f"subject {key}, data row {r['row'] + 2}: a steady-state infusion "
+                        f"subject {key}, data row {r['line']}: a steady-state infusion "
                         f"longer ({dur:g}) than its interval II={ii:g}"
                     )
                 payload = ("inf", col, rate, dur, ii)
@@ -468,6 +537,7 @@ def _predict(data, ebes, rtol, atol, max_steps):
         if isinstance(data, str)
         else {str(k).upper(): [str(v) for v in vs] for k, vs in data.items()}
     )
+    _WARNED.clear()
     missing = [c for c in MODEL["covariates"] if c not in columns]
     if missing:
         raise ExportedModelError(f"the data have no column {missing[0]} (a model covariate)")
@@ -476,6 +546,7 @@ def _predict(data, ebes, rtol, atol, max_steps):
     with_ebe, others = [], []
     for key, records in _subjects(columns).items():
         cov = _covariates(key, records)
+        _warn_network_ranges(key, cov)
         obs, pred, _ = _subject_predictions(
             key, records, np.zeros(n_eta), cov, rtol, atol, max_steps
         )

@@ -368,20 +368,13 @@ def _code_test(e):
     return None
 
 
-def warn_network_extrapolation(model, population) -> None:
-    """Warn where a data-scaled network's input that is a covariate takes values in
-    `population` beyond the range of the data the network was scaled on (its ``data=``
-    statistics: mean, sd, min, max): a network has no shape of its own there (a trained
-    clearance of WT and CRCL gave 22x the true one at WT 5, CRCL 500, without a word in
-    `simulate` or `model_predict`)."""
-    import warnings
-
+def network_covariate_ranges(model) -> dict[tuple[str, str], tuple[float, float]]:
+    """(network, covariate) -> (min, max) of the data a data-scaled network's covariate input
+    was scaled and fitted on (its ``data=`` statistics), in the order the model reads them."""
     from ..model._ir import Call, Name, walk
 
     domains = {p.name: p.domain for p in model.compiled.params}
-    names = {n.upper(): n for n in population.covariate_names}
-    records = population._records
-    said: set = set()
+    out: dict[tuple[str, str], tuple[float, float]] = {}
     for _, expr in statement_exprs(model.ir):
         for node in walk(expr):
             if not (isinstance(node, Call) and node.kind == "param"):
@@ -390,27 +383,38 @@ def warn_network_extrapolation(model, population) -> None:
             if data is None or getattr(domains[node.func], "scale", "none") == "none":
                 continue
             for k, arg in enumerate(node.args):
-                if not (isinstance(arg, Name) and arg.kind == "covariate") or k >= len(data):
-                    continue
-                if (node.func, arg.id) in said or arg.id.upper() not in names:
-                    continue
-                lo, hi = float(data[k][2]), float(data[k][3])
-                v = records[names[arg.id.upper()]].to_numpy(dtype=float)
-                v = v[np.isfinite(v)]
-                slack = 0.01 * max(hi - lo, abs(hi), abs(lo), 1e-12)
-                out = (v < lo - slack) | (v > hi + slack)
-                if out.any():
-                    said.add((node.func, arg.id))
-                    warnings.warn(
-                        f"network {node.func}'s input {arg.id} takes values from "
-                        f"{v.min():g} to {v.max():g} in these data, beyond the range it was "
-                        f"scaled and fitted on ({lo:g} to {hi:g}; {int(out.sum())} record(s)): "
-                        "a network extrapolates with no shape of its own there, and its "
-                        "output can be far off. Keep such predictions within that range, or "
-                        "fit the network on data that cover it.",
-                        UserWarning,
-                        stacklevel=5,
-                    )
+                if isinstance(arg, Name) and arg.kind == "covariate" and k < len(data):
+                    out.setdefault((node.func, arg.id), (float(data[k][2]), float(data[k][3])))
+    return out
+
+
+def warn_network_extrapolation(model, population) -> None:
+    """Warn where a data-scaled network's input that is a covariate takes values in
+    `population` beyond the range of the data the network was scaled on (its ``data=``
+    statistics: mean, sd, min, max): a network has no shape of its own there (a trained
+    clearance of WT and CRCL gave 22x the true one at WT 5, CRCL 500, without a word in
+    `simulate` or `model_predict`)."""
+    import warnings
+
+    names = {n.upper(): n for n in population.covariate_names}
+    records = population._records
+    for (net, cov), (lo, hi) in network_covariate_ranges(model).items():
+        if cov.upper() not in names:
+            continue
+        v = records[names[cov.upper()]].to_numpy(dtype=float)
+        v = v[np.isfinite(v)]
+        slack = 0.01 * max(hi - lo, abs(hi), abs(lo), 1e-12)
+        out = (v < lo - slack) | (v > hi + slack)
+        if out.any():
+            warnings.warn(
+                f"network {net}'s input {cov} takes values from {v.min():g} to {v.max():g} in "
+                f"these data, beyond the range it was scaled and fitted on ({lo:g} to {hi:g}; "
+                f"{int(out.sum())} record(s)): a network extrapolates with no shape of its own "
+                "there, and its output can be far off. Keep such predictions within that "
+                "range, or fit the network on data that cover it.",
+                UserWarning,
+                stacklevel=5,
+            )
 
 
 def warn_time_switches(model) -> None:
