@@ -80,6 +80,9 @@ def test_a_folder_in_place_of_a_file_and_an_unwritable_target_are_named(saved, t
     (odd / "fit.json").mkdir()
     with pytest.raises(dn.DataError, match=r"fit\.json' is a folder, not the file of a saved"):
         dn.load_fit(odd)
+    with pytest.raises(dn.DataError, match=r"arrays\.npz' is a file; give the folder written"):
+        dn.load_fit(folder / "arrays.npz")
+    assert dn.load_fit(folder / "fit.json").ofv == fit.ofv
     (tmp_path / "file").write_text("")
     with pytest.raises(OSError, match=r"save_fit: the fit could not be saved to .*give a folder"):
         dn.save_fit(fit, tmp_path / "file" / "below")

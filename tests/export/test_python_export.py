@@ -64,6 +64,13 @@ def test_unknown_target_is_refused(theoph_fit, tmp_path):
         dn.export(theoph_fit, to="sas", out=tmp_path)
 
 
+def test_a_file_as_the_output_folder_is_refused(theoph_fit, tmp_path):
+    (tmp_path / "file.txt").write_text("mine")
+    with pytest.raises(ExportError, match=r"file\.txt' is a file; `out` is the folder"):
+        dn.export(theoph_fit, to="nonmem", out=tmp_path / "file.txt")
+    assert (tmp_path / "file.txt").read_text() == "mine"
+
+
 def test_a_model_is_not_a_fit(tmp_path):
     model = dn.load_model("examples/theophylline.model")
     with pytest.raises(ExportError, match="must be a Fit"):

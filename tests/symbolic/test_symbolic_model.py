@@ -248,3 +248,5 @@ def test_an_unknown_node_is_named():
 def test_unknown_values_are_refused(setting):
     with pytest.raises(SymbolicError, match="unknown parameter 'nope'"):
         model_form(setting[0], {"nope": 1.0})
+    with pytest.raises(SymbolicError, match=r"unknown parameter 'TCL' in `keep`"):
+        model_form(setting[0], keep=["TCL"])

@@ -533,6 +533,12 @@ def _read(folder: Path) -> tuple[dict, dict[str, np.ndarray], Path]:
     format, its version and the checksum of the content."""
     if folder.is_file() and folder.name == JSON_NAME:
         folder = folder.parent
+    elif folder.is_file():
+        raise DataError(
+            f"load_fit: {str(folder)!r} is a file; give the folder written by Fit.save / "
+            f"deepnlme.save_fit ({str(folder.parent)!r} if this file is in it), or its "
+            f"{JSON_NAME}"
+        )
     inner = folder / "fit"
     if not (folder / ARRAYS_NAME).exists() and (inner / JSON_NAME).is_file():
         folder = inner  # `deepnlme fit --out DIR`: its fit.json is the summary, DIR/fit the fit

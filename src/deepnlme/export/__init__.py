@@ -80,6 +80,11 @@ def export(
             f"export: unknown target to={to!r}; the targets are {', '.join(map(repr, TARGETS))}"
         )
     folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise ExportError(
+            f"export: {str(folder)!r} is a file; `out` is the folder the export writes its "
+            "files into: give a folder (it is made if it does not exist)"
+        )
     there = [name for name in _FILES[target] if (folder / name).exists()]
     if there and not overwrite:
         raise ExportError(

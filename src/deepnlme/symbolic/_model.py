@@ -389,6 +389,14 @@ def model_form(
             f"model_form: unknown parameter '{unknown[0]}' in `values`; the model's parameters "
             f"are {', '.join(p.name for p in model.params)}"
         )
+    if isinstance(keep, str):
+        keep = (keep,)
+    unknown = [k for k in keep if k not in {p.name for p in model.params}]
+    if unknown:
+        raise SymbolicError(
+            f"model_form: unknown parameter '{unknown[0]}' in `keep`; the model's parameters "
+            f"are {', '.join(p.name for p in model.params)}"
+        )
     ir = model.ir
     domains = {p.name: p.domain for p in model.params}
     env: dict[str, Value] = {}
