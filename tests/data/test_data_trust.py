@@ -342,6 +342,14 @@ def test_a_dv_on_a_dose_record_without_mdv_is_warned_of(tmp_path):
         read_data(q)  # MDV=1 written: said, so nothing to warn of
 
 
+def test_a_rate_on_a_record_that_is_not_a_dose_is_warned_of(tmp_path):
+    p = write(tmp_path, "ID,TIME,DV,AMT,RATE\n1,0,.,100,0\n1,1,4,0,10\n1,2,3,0,0\n")
+    with pytest.warns(DataWarning, match=r"1 record\(s\) that are not doses have a RATE \(the "
+                      r"first row 2 \(line 3 of d.csv\), EVID 0, RATE 10\)"):  # fmt: skip
+        pop = read_data(p)
+    assert pop.n_observations == 2 and pop.n_doses == 1
+
+
 def test_clock_times_are_said_to_be_unread(tmp_path):
     p = write(tmp_path, "ID,TIME,DV,AMT\n1,08:00,.,100\n1,09:00,2,0\n")
     with pytest.raises(DataError, match=r"column TIME: .*'08:00'.*Clock times \(hh:mm\)"):

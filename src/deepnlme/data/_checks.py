@@ -347,6 +347,17 @@ def _check_dose_items(
         "RATE must be 0 (bolus), a positive infusion rate (duration AMT/RATE), -1 (rate "
         "given by the model) or -2 (duration given by the model).",
     )
+    rated = np.flatnonzero(~is_dose & (items.rate != 0))
+    if rated.size:
+        warnings.warn(
+            f"{rated.size} record(s) that are not doses have a RATE (the first "
+            f"{rd.table.where(int(rated[0]))}, EVID {evid[rated[0]]}, RATE "
+            f"{items.rate[rated[0]]:g}): a rate belongs to a dose record and is not read "
+            "there. Check that the columns are not shifted, and set RATE=0 on records that "
+            "are not doses.",
+            DataWarning,
+            stacklevel=5,  # the caller of read_data
+        )
     rd.reject(items.ii < 0, cols.ii or "II", "negative interdose interval", "II must be 0 or more.")
     rd.reject(
         ~np.isin(items.ss, (0, 1, 2)),
