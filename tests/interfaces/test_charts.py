@@ -175,3 +175,20 @@ def test_individual_fits_pages_as_figures():
     np.testing.assert_array_equal(a.get_lines()[0].get_ydata(), [1.2, 2.2, 3.2])
     with pytest.raises(OptionError, match="per_page"):
         plots.individual_fits(t, per_page=0)
+
+
+def test_the_y_label_clears_wide_tick_labels():
+    """The optimiser trace drew its y label on top of tick labels such as "116.850": the
+    label now sits left of the widest tick label, the margin widened to hold both."""
+    from deepnlme.interfaces.charts import _label_width
+
+    for lo, hi in ((116.825, 116.875), (1.0, 9.0), (-1234567.5, -1234560.25)):
+        p = Panel(xlabel="iteration", ylabel="objective")
+        p.add("line", [0, 1, 2], [lo, (lo + hi) / 2, hi])
+        svg = ET.fromstring(to_svg(Chart([[p, None]], 10, 3.6), standalone=True))
+        texts = list(svg.iter("{http://www.w3.org/2000/svg}text"))
+        label = next(t for t in texts if t.text == "objective")
+        ticks = [t for t in texts if t.get("text-anchor") == "end"]
+        left_edge = min(float(t.get("x")) - _label_width(t.text) for t in ticks)
+        assert float(label.get("x")) + 2.5 < left_edge, (lo, hi)
+        assert float(label.get("x")) - 8.5 > 0  # inside the figure

@@ -6,6 +6,7 @@ through the predictions at the observation times."""
 from __future__ import annotations
 
 import hashlib
+import re
 from html.parser import HTMLParser
 
 import numpy as np
@@ -436,16 +437,44 @@ def test_the_command_lines_report_records_the_data_files_sha256(fitted):
 
 
 @pytest.mark.slow  # the session's fit, made through the command line
+def test_the_command_lines_run_record_names_the_run(fitted):
+    """The run record says which model file, which command, and how long reading took (the
+    title was the same for every run, and the wall time left the reading out)."""
+    text = (fitted / "report.html").read_text()
+    parser = _ById()
+    parser.feed(text)
+    assert parser.text["model-file"].endswith("theophylline.model")
+    assert "<title>deepnlme fit report - theophylline - FOCEI</title>" in text
+    row = '<th class="l">{}</th><td class="l">'
+    assert row.format("command") + "deepnlme fit " in text and " --method FOCEI --out " in text
+    assert re.search(
+        re.escape(row.format("reading the model and the data")) + r"\d+\.\d\d s<", text
+    )
+    # the estimates as print(fit) shows them: a table per block, its own columns
+    assert {"estimates-fixed-effects", "estimates-between-subject-variability",
+            "estimates-residual-error"} <= set(parser.order)  # fmt: skip
+    bsv = parser.chunks["estimates-between-subject-variability"]
+    assert "cv%" in bsv and "shrinkage%" in bsv and "back-transformed" not in bsv
+    assert "cv%" not in parser.chunks["estimates-fixed-effects"]
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
 def test_report_of_a_saved_fit_takes_the_data_file(fitted, tmp_path):
     from deepnlme.interfaces.cli import main
 
     data = dn.datasets.path("theophylline")
     out = tmp_path / "r.html"
-    assert main(["report", str(fitted / "fit"), "--out", str(out), "--data", data]) == 0
+    assert main(["report", str(fitted / "fit"), "--out", str(out), "--data", data,
+                 "--individual-pages", "0", "--log-scale"]) == 0  # fmt: skip
     parser = _ById()
     parser.feed(out.read_text())
     with open(data, "rb") as f:
         assert parser.text["data-sha256"] == hashlib.sha256(f.read()).hexdigest()
+    assert "individual-1" not in parser.order  # no page of individual fits
+    assert "12 more subjects are not shown: write_report(..., max_individual_pages=1)" in (
+        out.read_text()
+    )
+    assert parser.text["model-file"] == "none (the model text below)"  # (a saved fit's)
 
 
 def test_the_grid_resolves_each_dosing_interval_of_a_long_history():
@@ -597,7 +626,7 @@ def test_numeric_endpoint_codes_are_named_as_the_model_and_pages_hold_whole_subj
     for what in ("goodness-of-fit panel", "NPDE panel"):
         assert f'aria-label="{what} of CP"' in html, what
     assert "ID 6 - EFF" in html and "ID 7 - " not in html and "ID 1 - 1" not in html
-    assert "2 more subjects are not shown" in html
+    assert "2 more subjects are not shown: write_report(..., max_individual_pages=2)" in html
     parser = _ById()
     parser.feed(html)
     assert "CP" in parser.text["npde-stats"] and "EFF" in parser.text["npde-stats"]

@@ -699,3 +699,27 @@ def test_the_covariance_diagnostics_of_an_omega_block_are_on_nonmems_scale():
     np.testing.assert_allclose(corr.to_numpy(), cov / np.outer(d, d), rtol=1e-12, atol=1e-14)
     eig = np.linalg.eigvalsh(cov / np.outer(d, d))
     assert fit.condition_number == pytest.approx(eig[-1] / eig[0], rel=1e-10)
+
+
+def test_the_reports_trace_and_covariance_say_what_the_networks_change(small_net, theo):
+    """The trace of a fit with a network is of the OFV plus its penalty (it ended 1.3 above
+    the OFV the summary gives, without a word), and the covariance step's diagnostics are of
+    the parameters other than its weights (network_se=False)."""
+    from deepnlme.interfaces import plots
+    from deepnlme.interfaces.report import _covariance_diagnostics, _network_se_note, _trace_note
+
+    assert small_net.penalty > 0 and small_net.covariance is not None
+    note = " ".join(_trace_note(small_net, small_net.penalty))
+    total = small_net.ofv + small_net.penalty
+    assert f"ends at {total:.4f} where the OFV is {small_net.ofv:.4f}" in note
+    assert float(small_net.history["ofv"].iloc[-1]) == pytest.approx(total, abs=1e-6)
+    panel = plots.optimizer_trace_chart(small_net.history, penalty=small_net.penalty).grid[0][0]
+    assert panel.ylabel == "OFV + penalty"
+    cd = _covariance_diagnostics(small_net)
+    note = " ".join(_network_se_note(small_net, cd))
+    n_w = int(np.size(small_net.estimates["NN"]))
+    assert f"held the weights of NN ({n_w} weights)" in note
+    assert f"of the other {len(cd.correlation)} estimated elements" in note
+    assert len(cd.correlation) == 3  # tcl, om, sigma
+    assert _trace_note(theo, theo.penalty) == []
+    assert _network_se_note(theo, _covariance_diagnostics(theo)) == []

@@ -343,6 +343,26 @@ def _svg_axis(ticks, labels, scale: _Scale, box, horizontal: bool) -> list[str]:
     return out
 
 
+def _label_width(text: str, size: float = 10.0) -> float:
+    """The width in px of `text` at `size` px in DejaVu Sans (advance widths in em: digits
+    0.636, '.' 0.318, '-' 0.361, others about 0.6)."""
+    em = {".": 0.318, "-": 0.361, ",": 0.318, " ": 0.318}
+    return size * sum(em.get(ch, 0.636 if ch.isdigit() else 0.6) for ch in text)
+
+
+def _y_tick_labels(panel: Panel, h: float) -> tuple[list[float], list[str]]:
+    ylo, yhi = _extent(panel, 1, panel.ylog)
+    yt = tick_values(ylo, yhi, panel.ylog, max(2, min(5, int(h // 35))))
+    return yt, tick_labels(yt, panel.ylog)
+
+
+def _ylabel_offset(panel: Panel, h: float) -> float:
+    """How far left of the panel its y label's baseline goes: clear of the widest tick label
+    (a label drawn at a fixed 46 px lay on top of ticks such as "116.850")."""
+    width = max((_label_width(t) for t in _y_tick_labels(panel, h)[1]), default=0.0)
+    return max(46.0, 10.5 + width)
+
+
 def _svg_panel(panel: Panel, box, clip: str) -> list[str]:
     x0, y0, x1, y1 = box
     (xlo, xhi), (ylo, yhi) = _extent(panel, 0, panel.xlog), _extent(panel, 1, panel.ylog)
@@ -355,9 +375,9 @@ def _svg_panel(panel: Panel, box, clip: str) -> list[str]:
     out.append(f'<rect x="{x0:.1f}" y="{y0:.1f}" width="{w:.1f}" height="{h:.1f}" fill="none" '
                'stroke="#000" stroke-width="0.8"/>')  # fmt: skip
     xt = tick_values(xlo, xhi, panel.xlog, max(2, min(5, int(w // 55))), integer=panel.xint)
-    yt = tick_values(ylo, yhi, panel.ylog, max(2, min(5, int(h // 35))))
+    yt, ylabels = _y_tick_labels(panel, h)
     out += _svg_axis(xt, tick_labels(xt, panel.xlog), sx, box, True)
-    out += _svg_axis(yt, tick_labels(yt, panel.ylog), sy, box, False)
+    out += _svg_axis(yt, ylabels, sy, box, False)
     if panel.title:
         out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{y0 - 7:.1f}" text-anchor="middle" '
                    f'font-size="11">{html.escape(panel.title)}</text>')  # fmt: skip
@@ -365,9 +385,9 @@ def _svg_panel(panel: Panel, box, clip: str) -> list[str]:
         out.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{y1 + 31:.1f}" text-anchor="middle" '
                    f'font-size="11">{html.escape(panel.xlabel)}</text>')  # fmt: skip
     if panel.ylabel:
-        ym = (y0 + y1) / 2
-        out.append(f'<text x="{x0 - 46:.1f}" y="{ym:.1f}" text-anchor="middle" font-size="11" '
-                   f'transform="rotate(-90 {x0 - 46:.1f} {ym:.1f})">'
+        ym, xl = (y0 + y1) / 2, x0 - _ylabel_offset(panel, h)
+        out.append(f'<text x="{xl:.1f}" y="{ym:.1f}" text-anchor="middle" font-size="11" '
+                   f'transform="rotate(-90 {xl:.1f} {ym:.1f})">'
                    f"{html.escape(panel.ylabel)}</text>")  # fmt: skip
     entries = [ly for ly in panel.layers if ly.label]
     if panel.legend == "inside":
@@ -398,6 +418,12 @@ def to_svg(
     top = _TITLE if chart.title or chart.legend else 4.0
     right = _LEGEND_RIGHT if any(p.legend == "right" for p in chart.panels) else 0.0
     cw, ch = (W - right) / ncols, (H - top) / nrows
+    # the left margin: wide enough for the widest y tick labels and the y label beside them
+    h = ch - _MARGIN["top"] - _MARGIN["bottom"]
+    left = max(
+        [_MARGIN["left"]]
+        + [_ylabel_offset(p, h) + 12.0 for row in chart.grid for p in row if p is not None]
+    )
     body = []
     if chart.title:
         body.append(f'<text x="10" y="19" font-size="14">{html.escape(chart.title)}</text>')
@@ -410,7 +436,7 @@ def to_svg(
             if panel is None:
                 continue
             box = (
-                c * cw + _MARGIN["left"],
+                c * cw + left,
                 top + r * ch + _MARGIN["top"],
                 (c + 1) * cw - _MARGIN["right"],
                 top + (r + 1) * ch - _MARGIN["bottom"],

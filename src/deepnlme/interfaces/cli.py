@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 import tempfile
 import time
@@ -183,6 +184,16 @@ def _report_options(parser: argparse.ArgumentParser) -> None:
         "--vpc-stratify", default=None, metavar="COL",
         help="stratify the report's VPCs by this covariate column (or ENDPOINT)",
     )  # fmt: skip
+    parser.add_argument(
+        "--individual-pages", type=int, default=None, metavar="N", dest="max_individual_pages",
+        help="pages of individual fits in the report, 12 subjects a page (default 2; 0 for "
+        "none); give enough for every subject to see them all",
+    )  # fmt: skip
+    parser.add_argument(
+        "--log-scale", action="store_true", default=None, dest="log_scale",
+        help="DV, PRED and IPRED on logarithmic axes in the report's goodness-of-fit and "
+        "individual plots",
+    )  # fmt: skip
 
 
 def _report_kwargs(args: argparse.Namespace | None) -> dict:
@@ -191,7 +202,7 @@ def _report_kwargs(args: argparse.Namespace | None) -> dict:
         return {}
     return {
         k: getattr(args, k)
-        for k in ("vpc_sims", "npde_sims", "vpc_stratify")
+        for k in ("vpc_sims", "npde_sims", "vpc_stratify", "max_individual_pages", "log_scale")
         if getattr(args, k, None) is not None
     }
 
@@ -846,6 +857,9 @@ def _run_fit(
     data_file = None if isinstance(data, dn.Population) else _data_source(data)
     model = dn.load_model(model_src)
     pop = data if data_file is None else _read_population(data_file, read, model)
+    run_info = {"reading the model and the data": f"{time.perf_counter() - t0:.2f} s"}
+    if getattr(read, "argv", None) is not None:
+        run_info = {"command": shlex.join(["deepnlme", *read.argv]), **run_info}
     limit = {} if time_limit is None else {"time_limit": time_limit}
     fit = dn.fit(model, pop, m, max_iter=max_iter, progress=not quiet, **limit)
     print(fit)
@@ -860,7 +874,7 @@ def _run_fit(
         report=report,
         force=force,
         data_file=data_file,
-        report_options=_report_kwargs(read),
+        report_options={**_report_kwargs(read), "run_info": run_info},
     )
     written = time.perf_counter() - t0 - wall_fit
     print(
@@ -1301,6 +1315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, unknown = _parser().parse_known_args(argv)
     if unknown:
         _refuse_unknown(args, unknown)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     stdout = sys.stdout
     sys.stdout = safe = _ClosedPipeSafe(stdout)
     try:

@@ -643,9 +643,10 @@ def correlation_heatmap(corr: pd.DataFrame):
 # --------------------------------------------------------------------------- optimiser, networks
 
 
-def optimizer_trace_chart(history: pd.DataFrame) -> Chart:
+def optimizer_trace_chart(history: pd.DataFrame, *, penalty: float = 0.0) -> Chart:
     """The chart of `optimizer_trace`."""
-    ofv = Panel(xlabel="iteration", ylabel="objective", xint=True)
+    label = "OFV + penalty" if penalty and math.isfinite(penalty) else "objective"
+    ofv = Panel(xlabel="iteration", ylabel=label, xint=True)
     grad = Panel(xlabel="iteration", ylabel="max |gradient|", ylog=True, xint=True)
     if len(history):
         ofv.add("line", history["iter"], history["ofv"], markers=True)
@@ -654,9 +655,11 @@ def optimizer_trace_chart(history: pd.DataFrame) -> Chart:
     return Chart([[ofv, grad]], 10, 3.6, title="Optimiser trace")
 
 
-def optimizer_trace(history: pd.DataFrame):
-    """OFV and max|gradient| against iteration (the fit's `history`)."""
-    return to_figure(optimizer_trace_chart(history))
+def optimizer_trace(history: pd.DataFrame, *, penalty: float = 0.0):
+    """The objective minimised and max|gradient| against iteration (the fit's `history`):
+    the OFV, plus the networks' penalty for a model with networks (pass `fit.penalty` as
+    `penalty` to label it so)."""
+    return to_figure(optimizer_trace_chart(history, penalty=penalty))
 
 
 def network_curves_chart(fit, network: str | None = None, *, n_points: int = 50) -> Chart:

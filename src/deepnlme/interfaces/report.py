@@ -18,6 +18,7 @@ import html
 import math
 import os
 import platform
+import re
 import time
 import warnings
 from pathlib import Path
@@ -288,7 +289,7 @@ def _seconds(v) -> str:
     return "" if v is None or not np.isfinite(v) else f"{float(v):.2f} s"
 
 
-def _run_record(fit, data_file, report_seconds: str) -> list[str]:
+def _run_record(fit, data_file, report_seconds: str, run_info=None) -> list[str]:
     pop = fit.population
     src = _data_source(pop, data_file, fit.model)
     v = _versions()
@@ -336,8 +337,15 @@ def _run_record(fit, data_file, report_seconds: str) -> list[str]:
             "report written with",
             html.escape(", ".join(f"{k} {x}" for k, x in v.items() if fit_v.get(k) != x)),
         ))  # fmt: skip
+    model_path = getattr(fit.model, "path", None)
     rows += [
         ("machine", html.escape(f"{platform.system()} {platform.machine()}")),
+        (
+            "model file",
+            f'<span id="model-file">{html.escape(str(model_path))}</span>'
+            if model_path
+            else '<span id="model-file" class="note">none (the model text below)</span>',
+        ),
         ("data file", f'<span id="data-file">{html.escape(src["name"])}</span>'),
         ("data file SHA-256", sha),
         ("data digest (as read)", f'<code class="sha" id="data-digest">{src["digest"]}</code>'),
@@ -352,6 +360,7 @@ def _run_record(fit, data_file, report_seconds: str) -> list[str]:
         ),
         ("wall time", html.escape("; ".join(split)) + f"; report {html.escape(report_seconds)}"),
     ]
+    rows += [(k, html.escape(str(v))) for k, v in (run_info or {}).items()]  # (_items: keys)
     return [
         _items(rows, "run-record-table"),
         "<h3>Model</h3>",
@@ -479,6 +488,34 @@ def _estimates_shown(table: pd.DataFrame) -> pd.DataFrame:
     return out[[c for c in out.columns if c == "block" or c in shown_columns(out)]]
 
 
+def _trace_note(fit, penalty: float) -> list[str]:
+    """Under the trace of a fit with networks: the trace is of the objective minimised, the
+    OFV plus the networks' penalty, so it ends above the OFV the summary gives."""
+    if not (penalty and math.isfinite(penalty)):
+        return []
+    return [
+        f'<p class="note" id="trace-penalty">The objective traced is the one minimised: the '
+        f"OFV plus the networks' penalty ({penalty:.4f} at the end), so it ends at "
+        f"{fit.ofv + penalty:.4f} where the OFV is {fit.ofv:.4f}.</p>"
+    ]
+
+
+def _estimates_tables(shown: pd.DataFrame) -> str:
+    """The estimates as `print(fit)` shows them: a table per block (fixed effects,
+    between-subject variability, ...) with the columns that apply to it. One table of all
+    the columns ran past the page's width and hid the SD, CV% and shrinkage columns."""
+    from ..estimation._result import shown_columns
+
+    if "block" not in shown.columns:
+        return f'<div id="estimates-table">{_table(shown)}</div>'
+    parts = []
+    for block, part in shown.groupby("block", sort=False):
+        slug = re.sub(r"[^a-z0-9]+", "-", str(block).lower()).strip("-")
+        parts.append(f"<h3>{html.escape(str(block).capitalize())}</h3>")
+        parts.append(_table(part[shown_columns(part)], table_id=f"estimates-{slug}"))
+    return '<div id="estimates-table">' + "".join(parts) + "</div>"
+
+
 # the table's notes that change how a row reads (the report's table has no note column: it
 # hid that exp(tcl) beside a network is no typical cl, and that two IOV rows are one variance)
 _CAVEATS = (
@@ -542,6 +579,31 @@ def _caveats(table: pd.DataFrame) -> list[str]:
     return [f'<ul class="note" id="estimates-notes">{"".join(items)}</ul>'] if items else []
 
 
+def _network_se_note(fit, cd) -> list[str]:
+    """Where the covariance step left the networks' weights out (`network_se=False`, the
+    default), say that its standard errors, correlations and condition number are of the
+    other parameters, given the weights (the summary counts the weights among the estimated
+    parameters, and nothing else said that the diagnostics below did not)."""
+    options = getattr(fit, "options", None) or {}
+    if options.get("network_se", False) or fit.covariance is None or cd.correlation is None:
+        return []
+    model = getattr(fit, "model", None)
+    params = getattr(getattr(model, "compiled", None), "params", ()) or ()
+    held = set(getattr(fit, "fixed", ()) or ())
+    nets = [p for p in params if getattr(p, "kind", "") == "network" and p.name not in held]
+    if not nets:
+        return []
+    n_w = sum(int(np.size(fit.estimates[p.name])) for p in nets if p.name in fit.estimates)
+    names = ", ".join(p.name for p in nets)
+    return [
+        f'<p class="note" id="network-se">The covariance step held the weights of {names} '
+        f"({n_w} weights) at their estimates (network_se=False, the default): the standard "
+        f"errors, the correlations and the condition number are of the other "
+        f"{len(cd.correlation)} estimated elements, given the weights. Fit with "
+        "network_se=True for a covariance step over the weights too.</p>"
+    ]
+
+
 def _covariance_section(fit) -> list[str]:
     cd = _covariance_diagnostics(fit)
     status = str(fit.covariance_status)
@@ -559,6 +621,7 @@ def _covariance_section(fit) -> list[str]:
         body.append('<p id="covariance-warnings">No covariance step, so no diagnostics.</p>')
     else:
         body.append('<div class="good" id="covariance-warnings">No covariance warnings.</div>')
+    body += _network_se_note(fit, cd)
     if cd.condition_number is not None:
         body.append(
             "<p>Condition number of the correlation matrix (largest over smallest eigenvalue): "
@@ -799,6 +862,7 @@ def report_html(
     data_file: str | os.PathLike | None = None,
     grid_points: int = 150,
     vpc_stratify: str | None = None,
+    run_info: dict[str, str] | None = None,
 ) -> str:
     """The HTML text of the report of `fit` (see `write_report`)."""
     from ..results import predict
@@ -822,8 +886,16 @@ def report_html(
             f"report: option `vpc_stratify` must be None, 'ENDPOINT' or a covariate column "
             f"({', '.join(names) or 'none in this data'}); got {vpc_stratify!r}"
         )
+    if run_info is not None and not (
+        isinstance(run_info, dict) and all(isinstance(k, str) for k in run_info)
+    ):
+        raise OptionError(
+            f"report: `run_info` must be a dict of row label -> text; got {run_info!r}"
+        )
     name = getattr(fit.method, "name", type(fit.method).__name__)
-    title = title or f"deepnlme fit report - {name}"
+    model_path = getattr(fit.model, "path", None)
+    stem = f"{Path(model_path).stem} - " if model_path else ""
+    title = title or f"deepnlme fit report - {stem}{name}"
     # the simulations and the dense curves (compiled and run by XLA, which frees the
     # interpreter) on threads of their own, started together: their programs are traced and
     # compiled while this thread traces and compiles the predictions', and run while it draws
@@ -842,6 +914,7 @@ def report_html(
             fit, table, sims, shown, curves, names, title=title, name=name, vpc_sims=vpc_sims,
             npde_sims=npde_sims, seed=seed, max_individual_pages=max_individual_pages,
             log_scale=log_scale, data_file=data_file, started=started, vpc_stratify=vpc_stratify,
+            run_info=run_info,
         )  # fmt: skip
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -882,7 +955,7 @@ def _shown_ids(pop, panels: int) -> list:
 
 def _report_html(
     fit, table, sims, shown, curves, names, *, title, name, vpc_sims, npde_sims, seed,
-    max_individual_pages, log_scale, data_file, started, vpc_stratify=None,
+    max_individual_pages, log_scale, data_file, started, vpc_stratify=None, run_info=None,
 ) -> str:  # fmt: skip
     from ..results import ebe_table, shrinkage
     from . import plots
@@ -942,7 +1015,7 @@ def _report_html(
             "estimates",
             "Estimates",
             [
-                _table(_estimates_shown(estimates), table_id="estimates-table"),
+                _estimates_tables(_estimates_shown(estimates)),
                 *_ci_scales(estimates),
                 *_caveats(estimates),
             ],
@@ -1018,18 +1091,25 @@ def _report_html(
             except OptionError as err:
                 body.append(f'<p class="note">{html.escape(str(err))}</p>')
         sections.append(_section("networks", "Network response curves", body))
+    penalty = float(getattr(fit, "penalty", 0.0) or 0.0)
     if len(fit.history):
         sections.append(
             _section(
                 "optimiser",
                 "Optimiser trace",
-                [_chart_html(plots.optimizer_trace_chart(fit.history), "optimiser trace")],
+                [
+                    _chart_html(
+                        plots.optimizer_trace_chart(fit.history, penalty=penalty),
+                        "optimiser trace",
+                    ),
+                    *_trace_note(fit, penalty),
+                ],
             )
         )
     record = _section(
         "run-record",
         "Run record",
-        _run_record(fit, data_file, f"{time.perf_counter() - started:.2f} s"),
+        _run_record(fit, data_file, f"{time.perf_counter() - started:.2f} s", run_info),
     )
     parts = [
         "<!DOCTYPE html>",
@@ -1314,9 +1394,12 @@ def _individual_body(table, shown, curves, pages: int, log_y: bool, ep_label: st
     drawn = set(table["ID"][table["ID"].isin(shown)])
     rest = len(keys) - len(drawn)
     if rest > 0:
+        by = ["ID", "ENDPOINT"] if "ENDPOINT" in table.columns else ["ID"]
+        need = -(-table.groupby(by, sort=False).ngroups // _PER_PAGE)  # (a panel per endpoint)
         body.append(
-            f'<p class="note">{rest} more subjects are not shown (option '
-            "`max_individual_pages`).</p>"
+            f'<p class="note">{rest} more subjects are not shown: '
+            f"write_report(..., max_individual_pages={need}), or --individual-pages {need} on "
+            "the command line, shows them all.</p>"
         )
     return body
 
@@ -1343,6 +1426,8 @@ def write_report(fit, path: str | os.PathLike, **options: Any) -> Path:
     - `max_individual_pages` (2, 12 subjects a page), `grid_points` (150) of the curves.
     - `vpc_stratify`: a covariate column (or "ENDPOINT") whose values stratify the VPCs, as
       `vpc(..., stratify=...)` (default: by endpoint where there are several).
+    - `run_info`: more rows for the run record, label -> text (the command line adds the
+      command and the time it took to read the model and the data).
 
     Example:
         >>> dn.write_report(fit, "out/report.html", data_file="pheno.csv", log_scale=True)
