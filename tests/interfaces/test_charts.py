@@ -192,3 +192,26 @@ def test_the_y_label_clears_wide_tick_labels():
         left_edge = min(float(t.get("x")) - _label_width(t.text) for t in ticks)
         assert float(label.get("x")) + 2.5 < left_edge, (lo, hi)
         assert float(label.get("x")) - 8.5 > 0  # inside the figure
+
+
+def test_a_coded_covariate_gets_boxes_not_a_smoother():
+    """A 0/1 covariate was a scatter with a LOWESS line between 0 and 1: each value now has
+    a box (quartiles, the median, Tukey's whiskers); a continuous one keeps its smoother."""
+    from deepnlme.interfaces import plots
+
+    y = np.array([-0.8, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3, -0.3, 0.0, 0.1, 0.2, 0.9])
+    sex = np.array([0.0] * 7 + [1.0] * 5)
+    df = pd.DataFrame({"SEX": sex, "WT": np.linspace(50, 90, 12), "eta[0]": y})
+    coded, wt = plots.eta_covariates_chart(df, ["eta[0]"], ["SEX", "WT"]).grid[0]
+    lines = [ly for ly in coded.layers if ly.kind == "line"]
+    boxes = [ly for ly in lines if len(ly.x) == 5]
+    medians = [ly for ly in lines if ly.colour == "red"]
+    assert len(boxes) == 2 and len(medians) == 2 and coded.xint
+    q1, med, q3 = np.quantile(y[:7], [0.25, 0.5, 0.75])
+    assert list(boxes[0].y) == [q1, q1, q3, q3, q1] and list(medians[0].y) == [med, med]
+    whiskers = [ly for ly in lines if len(ly.x) == 2 and ly.colour == "black"]
+    assert min(min(ly.y) for ly in whiskers[:2]) == -0.2  # -0.8 lies beyond 1.5 IQR
+    points = [ly for ly in coded.layers if ly.kind == "points"]
+    assert sorted(np.concatenate([np.asarray(p.y) for p in points])) == sorted(y)
+    assert all(abs(np.asarray(p.x) - v).max() <= 0.3 for p, v in zip(points, (0, 1)))
+    assert any(ly.kind == "line" and ly.colour == "red" and len(ly.x) > 2 for ly in wt.layers)

@@ -371,14 +371,49 @@ def eta_covariates_chart(ebes: pd.DataFrame, eta_labels, covariates) -> Chart:
                                            alpha=0.7))  # fmt: skip
         for c in covariates:
             p = Panel(xlabel=c, ylabel=e)
-            p.add("points", ebes[c], ebes[e], **_DOTS)
+            x, y = ebes[c].to_numpy(dtype=float), ebes[e].to_numpy(dtype=float)
+            levels = np.unique(x[np.isfinite(x)])
+            if 1 < levels.size <= _MOST_CATEGORIES:  # a code (SEX 0/1): a box per value
+                _boxes(p, x, y, levels)
+                p.xint = bool(np.all(levels == np.round(levels)))
+            else:
+                p.add("points", x, y, **_DOTS)
+                _smooth(p, x, y)
             p.add("hline", y=[0.0], **_REF)
-            _smooth(p, ebes[c], ebes[e])
             row.append(p)
         grid.append(row)
     nc = max(1, len(covariates))
     return Chart(grid, 3.2 * nc, 2.6 * len(eta_labels) + 0.4,
-                 title="Random effects against covariates (red: LOWESS)")  # fmt: skip
+                 title="Random effects against covariates (red: LOWESS; a box per value of "
+                 f"a covariate with at most {_MOST_CATEGORIES} values)")  # fmt: skip
+
+
+# a covariate with at most this many distinct values is drawn as categories (boxes)
+_MOST_CATEGORIES = 5
+
+
+def _boxes(panel: Panel, x: np.ndarray, y: np.ndarray, levels: np.ndarray) -> None:
+    """A box per value of `x` (quartiles, the median in red, whiskers to the furthest point
+    within 1.5 IQR, as Tukey's), its points spread across the box's width: a 0/1
+    covariate drawn as a scatter with a LOWESS line between 0 and 1 read as a trend."""
+    step = float(np.min(np.diff(levels))) if levels.size > 1 else 1.0
+    half = 0.3 * step
+    for v in levels:
+        vals = y[(x == v) & np.isfinite(y)]
+        if not vals.size:
+            continue
+        q1, med, q3 = np.quantile(vals, [0.25, 0.5, 0.75])
+        iqr = q3 - q1
+        lo = float(np.min(vals[vals >= q1 - 1.5 * iqr]))
+        hi = float(np.max(vals[vals <= q3 + 1.5 * iqr]))
+        # spread by the golden ratio's fractions: even, deterministic, unrelated to the value
+        spread = ((np.arange(1, vals.size + 1) * 0.6180339887498949) % 1.0 - 0.5) * 1.4 * half
+        panel.add("points", v + spread, vals, **_DOTS)
+        panel.add("line", [v - half, v + half, v + half, v - half, v - half],
+                  [q1, q1, q3, q3, q1], colour="black", width=1.0)  # fmt: skip
+        panel.add("line", [v - half, v + half], [med, med], colour="red", width=1.6)
+        for a, b in ((lo, q1), (q3, hi)):
+            panel.add("line", [v, v], [a, b], colour="black", width=1.0)
 
 
 def eta_covariates(ebes: pd.DataFrame, eta_labels, covariates):

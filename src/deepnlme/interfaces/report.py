@@ -1357,6 +1357,11 @@ def _eta_body(fit, ebes) -> list[str]:
         ]
     # (a covariate the same for every subject at baseline, OCC = 1, shows nothing)
     covs = [c for c in fit.population.covariate_names if frame[c].nunique(dropna=True) > 1]
+    # (a covariate that changes with time is plotted at each subject's baseline: say so)
+    changing = set(fit.population.time_varying_covariates) & set(covs)
+    if changing:
+        frame = frame.rename(columns={c: f"{c} (baseline)" for c in changing})
+        covs = [f"{c} (baseline)" if c in changing else c for c in covs]
     if covs:
         body += [
             "<h3>Against covariates</h3>",
