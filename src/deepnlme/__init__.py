@@ -61,6 +61,7 @@ with _gc_paused():
     from .results import ebe_table as ebe_table
     from .results import model_predict as model_predict
     from .results import npde as npde
+    from .results import npde_tests as npde_tests
     from .results import predict as predict
     from .results import shrinkage as shrinkage
     from .results import simulate as simulate
@@ -150,6 +151,7 @@ __all__ = [
     "ebe_table",
     "load_fit",
     "npde",
+    "npde_tests",
     "predict",
     "save_fit",
     "shrinkage",

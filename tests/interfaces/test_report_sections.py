@@ -148,6 +148,17 @@ def test_run_record_versions_sha_and_model(report, shared_fit):
 
 
 @pytest.mark.slow  # the session's fit, made through the command line
+def test_the_npde_section_gives_the_npde_packages_tests(report):
+    _, p = report
+    cells = [c.strip() for c in p.chunks["npde-stats"] if c.strip()]
+    table = dict(zip(cells[2::2], cells[3::2]))  # (after the header: statistic, value)
+    assert cells[:2] == ["statistic", "value"] and float(table["records"]) == 132
+    for row in ("t-test p (mean 0)", "Fisher variance test p (variance 1)",
+                "Shapiro-Wilk test p (normality)", "global adjusted p"):  # fmt: skip
+        assert 0.0 <= float(table[row]) <= 1.0, row
+
+
+@pytest.mark.slow  # the session's fit, made through the command line
 def test_covariance_numbers_are_the_fits(report, shared_fit):
     _, p = report
     cond = getattr(shared_fit, "condition_number", None)

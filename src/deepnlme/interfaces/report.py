@@ -488,6 +488,10 @@ def _estimates_shown(table: pd.DataFrame) -> pd.DataFrame:
     return out[[c for c in out.columns if c == "block" or c in shown_columns(out)]]
 
 
+# the rows of `npde_tests` as the report names them
+_NPDE_ROWS = {"n": "records", "mean": "mean (0 expected)", "variance": "variance (1 expected)"}
+
+
 def _trace_note(fit, penalty: float) -> list[str]:
     """Under the trace of a fit with networks: the trace is of the objective minimised, the
     OFV plus the networks' penalty, so it ends above the OFV the summary gives."""
@@ -1275,7 +1279,7 @@ def _multiple_doses(pop) -> bool:
 def _npde_body(
     fit, table, reps, n_sim: int, seed: int, ep_label: str, names: dict[str, str]
 ) -> list[str]:
-    from ..results._diagnostics import npde_of
+    from ..results._diagnostics import npde_of, npde_tests
     from . import plots
 
     nd = _named(npde_of(fit, reps), names)
@@ -1300,12 +1304,13 @@ def _npde_body(
     )
     if not parts:
         return [why]
-    stats = pd.DataFrame({"statistic": ["records", "mean (0 expected)", "variance (1 expected)"]})
+    # the npde package's summary and tests (its gof.test), by endpoint
+    stats = None
     for part, label, _ in parts if len(parts) > 1 else [(parts[0][0], "value", "")]:
-        v = part["NPDE"].to_numpy(dtype=float)
-        v = v[np.isfinite(v)]
-        mean = float(np.mean(v)) if v.size else math.nan
-        stats[label] = [float(v.size), mean, float(np.var(v, ddof=1)) if v.size > 1 else math.nan]
+        tests = npde_tests(part["NPDE"])
+        if stats is None:
+            stats = tests[["statistic"]].replace(_NPDE_ROWS)
+        stats[label] = tests["value"].to_numpy()
     charts = [
         _chart_html(
             plots.npde_chart(
@@ -1331,7 +1336,9 @@ def _npde_body(
         *charts,
         _table(stats, table_id="npde-stats"),
         f'<p class="note">{n_sim} replicates simulated (seed {seed}); decorrelated NPDE '
-        f"(Brendel 2006, Comets 2008).{left}</p>",
+        "(Brendel 2006, Comets 2008). The tests are the npde package's: Student's t of mean "
+        "0, Fisher's of variance 1, Shapiro-Wilk's of normality, and the global p-value "
+        f"(Bonferroni: 3 times the smallest).{left}</p>",
         *([why] if why else []),
     ]
 

@@ -3,6 +3,7 @@
 from ._compare import compare as compare
 from ._diagnostics import ebe_table as ebe_table
 from ._diagnostics import npde as npde
+from ._diagnostics import npde_tests as npde_tests
 from ._diagnostics import predict as predict
 from ._diagnostics import shrinkage as shrinkage
 from ._diagnostics import simulate_replicates as simulate_replicates

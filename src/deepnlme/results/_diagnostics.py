@@ -71,6 +71,130 @@ def t_test_p(t: float, df: int) -> float:
     return min(max(1.0 - a, 0.0), 1.0)
 
 
+def chi2_sf(x: float, df: int) -> float:
+    """P(X > x) for X ~ chi-square with integer `df` (scipy's `stats.chi2.sf`), by the finite
+    sums of Abramowitz and Stegun 26.4.4-5 taken in logarithms (df in the thousands: the
+    terms' scale underflows otherwise). Not scipy.stats, for the reason `t_test_p` gives."""
+    if x <= 0.0:
+        return 1.0
+    if df % 2 == 0:  # exp(-x/2) sum_{k < df/2} (x/2)^k / k!
+        logs = [-x / 2 + k * math.log(x / 2) - math.lgamma(k + 1) for k in range(df // 2)]
+        tail = 0.0
+    else:  # 2 Q(sqrt x) + 2 phi(sqrt x) sum_{k=1}^{(df-1)/2} x^(k-1/2) / (1 3 ... (2k-1))
+        r = math.sqrt(x)
+        tail = 2.0 * (1.0 - _STANDARD_NORMAL.cdf(r)) if r < 8 else math.erfc(r / math.sqrt(2))
+        log_phi = -x / 2 - 0.5 * math.log(2 * math.pi)
+        logs = [
+            math.log(2.0) + log_phi + (k - 0.5) * math.log(x)
+            - (math.lgamma(2 * k + 1) - k * math.log(2.0) - math.lgamma(k + 1))
+            for k in range(1, (df - 1) // 2 + 1)
+        ]  # fmt: skip
+    if not logs:
+        return min(max(tail, 0.0), 1.0)
+    top = max(logs)
+    total = tail + math.exp(top) * math.fsum(math.exp(v - top) for v in logs)
+    return min(max(total, 0.0), 1.0)
+
+
+# Royston (1992, 1995; AS R94) approximations for the Shapiro-Wilk test, as in swilk.f
+_SW_C1 = (0.0, 0.221157, -0.147981, -2.071190, 4.434685, -2.706056)
+_SW_C2 = (0.0, 0.042981, -0.293762, -1.752461, 5.682633, -3.582633)
+_SW_SMALL = ((-2.273, 0.459), (0.5440, -0.39978, 0.025054, -6.714e-4),
+             (1.3822, -0.77857, 0.062767, -0.0020322))  # fmt: skip
+_SW_LARGE = ((-1.5861, -0.31082, -0.083751, 0.0038915), (-0.4803, -0.082676, 0.0030302))
+
+
+def _poly(c, x: float) -> float:
+    return math.fsum(a * x**k for k, a in enumerate(c))
+
+
+def shapiro_wilk(values: Any) -> tuple[float, float]:
+    """Shapiro-Wilk's W and its p-value (Royston's algorithm AS R94, scipy's
+    `stats.shapiro`), for 3 to 5000 values; (nan, nan) for fewer. Not scipy.stats, for the
+    reason `t_test_p` gives."""
+    x = np.sort(np.asarray(values, dtype=float))
+    n = x.size
+    if n < 3 or float(np.ptp(x)) == 0.0:
+        return math.nan, math.nan
+    if n == 3:
+        a = np.array([-math.sqrt(0.5), 0.0, math.sqrt(0.5)])
+    else:
+        m = normal_quantile((np.arange(1, n + 1) - 0.375) / (n + 0.25))
+        mm = float(np.sum(m * m))
+        c = m / math.sqrt(mm)
+        u = 1.0 / math.sqrt(n)
+        a = np.empty(n)
+        an = c[-1] + _poly(_SW_C1, u)
+        if n > 5:
+            an1 = c[-2] + _poly(_SW_C2, u)
+            phi = (mm - 2 * m[-1] ** 2 - 2 * m[-2] ** 2) / (1 - 2 * an**2 - 2 * an1**2)
+            a[2:-2] = m[2:-2] / math.sqrt(phi)
+            a[-1], a[-2], a[0], a[1] = an, an1, -an, -an1
+        else:
+            phi = (mm - 2 * m[-1] ** 2) / (1 - 2 * an**2)
+            a[1:-1] = m[1:-1] / math.sqrt(phi)
+            a[-1], a[0] = an, -an
+    xc = x - x.mean()
+    w = min(float(np.dot(a, x)) ** 2 / float(np.dot(xc, xc)), 1.0)
+    if n == 3:
+        p = 6.0 / math.pi * (math.asin(math.sqrt(w)) - math.asin(math.sqrt(0.75)))
+        return w, min(max(p, 0.0), 1.0)
+    y = math.log1p(-w) if w < 1.0 else -math.inf
+    if n <= 11:
+        gamma = _poly(_SW_SMALL[0], n)
+        if y >= gamma:
+            return w, 0.0
+        y = -math.log(gamma - y)
+        mu, sd = _poly(_SW_SMALL[1], n), math.exp(_poly(_SW_SMALL[2], n))
+    else:
+        ln = math.log(n)
+        mu, sd = _poly(_SW_LARGE[0], ln), math.exp(_poly(_SW_LARGE[1], ln))
+    if not math.isfinite(y):
+        return w, 1.0
+    return w, 1.0 - _STANDARD_NORMAL.cdf((y - mu) / sd)
+
+
+def npde_tests(npde: Any) -> pd.DataFrame:
+    """The tests of the npde package (Comets et al. 2008) on NPDE values (a `npde(fit)` table,
+    its NPDE column, or the values): under the model they are N(0, 1).
+
+    Rows (column `value`): n, mean (and its SE), variance (and its SE), skewness, kurtosis
+    (excess), the p-values of Student's t test of mean 0, Fisher's test of variance 1
+    (two-sided chi-square of (n - 1) var), Shapiro-Wilk's test of normality (on at most 5000
+    values: the first 5000), and the global p-value (Bonferroni: 3 times the smallest, at
+    most 1). NaN values (censored, non-Gaussian records) are left out."""
+    if isinstance(npde, pd.DataFrame):
+        if "NPDE" not in npde.columns:
+            raise OptionError("npde_tests: the table has no NPDE column (from `dn.npde(fit)`)")
+        npde = npde["NPDE"]
+    v = np.asarray(npde, dtype=float).reshape(-1)
+    v = v[np.isfinite(v)]
+    n = v.size
+    nan = math.nan
+    mean = float(v.mean()) if n else nan
+    var = float(v.var(ddof=1)) if n > 1 else nan
+    sd0 = float(v.std()) if n else nan
+    skew = float(np.mean((v - mean) ** 3) / sd0**3) if n > 2 and sd0 > 0 else nan
+    kurt = float(np.mean((v - mean) ** 4) / sd0**4 - 3.0) if n > 3 and sd0 > 0 else nan
+    p_mean = t_test_p(mean / math.sqrt(var / n), n - 1) if n > 1 and var > 0 else nan
+    if n > 1 and var > 0:
+        upper = chi2_sf((n - 1) * var, n - 1)
+        p_var = min(1.0, 2.0 * min(upper, 1.0 - upper))
+    else:
+        p_var = nan
+    p_sw = shapiro_wilk(v[:5000])[1]
+    ps = [p for p in (p_mean, p_var, p_sw) if math.isfinite(p)]
+    p_all = min(1.0, 3.0 * min(ps)) if len(ps) == 3 else nan
+    rows = {
+        "n": float(n), "mean": mean, "SE of mean": math.sqrt(var / n) if n > 1 else nan,
+        "variance": var, "SE of variance": var * math.sqrt(2.0 / (n - 1)) if n > 1 else nan,
+        "skewness": skew, "kurtosis": kurt, "t-test p (mean 0)": p_mean,
+        "Fisher variance test p (variance 1)": p_var,
+        "Shapiro-Wilk test p (normality)": p_sw, "global adjusted p": p_all,
+    }  # fmt: skip
+    return pd.DataFrame({"statistic": list(rows), "value": list(rows.values())})
+
+
 class Bound(NamedTuple):
     """A fit's model bound to a population: the problem, predictor, binding and values."""
 
