@@ -575,7 +575,11 @@ def _parser() -> argparse.ArgumentParser:
         "--n-sim", type=_count(2), default=200, metavar="N", help="replicates (default 200)"
     )
     vpc.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    vpc.add_argument("--bins", default="8", help="number of bins, or 'unique' (default 8)")
+    vpc.add_argument(
+        "--bins", default="auto",
+        help="'auto' (default: up to 8 bins where the times cluster), a number of bins of "
+        "equal counts, or 'unique'",
+    )  # fmt: skip
     vpc.add_argument(
         "--x",
         default="TIME",
@@ -963,7 +967,7 @@ def _simulate(args) -> None:
 def _vpc(args) -> None:
     import deepnlme as dn
 
-    bins = args.bins if args.bins == "unique" else _int_option("--bins", args.bins)
+    bins = args.bins if args.bins in ("unique", "auto") else _int_option("--bins", args.bins)
     _check_out_kind(Path(args.out), folder=True)
     fit = _load_fit_arg(args.fit)
     from ..results._vpc import check_vpc_options
@@ -1209,7 +1213,7 @@ def _int_option(name: str, text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise OptionError(f"{name} must be an integer or 'unique'; got {text!r}") from None
+        raise OptionError(f"{name} must be an integer, 'auto' or 'unique'; got {text!r}") from None
 
 
 def _report(args) -> None:
