@@ -647,6 +647,11 @@ def _parser() -> argparse.ArgumentParser:
     _many_fits_options(boot, "a covariate whose strata keep counts")
     boot.add_argument("--out", default=None, help="output folder (default FIT_DIR/bootstrap)")
     boot.add_argument(
+        "--resume", action="store_true",
+        help="go on with the run in --out (one that stopped, or a larger -n): the replicates "
+        "in its replicates.jsonl are not fitted again",
+    )  # fmt: skip
+    boot.add_argument(
         "--force", action="store_true", help="replace the tables of a bootstrap run in --out"
     )
 
@@ -1165,14 +1170,28 @@ def _bootstrap(args) -> None:
 
     check_workers("bootstrap", _workers(args), args.scheduler)  # (its errors first)
     out = Path(args.out) if args.out else Path(args.fit) / "bootstrap"
+    journal = out / "replicates.jsonl"
     earlier = [n for n in ("replicates.csv", "samples.csv", "ci.csv") if (out / n).exists()]
-    if earlier and not args.force:
+    if args.force and args.resume:
+        raise OptionError("bootstrap: --force starts again and --resume goes on: give one")
+    if earlier and not (args.force or args.resume):
         # (refused before any fit: a 2-replicate test run replaced a 200-replicate run's
         # tables without a word)
         raise OptionError(
             f"bootstrap: {out} holds the tables of a bootstrap run ({', '.join(earlier)}); "
-            "give another --out, or --force to replace them"
+            "give another --out, --resume to add replicates to it (a larger -n), or --force "
+            "to replace them"
         )
+    if journal.exists() and not (args.force or args.resume):
+        done = max(0, len(journal.read_text(encoding="utf-8").splitlines()) - 1)
+        raise OptionError(
+            f"bootstrap: {out} holds a bootstrap run that stopped after {done} replicates "
+            f"({journal.name}); --resume to go on from there, or --force to start again"
+        )
+    if args.resume and not journal.exists():
+        raise OptionError(f"bootstrap: --resume: {out} holds no {journal.name} to go on from")
+    if args.force:
+        journal.unlink(missing_ok=True)
     fit = dn.load_fit(_saved_fit_folder(args.fit))
     workers = _workers(args)
     boot = dn.bootstrap(
@@ -1184,6 +1203,7 @@ def _bootstrap(args) -> None:
         scheduler=args.scheduler,
         progress=not args.quiet,
         max_iter=args.max_iter,
+        checkpoint=journal,
     )
     out.mkdir(parents=True, exist_ok=True)
     boot.replicates.to_csv(out / "replicates.csv", index=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from typing import Any
 
@@ -12,6 +13,7 @@ import pandas as pd
 from ..errors import OptionError, check_keywords, check_range
 from ._runner import (
     FitTask,
+    Journal,
     build_for,
     check_fit_options,
     check_seed,
@@ -189,6 +191,7 @@ def bootstrap(
     workers: int | None = None,
     scheduler: str | None = None,
     progress: bool = True,
+    checkpoint: str | os.PathLike | None = None,
     **options: Any,
 ) -> Bootstrap:
     """Case bootstrap of a fit: `n` replicates, each a resample of the subjects (with
@@ -207,6 +210,11 @@ def bootstrap(
       fits run in this process, one after the other. A script that uses workers keeps its
       work under ``if __name__ == "__main__":`` (the worker processes import it).
     - `progress`: a count of finished fits.
+    - `checkpoint`: a file (JSON lines) where each replicate is written as it finishes. A
+      run stopped part way (a killed job, a lost cluster, Ctrl-C) goes on from it when
+      called again with the same file: the replicates it holds are not fitted again, and
+      `n` may grow (replicate k draws the same subjects for any `n`). A file written by another run
+      (another fit, method, options, seed or data) is refused.
     - `options`: options of every replicate's fit: `max_iter`, `time_limit`, `gtol`, `ftol`,
       `xtol`, `optimizer`, `fixed` (default the fit's), `covariance` (default None: no
       covariance step), `network_se`, `ode_options` (default the fit's), `compile` (default
@@ -260,6 +268,18 @@ def bootstrap(
     tasks = [
         FitTask(k, text, fit.method, fit_options, start, subjects=samples[k]) for k in range(n)
     ]
+    journal = None
+    if checkpoint is not None:
+        from ..estimation._persist import data_fingerprint
+
+        signature = {
+            "model": text, "method": repr(fit.method), "seed": int(seed), "stratify": stratify,
+            # (not `compile`: the build, chosen by `n`, changes no replicate but its last bits)
+            "options": repr(sorted((k, v) for k, v in fit_options.items() if k != "compile")),
+            "data": data_fingerprint(population),
+            "start": repr({k: np.asarray(v).tolist() for k, v in sorted(start.items())}),
+        }  # fmt: skip
+        journal = Journal(checkpoint, signature, "bootstrap")
     outcomes = run_tasks(
         tasks,
         population,
@@ -268,6 +288,7 @@ def bootstrap(
         progress=progress,
         label="bootstrap",
         widths=padded_widths(population),
+        journal=journal,
     )
     names = element_names(_in_model_order(fit))
     table = outcome_table(outcomes, names, "replicate")

@@ -29,12 +29,14 @@ cache holds the workers' other programs.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
@@ -99,6 +101,103 @@ class FitOutcome:
     estimates: dict[str, Any]
     seconds: float
     error: str | None = None
+
+
+# ------------------------------------------------------------------------ a journal
+
+_JOURNAL_FORMAT = "deepnlme-journal"
+
+
+def _plain_value(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return {"array": v.tolist(), "shape": list(v.shape)}
+    if isinstance(v, (np.floating, np.integer)):
+        return v.item()
+    return v
+
+
+def _outcome_json(outcome: FitOutcome) -> str:
+    record = dataclasses.asdict(outcome)
+    record["estimates"] = {k: _plain_value(v) for k, v in outcome.estimates.items()}
+    return json.dumps(record)  # (NaN as NaN: Python's json reads it back)
+
+
+def _outcome_of(record: dict) -> FitOutcome:
+    est = {
+        k: (np.asarray(v["array"], dtype=float).reshape(v["shape"]) if isinstance(v, dict) else v)
+        for k, v in record["estimates"].items()
+    }
+    return FitOutcome(**{**record, "estimates": est})
+
+
+class Journal:
+    """The finished fits of a workflow, one JSON line each, appended as each finishes, so
+    that a run stopped part way (a killed job, a lost cluster, Ctrl-C) goes on from where it
+    stopped: `run_tasks` skips the tasks whose outcomes the journal holds.
+
+    The first line holds the run's `signature` (what makes an outcome valid for the run: the
+    model, method, options, seed, start, data); a journal written for another signature is
+    refused, naming what differs. A last line cut off by a stopped write is dropped."""
+
+    def __init__(self, path: str | os.PathLike, signature: Mapping[str, Any], label: str):
+        self.path, self.label = Path(path), label
+        self.signature = {k: str(v) for k, v in signature.items()}
+        self.done: dict[int, FitOutcome] = {}
+        if self.path.exists():
+            self._read()
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            head = {"format": _JOURNAL_FORMAT, "label": label, "signature": self.signature}
+            self.path.write_text(json.dumps(head) + "\n", encoding="utf-8")
+
+    def _read(self) -> None:
+        text = self.path.read_text(encoding="utf-8")
+        if text and not text.endswith("\n"):  # (the next line must start on a line of its own)
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write("\n")
+        lines = text.splitlines()
+        try:
+            head = json.loads(lines[0]) if lines else None
+        except json.JSONDecodeError:
+            head = None
+        if not isinstance(head, dict) or head.get("format") != _JOURNAL_FORMAT:
+            raise OptionError(
+                f"{self.label}: {str(self.path)!r} is not a journal of deepnlme's fits; give "
+                "another checkpoint file, or remove this one"
+            )
+        theirs = head.get("signature", {})
+        differ = [k for k in self.signature if theirs.get(k) != self.signature[k]]
+        if differ or head.get("label") != self.label:
+            what = ", ".join(differ) or f"the workflow ({head.get('label')!r})"
+            raise OptionError(
+                f"{self.label}: the journal {str(self.path)!r} was written by another run "
+                f"(its {what} differ from this run's), so its fits do not belong to this one; "
+                "give another checkpoint file, or remove this one to start again"
+            )
+        for k, line in enumerate(lines[1:], 2):
+            try:
+                outcome = _outcome_of(json.loads(line))
+            except (json.JSONDecodeError, TypeError, KeyError, ValueError):
+                if k == len(lines):  # the last line, cut off by a stopped write: dropped
+                    kept = "".join(x + "\n" for x in lines[:-1])
+                    tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+                    tmp.write_text(kept, encoding="utf-8")
+                    os.replace(tmp, self.path)
+                    break
+                raise OptionError(
+                    f"{self.label}: line {k} of the journal {str(self.path)!r} cannot be "
+                    "read; remove the journal to start again"
+                ) from None
+            self.done[outcome.key] = outcome
+
+    def write(self, outcome: FitOutcome) -> None:
+        if outcome.key in self.done:
+            return
+        self.done[outcome.key] = outcome
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(_outcome_json(outcome) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
 
 
 # ------------------------------------------------------------------------ on a worker
@@ -286,7 +385,11 @@ class FitCounter:
         self.done = 0
         self.t0 = time.perf_counter()
 
+    journal: Journal | None = None
+
     def finished(self, outcome: Any) -> None:
+        if self.journal is not None:
+            self.journal.write(outcome)
         self.done += 1
         if not self.enabled:
             return
@@ -446,13 +549,35 @@ def run_tasks(
     widths: Mapping[str, int] | None = None,
     fn: Callable[..., Any] = run_fit,
     stream: TextIO | None = None,
+    journal: Journal | None = None,
 ) -> list[Any]:
     """``fn(task, population, widths)`` for every task, on workers or in this process, in
     task order (see the module's description). `fn` must be a function of a module the
-    workers can import (the default, `run_fit`, returns a `FitOutcome`)."""
+    workers can import (the default, `run_fit`, returns a `FitOutcome`). `journal`: the
+    outcomes of tasks finished by an earlier run (not run again) and where each new one is
+    written as it finishes."""
     n = check_workers(label, workers, scheduler)
     _refuse_in_a_starting_worker(label)
+    if journal is not None:
+        results = {t.key: journal.done[t.key] for t in tasks if t.key in journal.done}
+        todo = [t for t in tasks if t.key not in results]
+        if results and progress:
+            (stream or sys.stdout).write(
+                f"{label}: {len(results)} of {len(tasks)} fits taken from {journal.path}\n"
+            )
+        counter = FitCounter(label, len(todo), enabled=progress, stream=stream)
+        counter.journal = journal
+        fresh = _run_tasks(todo, population, n, scheduler, counter, retries, widths, fn)
+        results.update({o.key: o for o in fresh})
+        return [results[t.key] for t in tasks]
     counter = FitCounter(label, len(tasks), enabled=progress, stream=stream)
+    return _run_tasks(tasks, population, n, scheduler, counter, retries, widths, fn)
+
+
+def _run_tasks(tasks, population, n, scheduler, counter, retries, widths, fn) -> list[Any]:
+    label = counter.label
+    if not tasks:
+        return []
     if (scheduler is None and (n == 1 or len(tasks) <= 1)) or not _dask_available():
         if scheduler is not None:
             raise ImportError(
