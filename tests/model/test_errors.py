@@ -1,5 +1,6 @@
 """Every ModelError case: the message names the line, column, what is wrong and a fix."""
 
+import pathlib
 import re
 
 import pytest
@@ -777,3 +778,41 @@ def test_an_element_of_a_vector_random_effect_never_used():
         r"cl = exp\(tcl \+ eta\[2\]\)\), or give 'omega' 2 entries",
     ):
         load_model(text)
+
+
+def test_a_random_effect_only_in_a_variable_nothing_reads():
+    # `vv = exp(tv + eta[2])` beside `v = exp(tv)` loaded; only a fit said eta[2] never moved
+    text = _sub("    v  = exp(tv + eta[2])\n", "    v  = exp(tv)\n    vv = exp(tv + eta[2])\n")
+    with pytest.raises(
+        deepnlme.ModelError,
+        match=r"line 8, column 5: the random effect eta\[2\] enters only 'vv' \(line 14\) in "
+        r"'pre:', which nothing in the model reads",
+    ):
+        load_model(text)
+    # a variable for tables that reads parameters the predictions use is fine
+    load_model(
+        _sub("    v  = exp(tv + eta[2])\n", "    v  = exp(tv + eta[2])\n    hl = 0.693 * v / cl\n")
+    )
+
+
+def test_a_closed_form_that_does_not_take_a_pre_variable_is_pointed_out():
+    # OneCompartment with `ka` in 'pre:' loaded and fitted theophylline as IV boluses
+    oral = pathlib.Path("examples/theophylline.model").read_text()
+    iv = oral.replace("dynamics: OneCompartmentOral", "dynamics: OneCompartment")
+    with pytest.raises(
+        deepnlme.ModelError,
+        match=r"eta\[0\] enters only 'ka' \(line 14\).*OneCompartment takes cl, v; ka is a "
+        r"parameter of OneCompartmentOral, .*: did you mean OneCompartmentOral \(ka, cl, v\)\?",
+    ):
+        load_model(iv)
+    fixed_ka = iv.replace("ka = exp(tka + eta[0])", "ka = exp(tka)")
+    fixed_ka = fixed_ka.replace(
+        "omega = PDiag(init=[0.4, 0.07, 0.02])", "omega = PDiag(init=[0.07, 0.02])"
+    )
+    fixed_ka = fixed_ka.replace("eta[1]", "eta[0]").replace("eta[2]", "eta[1]")
+    said = (
+        r"model line 14: 'ka' is assigned in 'pre:' but nothing reads it\. OneCompartment "
+        r"takes cl, v.*did you mean OneCompartmentOral"
+    )
+    with pytest.warns(UserWarning, match=said):
+        load_model(fixed_ka)

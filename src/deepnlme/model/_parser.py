@@ -1172,6 +1172,18 @@ class _Parser:
         exprs += [r.sd for r in ir.random]
         used = {n for e in exprs for n, _ in names_in(e)} | {r.cov for r in ir.random}
         self.check_nonmem_pk_names(ir, used)
+        # what the predictions read: the blocks after 'pre:', the closed form's parameters,
+        # and the 'pre:' variables those read, back to front (a 'pre:' variable that nothing
+        # reads is kept for tables: an eta that enters only such variables is unused)
+        live_exprs = [e for e in exprs[len(ir.pre) :] if e is not None]
+        live = {n for e in live_exprs for n, _ in names_in(e)} | {r.cov for r in ir.random}
+        if ir.closed_form is not None:
+            live |= set(CLOSED_FORMS[ir.closed_form].params)
+        for a in reversed(ir.pre):
+            if a.name in live:
+                live |= {n for n, _ in names_in(a.expr)}
+                live_exprs.append(a.expr)
+        dead = [a for a in ir.pre if a.name not in live]
         for r in ir.random:
             if r.name not in used:
                 raise self.err_at(
@@ -1181,7 +1193,13 @@ class _Parser:
                     f"{'[0]' if r.is_vector else ''})), or delete its line: its variance "
                     "would be estimated with nothing in the model depending on it.",
                 )
+            if r.name not in live:
+                raise self._only_in_unread(r, None, dead)
             elements = _elements_used(exprs, r.name) if r.is_vector else None
+            read = _elements_used(live_exprs, r.name) if r.is_vector else None
+            for k in sorted(elements or ()):
+                if read is not None and k not in read:
+                    raise self._only_in_unread(r, k, dead)
             unused = [k for k in range(r.size) if elements is not None and k not in elements]
             if unused:
                 names = ", ".join(f"{r.name}[{k}]" for k in unused)
@@ -1193,6 +1211,47 @@ class _Parser:
                     f"cl = exp(tcl + {r.name}[{unused[0]}])), or give '{r.cov}' "
                     f"{r.size - len(unused)} entries: the variance of an unused element "
                     "would be estimated with nothing in the model depending on it.",
+                )
+        self.check_closed_form_names(ir, dead)
+
+    def _only_in_unread(self, r, k: int | None, dead: list[Assign]) -> Exception:
+        """The error for a random effect (element `k`) that enters only 'pre:' variables
+        that nothing reads: its variance could not be estimated."""
+        name = r.name if k is None else f"{r.name}[{k}]"
+        holders = [
+            a for a in dead
+            if any(n == r.name for n, _ in names_in(a.expr))
+            and (k is None or k in (_elements_used([a.expr], r.name) or {k}))
+        ]  # fmt: skip
+        where = ", ".join(f"'{a.name}' (line {a.loc.line})" for a in holders) or "none"
+        hints = [h for a in holders if (h := _closed_form_hint(self._closed_form, a.name))]
+        return self.err_at(
+            r.loc,
+            f"the random effect {name} enters only {where} in 'pre:', which nothing in the "
+            "model reads (not the dynamics, the dosing, the initial values, 'derived:' or the "
+            "closed form)",
+            (hints[0] + " " if hints else "")
+            + "Use that variable where it belongs, or move the random effect to a parameter "
+            "the predictions use: its variance would be estimated with nothing depending on "
+            "it.",
+        )
+
+    def check_closed_form_names(self, ir: ModelIR, dead: list[Assign]) -> None:
+        """Warn of a 'pre:' variable that nothing reads and that another closed form takes
+        as a parameter (ka in a OneCompartment model): the model chosen is then likely not
+        the one meant, and it loaded, predicted and fitted an oral study as IV boluses
+        without a word."""
+        import warnings
+
+        for a in dead:
+            hint = _closed_form_hint(ir.closed_form, a.name)
+            if hint:
+                warnings.warn(
+                    f"model line {a.loc.line}: '{a.name}' is assigned in 'pre:' but nothing "
+                    f"reads it. {hint} (A variable kept for tables only is best named "
+                    f"otherwise, e.g. {a.name}_ind.)",
+                    UserWarning,
+                    stacklevel=6,  # the caller of load_model
                 )
 
     def check_nonmem_pk_names(self, ir: ModelIR, used: set[str]) -> None:
@@ -1816,6 +1875,22 @@ def param_kinds(ir: ModelIR) -> tuple[ParamSpec, ...]:
 def parse_model(text: str, origin: str | None = None) -> ParsedModel:
     """Parse model text into the IR and parameter specifications (raises ModelError)."""
     return _Parser(SourceText(text, origin)).run()
+
+
+def _closed_form_hint(closed_form: str | None, name: str) -> str:
+    """Where `name` is a parameter of another closed form than the model's (ka beside
+    OneCompartment), the closed form likely meant; else ''."""
+    if closed_form is None:
+        return ""
+    takes = CLOSED_FORMS[closed_form].params
+    others = [c.name for c in CLOSED_FORMS.values() if name in c.params]
+    if not others or name in takes:
+        return ""
+    near = min(others, key=lambda c: len(set(CLOSED_FORMS[c].params) ^ set(takes)))
+    return (
+        f"{closed_form} takes {', '.join(takes)}; {name} is a parameter of "
+        f"{', '.join(others)}: did you mean {near} ({', '.join(CLOSED_FORMS[near].params)})?"
+    )
 
 
 def _elements_used(exprs, name: str) -> set[int] | None:
