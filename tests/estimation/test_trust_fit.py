@@ -3,6 +3,7 @@ start says why."""
 
 from __future__ import annotations
 
+import pathlib
 import warnings
 from pathlib import Path
 
@@ -362,6 +363,26 @@ def test_a_variance_collapsing_to_0_is_named_near_its_boundary(tmp_path):
     assert again.near_boundary == fit.near_boundary and again.message == fit.message
     # an ordinary fit names nothing
     assert _fit("b1").near_boundary == ()
+
+
+def test_a_variance_the_data_inform_is_not_near_0_however_far_it_fell_and_one_left_at_0_is():
+    """Pheno from Omega 1e4: the optimum of a good start (0.029, RSE 46%) was named near its
+    boundary because it fell below 1e-4 of its start; theophylline from Omega 1e-8: the
+    variances stayed at 1e-8, the fit said converged 99 above the optimum's OFV, and no
+    estimate was named."""
+    pheno = dn.load_model("examples/phenobarbital.model")
+    big = dn.fit(pheno, dn.datasets.load("phenobarbital"), dn.FOCEI(), progress=False,
+                 init={"omega": [1e4, 1e4]})  # fmt: skip
+    assert big.ofv == pytest.approx(586.2761, abs=1e-3) and big.near_boundary == ()
+    theo = dn.load_model("examples/theophylline.model")
+    with pytest.warns(UserWarning, match="ended at their initial values"):
+        tiny = dn.fit(theo, dn.datasets.load("theophylline"), dn.FOCEI(), progress=False,
+                      init={"omega": [1e-8, 1e-8, 1e-8]})  # fmt: skip
+    assert tiny.ofv > 116.8034 + 50
+    assert tiny.near_boundary == ("var(eta[0])", "var(eta[1])", "var(eta[2])")
+    assert "estimates near a boundary: var(eta[0]) = 1e-08 (from 1e-08 at the start)" in (
+        tiny.message
+    )
 
 
 def test_zero_dv_under_a_proportional_error_is_warned_before_fitting():
@@ -770,3 +791,37 @@ def test_a_wide_bound_changes_neither_the_se_nor_says_the_estimate_is_at_it():
     for name in ("tka", "tv"):  # the delta method's SE of exp(log value), from the log model
         want = np.exp(ref.estimates[name]) * ref.se[name]
         assert fit.se[name] == pytest.approx(want, rel=2e-3), name
+
+
+def test_dose_statements_no_dose_reaches_and_an_undosed_depot_are_warned_of():
+    """`lag[Central]` with every dose into Depot, `duration[Depot]` without a RATE = -2 record,
+    and an oral closed form fitted to doses into Central each loaded and fitted as if they
+    were not there (the OFV of the model without them)."""
+    text = pathlib.Path("examples/theophylline.model").read_text()
+    ode = text.replace(
+        "dynamics: OneCompartmentOral",
+        "dynamics:\n    Depot' = -ka * Depot\n    Central' = ka * Depot - cl / v * Central\n"
+        "dosing:\n    lag[Central] = 0.5\n    duration[Depot] = 2",
+    )
+    pop = dn.datasets.load("theophylline")
+    options = {"max_iter": 0, "covariance": None, "progress": False}
+    with pytest.warns(UserWarning) as said:
+        dn.fit(dn.load_model(ode), pop, dn.FO(), **options)
+    texts = [str(w.message) for w in said if "no effect" in str(w.message)]
+    assert len(texts) == 2
+    assert texts[0].startswith(
+        "model line 21: lag[Central] is given, but no dose in these data goes into Central "
+        "(CMT 2): the doses go into Depot (CMT 1)"
+    )
+    assert "duration[Depot] is read on dose records with RATE = -2 only" in texts[1]
+    df = pop.to_dataframe()
+    df.loc[df["EVID"] == 1, "CMT"] = 2
+    depot = (
+        r"OneCompartmentOral absorbs from Depot \(CMT 1\), but no dose in these data goes into "
+        r"it: the doses go into Central \(CMT 2\)"
+    )
+    with pytest.warns(UserWarning, match=depot):
+        dn.fit(dn.load_model(text), dn.read_data(df), dn.FO(), **options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dn.fit(dn.load_model(text), pop, dn.FO(), **options)

@@ -19,6 +19,10 @@ from ._start import resolve_init
 # Relative to the start, since variances have the units of their random effects; a fall
 # this steep is a collapse, not an estimate.
 BOUNDARY_FRACTION = 1e-4
+# A variance of a random effect that enters through exp(...) (log-normal: no units) is near 0
+# below this whatever its start (a CV below 1%): started at 1e-8, the variances stayed there
+# and the fit said it converged, 99 above the optimum's OFV, with no estimate named.
+BOUNDARY_LOGNORMAL = 1e-4
 # A residual SD (or another positive residual parameter) is near 0 below this fraction of its
 # start, as the variances' SDs are (it was 1e-4: a proportional SD from 0.1 to 1e-4, a 0.01%
 # error, went unnamed); an additive SD also below `BOUNDARY_FRACTION` of the median |DV|.
@@ -52,10 +56,18 @@ def near_boundary(fit: Fit, model, init) -> dict[str, str]:
     fixed = set(fit.fixed)
     out: dict[str, str] = {}
     labels = problem.eta_labels
+    reading = read_model(model) if model is not None else None
     if getattr(fit.method, "random_effects", True):
+        se = _variance_ses(fit)
         for j, lab in enumerate(labels):
             w0, w = float(omega0[j, j]), float(omega[j, j])
-            if w0 > 0 and 0 <= w < BOUNDARY_FRACTION * w0:
+            collapsed = w0 > 0 and 0 <= w < BOUNDARY_FRACTION * w0
+            # a log-normal effect's variance has no units: below this it is a CV under 1%
+            tiny = reading is not None and j in reading.eta_exp and 0 <= w < BOUNDARY_LOGNORMAL
+            # an SE below the estimate: the data inform it (a start 1e4 above it is no
+            # collapse: pheno's 0.029 from 1e4 was named near 0 at RSE 46%)
+            informed = j < len(se) and math.isfinite(se[j]) and se[j] < w
+            if (collapsed or tiny) and not informed:
                 out[f"var({lab})"] = f"{w:.3g} (from {w0:.3g} at the start)"
         for j in range(len(labels)):
             for k in range(j):
@@ -68,7 +80,6 @@ def near_boundary(fit: Fit, model, init) -> dict[str, str]:
         if not any(k.startswith("corr(") for k in out):
             out.update(_singular_block(omega, omega0, labels))
     out.update(_bounded_fixed_effects(fit, model, problem, values0, fixed))
-    reading = read_model(model) if model is not None else None
     if reading is not None:
         out.update(_saturated_logits(fit, problem, values0, fixed, reading.logit_scale))
     roles = reading.residual_roles if reading is not None else {}
@@ -91,6 +102,20 @@ def near_boundary(fit: Fit, model, init) -> dict[str, str]:
 
 
 _ADDITIVE = "additive SD of "
+
+
+def _variance_ses(fit: Fit) -> list[float]:
+    """The SE of each random effect's variance (`Fit.table()`'s), NaN without a covariance
+    step."""
+    if fit.covariance is None:
+        return []
+    from ._table import _bsv_rows
+
+    try:
+        rows = _bsv_rows(fit, fit.raw_table(), None)
+    except (KeyError, ValueError):  # (a table that cannot be made: no SEs to go by)
+        return []
+    return [float(r.get("se", math.nan)) for r in rows[: fit.problem.n_eta]]
 
 
 def _bounded_fixed_effects(fit: Fit, model, problem, values0, fixed) -> dict[str, str]:

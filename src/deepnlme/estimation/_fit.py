@@ -19,6 +19,7 @@ from ..solve._subject import (
     warn_undosed_subjects,
     warn_unmatched_codes,
     warn_unobserved_outputs,
+    warn_unused_dosing,
     warn_zero_dv_proportional,
 )
 from ._boundary import with_boundary
@@ -102,6 +103,7 @@ def fit(
     check_model_and_population(model, population)
     warn_zero_dv_proportional(model, population)
     warn_undosed_subjects(model, population)
+    warn_unused_dosing(model, population)
     warn_unmatched_codes(model, population)
     warn_time_switches(model)
     warn_unobserved_outputs(model, population)

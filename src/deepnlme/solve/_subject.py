@@ -612,6 +612,53 @@ def warn_unobserved_outputs(model, population) -> None:
         )
 
 
+def warn_unused_dosing(model, population) -> None:
+    """Warn of dose statements that no dose of `population` reaches, and of a closed form's
+    depot that no dose goes into: `lag[Central]` with every dose into Depot, `rate[S]` with
+    no RATE = -1 record, a oral closed form fitted to IV doses. Each loaded and fitted as if
+    it were not there, the same OFV as the model without it (ODE lines written in another
+    order put the doses into another state: states are numbered in the order written)."""
+    import warnings
+
+    ir = model.ir
+    states = list(ir.states)
+    a = population.arrays()
+    m = np.asarray(a.dose_mask, bool) & np.isin(np.asarray(a.dose_evid), (1, 4))
+    if not m.any() or not states:
+        return  # (no doses at all: warn_undosed_subjects' case)
+    cmt, rate = np.asarray(a.dose_cmt)[m], np.asarray(a.dose_rate)[m]
+    dosed = [s for k, s in enumerate(states, 1) if (cmt == k).any()]
+    into = ", ".join(f"{s} (CMT {states.index(s) + 1})" for s in dosed)
+    numbering = f"states are numbered in the order the model writes them (CMT 1 is {states[0]})"
+    said = []
+    for st in ir.dosing:
+        k = states.index(st.state) + 1
+        line = f"model line {st.loc.line}: {st.kind}[{st.state}]"
+        if st.state not in dosed:
+            said.append(
+                f"{line} is given, but no dose in these data goes into {st.state} (CMT {k}): "
+                f"the doses go into {into}, so it has no effect. Check the doses' CMT; "
+                f"{numbering}."
+            )
+        elif st.kind in ("rate", "duration"):
+            code = -1 if st.kind == "rate" else -2
+            if not ((cmt == k) & (rate == code)).any():
+                said.append(
+                    f"{line} is read on dose records with RATE = {code} only, and no dose "
+                    f"into {st.state} has one, so it has no effect (give RATE = {code} on the "
+                    f"records whose {'rate' if code == -1 else 'duration'} the model gives)."
+                )
+    if ir.closed_form is not None and "Depot" in states and "Depot" not in dosed:
+        said.append(
+            f"{ir.closed_form} absorbs from Depot (CMT {states.index('Depot') + 1}), but no "
+            f"dose in these data goes into it: the doses go into {into}, so ka has no "
+            "effect. For IV doses only, the closed form without absorption (e.g. "
+            "OneCompartment) is the model; check the doses' CMT otherwise."
+        )
+    for text in said:
+        warnings.warn(text, UserWarning, stacklevel=3)
+
+
 def bind_population(model, population) -> Binding:
     """Check that `model` fits `population` and build the model-ordered subject arrays."""
     cm = model.compiled
