@@ -679,6 +679,85 @@ CASES = [
         10,
         ["unknown observation distribution 'Exponential'", "is LogNormal(f, sd)"],
     ),
+    # other tools' habits and slips, each with what to write here
+    (
+        "derivative-on-the-right",
+        _sub("ka * Depot - cl", "-Depot' - cl"),
+        16,
+        5,
+        ["a derivative on the right side", "Depot' (a derivative) is used on the right"],
+    ),
+    (
+        "nonmem-semicolon-comment",
+        _sub("    ka = exp(tka + eta[0])\n", "    ; absorption\n    ka = exp(tka + eta[0])\n"),
+        11,
+        5,
+        ["';' does not start a comment here", "Comments start with '#'"],
+    ),
+    (
+        "semicolon-after-a-statement",
+        _sub("    v  = exp(tv + eta[2])", "    v  = exp(tv + eta[2]) ; volume"),
+        13,
+        None,
+        ["only one statement per line", "(';' ends a statement: comments start with '#'.)"],
+    ),
+    (
+        "ln",
+        _sub("exp(tv + eta[2])", "exp(tv + eta[2]) * ln(2)"),
+        13,
+        None,
+        ["unknown function 'ln'", "The natural logarithm is log(x)."],
+    ),
+    (
+        "nonmem-theta",
+        _sub("exp(tv + eta[2])", "THETA(3) * exp(eta[2])"),
+        13,
+        None,
+        ["unknown function 'THETA'", "NONMEM's THETA(n) is a parameter declared by name"],
+    ),
+    (
+        "nlmixr2-dotted-name",
+        _sub("exp(tv + eta[2])", "exp(t.v + eta[2])"),
+        13,
+        None,
+        ["attribute access", "nlmixr2's t.ka, eta.ka are t_ka, eta_ka here"],
+    ),
+    (
+        "covariates-without-commas",
+        _sub("covariates: WT\n", "covariates: WT AGE\n"),
+        9,
+        None,
+        ["Separate names with commas (covariates: WT, DOSE)."],
+    ),
+    (
+        "quoted-activation",
+        _sub(
+            "    sigma = Real(lower=0, init=0.7)\n",
+            "    sigma = Real(lower=0, init=0.7)\n    NN = MLP(1, 3, (1, 'identity'))\n",
+        ),
+        7,
+        None,
+        ["is not a constant", "Write the name without quotes: identity."],
+    ),
+    (
+        "nonmem-omega-block-as-a-flat-list",
+        _sub("PDiag(init=[0.4, 0.07, 0.02])", "PSD(init=[0.4, 0.01, 0.07, 0, 0, 0.02])"),
+        5,
+        None,
+        [
+            "is a flat list, which PSD reads as the diagonal",
+            "PSD(init=[[0.4, 0.01, 0.0], [0.01, 0.07, 0.0], [0.0, 0.0, 0.02]])",
+        ],
+    ),
+    (
+        "a-closed-forms-state-assigned-in-pre",
+        _closed_form().replace(
+            "    v  = exp(tv + eta[2])\n", "    v  = exp(tv + eta[2])\n    Central = 0\n"
+        ),
+        15,
+        None,
+        ["'Central' is a state of OneCompartmentOral, and line", "assigns it in 'pre:'"],
+    ),
 ]
 
 
@@ -816,3 +895,20 @@ def test_a_closed_form_that_does_not_take_a_pre_variable_is_pointed_out():
     )
     with pytest.warns(UserWarning, match=said):
         load_model(fixed_ka)
+
+
+def test_empty_model_text_and_a_network_in_random():
+    with pytest.raises(deepnlme.ModelError, match="the model text is empty"):
+        load_model("  \n")
+    text = _sub(
+        "    sigma = Real(lower=0, init=0.7)\n",
+        "    sigma = Real(lower=0, init=0.7)\n    NN = MLP(1, 3, (1, identity))\n",
+    ).replace(
+        "    eta ~ MvNormal(omega)\n",
+        "    eta ~ MvNormal(omega)\n    e4 ~ Normal(0, exp(NN(1)[0]))\n",
+    )
+    text = text.replace("exp(tv + eta[2])", "exp(tv + eta[2] + e4)")
+    # (it loaded, then failed in the binding with "need at least one array to concatenate")
+    with pytest.raises(deepnlme.ModelError, match=r"line 10, column \d+: the network 'NN' is "
+                       r"called in 'random:'"):  # fmt: skip
+        load_model(text)

@@ -12,6 +12,7 @@ called in expressions (``NN(x, y)[0]``) through its ``apply(value, args)`` metho
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -512,6 +513,22 @@ def _psd(init, fixed=False) -> PSD:
         init = np.eye(_size(init, "PSD"))
     a = _floatarr(init, "init")
     if a.ndim == 1:
+        n = int((math.isqrt(8 * a.size + 1) - 1) // 2)
+        if a.size > 2 and n * (n + 1) // 2 == a.size and np.any(a <= 0):
+            # NONMEM's $OMEGA BLOCK(n) lists the lower triangle; here a flat list is the
+            # diagonal, and the zeros among the covariances made it "not positive definite"
+            rows = [[0.0] * n for _ in range(n)]
+            k = 0
+            for i in range(n):
+                for j in range(i + 1):
+                    rows[i][j] = rows[j][i] = float(a[k])
+                    k += 1
+            raise DomainError(
+                f"PSD init {_lit(init)} is a flat list, which PSD reads as the diagonal "
+                f"(variances), and {_lit([float(x) for x in a if x <= 0][0])} is not a "
+                f"variance. If it is NONMEM's $OMEGA BLOCK({n}) lower triangle, write the full "
+                f"matrix: PSD(init={_lit(rows)})"
+            )
         a = np.diag(a)
     if a.ndim != 2:
         raise DomainError(f"PSD init must be a square matrix (list of rows), got {_lit(init)}")

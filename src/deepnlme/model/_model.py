@@ -187,6 +187,11 @@ def load_model(path_or_text: str | os.PathLike) -> Model:
         ('DV',)
     """
     origin = None
+    if isinstance(path_or_text, str) and not path_or_text.strip():
+        raise ModelError(
+            "the model text is empty: give model text (with block headers such as 'param:') "
+            "or the path of a model file"
+        )
     if isinstance(path_or_text, os.PathLike) or (
         "\n" not in path_or_text and not _HEADER.match(path_or_text)
     ):

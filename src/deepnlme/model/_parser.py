@@ -111,7 +111,8 @@ _BAD_BINOPS = {
 _BAD_NODES = {
     ast.Attribute: (
         "attribute access ('a.b') is not allowed",
-        "Call functions by their plain name, e.g. exp(x) rather than np.exp(x).",
+        "Call functions by their plain name, e.g. exp(x) rather than np.exp(x); a name cannot "
+        "contain '.' (nlmixr2's t.ka, eta.ka are t_ka, eta_ka here).",
     ),
     ast.Lambda: ("lambda expressions are not allowed", "Assign an intermediate variable instead."),
     ast.ListComp: ("comprehensions are not allowed", "Write each element out."),
@@ -257,6 +258,22 @@ _OTHER_ERROR_MODELS = {
     "pois": "Poisson(rate)",
     "binom": "Bernoulli(p)",
     "binomial": "Bernoulli(p)",
+}
+
+
+# functions of other tools' model code, and what this language writes instead
+_OTHER_TOOLS_FUNCTIONS = {
+    "ln": "The natural logarithm is log(x).",
+    "LN": "The natural logarithm is log(x).",
+    "THETA": "NONMEM's THETA(n) is a parameter declared by name in 'param:' "
+    "(tcl = Real(init=1.0)) and used by its name.",
+    "ETA": "NONMEM's ETA(n) is a random effect declared in 'random:' (eta ~ MvNormal(omega)) "
+    "and written eta[n-1], or one of its own name (eta_cl ~ Normal(0, om_cl)).",
+    "EPS": "NONMEM's EPS(n) has no place here: the residual error is the observation line, "
+    "DV ~ Additive(conc, sigma) (or Proportional, Combined) in 'derived:'.",
+    "ERR": "NONMEM's ERR(n) has no place here: the residual error is the observation line, "
+    "DV ~ Additive(conc, sigma) in 'derived:'.",
+    "A": "NONMEM's A(n) is the state's name (the n-th state the dynamics writes).",
 }
 
 
@@ -433,8 +450,21 @@ class _Parser:
             line = st.line + k - 1
             col = off + (st.col if k == 1 else 0)
             sugg = "Check the brackets, operators and commas of this statement."
+            rhs = st.text.split("=", 1)[1] if "=" in st.text else ""
+            if re.search(r"\b[A-Za-z_]\w*'(?!\w)", rhs):
+                name = re.search(r"\b([A-Za-z_]\w*)'", rhs)[1]
+                sugg = (
+                    f"{name}' (a derivative) is used on the right of '=': a derivative is "
+                    "written on the left only (State' = expression), and the right side is an "
+                    f"expression of the states; write {name}'s own right side there instead."
+                )
+                msg0 = "a derivative on the right side"
+                raise self.src.error(st.line, st.col, msg0, sugg) from None
             if "'" in st.text and st.kind != "deriv":
                 sugg = "A derivative is written on the left only: Central' = expression."
+            if re.fullmatch(r"[A-Za-z_]\w*(\s+[A-Za-z_]\w*)+", st.text.strip()):
+                sugg = "Separate names with commas (covariates: WT, DOSE)."
+
             if "too many nested" in e.msg:
                 sugg = _TOO_DEEP
             last = st.line + st.text.count("\n")
@@ -458,7 +488,8 @@ class _Parser:
                 st,
                 tree.body[1],
                 "only one statement per line is allowed",
-                "Put each statement on its own line.",
+                "Put each statement on its own line."
+                + (" (';' ends a statement: comments start with '#'.)" if ";" in st.text else ""),
             )
         node = tree.body[0]
         for bad, (what, sugg) in _BAD_STMTS.items():
@@ -551,6 +582,11 @@ class _Parser:
             return (
                 "':=' is not an assignment here (Pumas writes ':=' in @pre)",
                 "Write name = expression.",
+            )
+        if text.startswith(";"):
+            return (
+                "';' does not start a comment here (NONMEM's comment)",
+                "Comments start with '#'.",
             )
         if text.split("\n")[-1].rstrip().endswith("\\"):
             return (
@@ -938,12 +974,23 @@ class _Parser:
         held = [n for n, v in scope.items() if v[0] == "fixnet"]
         known = [*FUNCTIONS, *networks, *held]
         listed = "Allowed functions: " + ", ".join(FUNCTIONS) + "."
+        if fname in _OTHER_TOOLS_FUNCTIONS:
+            listed = _OTHER_TOOLS_FUNCTIONS[fname] + " " + listed
         if networks or held:
             listed += " Networks of this model: " + ", ".join(networks + held) + "."
         raise self.err(st, node.func, f"unknown function '{fname}'", _suggest(fname, known, listed))
 
     def network_call(self, st, node, fname, held, scope) -> tuple[Expr, tuple]:
         """A call of a callable parameter (a network); vector arguments are flattened."""
+        if self.block == "random":  # (it loaded, then failed in the binding, unnamed)
+            raise self.err(
+                st,
+                node,
+                f"the network '{fname}' is called in 'random:'",
+                "A random effect's SD or covariance is a parameter or an expression of "
+                "parameters; networks go in 'pre:', 'dosing:', 'init:', 'dynamics:' and "
+                "'derived:' (e.g. a network of a covariate times exp(eta) in 'pre:').",
+            )
         self.called_networks.add(fname)
         dom = self.domains[fname]
         args = [*held, *(self.network_input(st, a, scope) for a in node.args)]
@@ -1060,11 +1107,13 @@ class _Parser:
             args = tuple(self.literal(st, a) for a in node.args)
             kw = tuple((k.arg, self.literal(st, k.value)) for k in node.keywords)
             return ConstCall(node.func.id, args, kw)
+        quoted = isinstance(node, ast.Constant) and isinstance(node.value, str)
         raise self.err(
             st,
             node,
             f"'{_label(node)}' is not a constant",
-            "Parameter declarations take numbers, lists of numbers and names, e.g. "
+            (f"Write the name without quotes: {node.value}. " if quoted else "")
+            + "Parameter declarations take numbers, lists of numbers and names, e.g. "
             "Real(init=0.5, lower=0).",
         )
 
@@ -1096,6 +1145,16 @@ class _Parser:
                     f"'{name}' is already declared as {kind} (line {first.line}, in '{blk}:')",
                     f"Give this {'variable' if what == 'var' else what} another name.",
                 )
+            if what == "state" and self._closed_form_name(st):
+                cf = self._closed_form_name(st)
+                raise self.err(
+                    st,
+                    node,
+                    f"'{name}' is a state of {cf}, and line {first.line} assigns it in '{blk}:'",
+                    f"Rename that variable: {cf}'s states ({', '.join(CLOSED_FORMS[cf].states)}) "
+                    "are its amounts; a starting amount goes in an 'init:' block "
+                    f"({name} = expression).",
+                )
             raise self.err(
                 st,
                 node,
@@ -1103,6 +1162,12 @@ class _Parser:
                 "Each name is assigned once; give the new value a new name.",
             )
         self.declared[name] = (self.block, loc, what)
+
+    @staticmethod
+    def _closed_form_name(st: _Stmt) -> str | None:
+        """The closed form a 'dynamics: Name' statement names, or None."""
+        name = st.text.strip()
+        return name if name in CLOSED_FORMS else None
 
     def wrong_stmt(self, st: _Stmt, hint: str):
         return self.err(st, st.node, f"this statement does not belong in '{self.block}:'", hint)
