@@ -271,6 +271,13 @@ def test_max_iter_and_time_limit_stop_early(linear):
     assert not fit.converged and fit.message == "maximum number of iterations reached"
     fit = fit_problem(linear, FOCE(), progress=False, covariance=None, time_limit=1e-9)
     assert not fit.converged and fit.message.startswith("time limit")
+    # the time limit bounds the covariance step too: not run after it stopped the fit (a
+    # stiff model's step then took over 10 minutes more)
+    fit = fit_problem(linear, FOCE(), progress=False, time_limit=1e-9)
+    assert fit.covariance is None
+    assert fit.covariance_status.startswith("not computed: the time limit stopped the fit")
+    stopped = fit_problem(linear, FOCE(), progress=False, max_iter=1)
+    assert stopped.covariance is not None  # (other stops keep it, said to be the last iterate)
 
 
 @pytest.mark.parametrize(

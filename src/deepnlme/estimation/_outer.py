@@ -163,11 +163,25 @@ def fit_problem(
         unmoved = _unmoved(problem, start, run.g_first, res)
 
         t_cov0 = time.perf_counter()
+        timed_out = res.message.startswith("time limit") and not res.converged
         if covariance is not None and cov_pos and method.covariance_note() is None:
-            display.start(f"covariance step ({type(covariance).__name__})")
+            if not timed_out:
+                display.start(f"covariance step ({type(covariance).__name__})")
         z_hat = res.x[: len(start.free)]
         if res.n_iter == 0 and not (np.isfinite(res.f) and np.all(np.isfinite(res.g))):
             cov_u, cov_status = None, "not computed: the fit did not start"
+        elif timed_out and covariance is not None and cov_pos:
+            # (a stiff model's fit stopped by its time limit then spent over 10 minutes in
+            # the covariance step, with no result at the end)
+            cov_u, cov_status = (
+                None,
+                (
+                    "not computed: the time limit stopped the fit before it converged (NONMEM "
+                    "skips $COV after a failed minimisation); refit with a larger time_limit, or "
+                    "compute it at these estimates with dn.fit(model, pop, method, init=fit, "
+                    "max_iter=0)"
+                ),
+            )
         else:
             cov_u, cov_status = _covariance(run, method, covariance, cov_pos, z_hat, ev)
         if cov_u is not None and not res.converged:  # (NONMEM skips $COV after a failure)
