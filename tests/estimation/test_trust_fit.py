@@ -3,6 +3,7 @@ start says why."""
 
 from __future__ import annotations
 
+import math
 import pathlib
 import warnings
 from pathlib import Path
@@ -825,3 +826,20 @@ def test_dose_statements_no_dose_reaches_and_an_undosed_depot_are_warned_of():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         dn.fit(dn.load_model(text), pop, dn.FO(), **options)
+
+
+def test_a_start_whose_subject_terms_fail_names_the_subjects():
+    """Pheno 10x off: every quantity at eta = 0 is finite (FO starts), but FOCEI's term of one
+    subject is NaN; the message was the generic 'check the initial estimates'."""
+    model = dn.load_model("examples/phenobarbital.model")
+    pop = dn.datasets.load("phenobarbital")
+    init = {"th_cl": 0.047, "th_v": 0.098}
+    fit = dn.fit(model, pop, dn.FOCEI(), progress=False, init=init, max_iter=0, covariance=None)
+    assert not math.isfinite(fit.ofv)
+    assert fit.message.startswith(
+        "the objective is not finite at the initial estimates: the terms of subject ID 18 are "
+        "not, while the model's parameters, predictions and residual variances at eta = 0 are "
+        "finite there"
+    )
+    fo = dn.fit(model, pop, dn.FO(), progress=False, init=init, max_iter=0, covariance=None)
+    assert math.isfinite(fo.ofv)
