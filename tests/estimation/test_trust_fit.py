@@ -843,3 +843,15 @@ def test_a_start_whose_subject_terms_fail_names_the_subjects():
     )
     fo = dn.fit(model, pop, dn.FO(), progress=False, init=init, max_iter=0, covariance=None)
     assert math.isfinite(fo.ofv)
+
+
+def test_ode_options_for_a_closed_form_are_said_to_have_no_effect():
+    model = dn.load_model("examples/theophylline.model")
+    pop = dn.datasets.load("theophylline")
+    said = (
+        r"fit: ode_options solver='kvaerno5', rtol=1e-06 have no effect: the model's dynamics "
+        r"are the closed form OneCompartmentOral"
+    )
+    with pytest.warns(UserWarning, match=said):
+        dn.fit(model, pop, dn.FO(), max_iter=0, covariance=None, progress=False,
+               ode_options=dn.OdeOptions(solver="kvaerno5", rtol=1e-6))  # fmt: skip

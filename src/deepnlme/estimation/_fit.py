@@ -27,6 +27,31 @@ from ._outer import fit_problem
 from ._persist import fit_provenance
 from ._result import Fit
 
+
+def _warn_unused_ode_options(model, ode_options) -> None:
+    """Warn of ODE options given for a closed-form model, which no ODE solver solves
+    (`solver="kvaerno5"` on OneCompartmentOral was accepted without a word)."""
+    closed = getattr(getattr(model, "ir", None), "closed_form", None)
+    if closed is None or ode_options is None:
+        return
+    default = OdeOptions()
+    given = [
+        f"{k}={getattr(ode_options, k)!r}"
+        for k in ("solver", "rtol", "atol", "max_steps", "adjoint", "ss_iterations")
+        if getattr(ode_options, k) != getattr(default, k)
+    ]
+    if given:
+        import warnings
+
+        warnings.warn(
+            f"fit: ode_options {', '.join(given)} have no effect: the model's dynamics are the "
+            f"closed form {closed}, solved exactly, with no ODE solver. Write the dynamics as "
+            "ODEs to solve them with a solver of your choice.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
 # what `fit` accepts by keyword: its own and `fit_problem`'s
 _OPTIONS = ("init", "ode_options") + tuple(
     p for p in inspect.signature(fit_problem).parameters if p not in ("problem", "method", "init")
@@ -108,6 +133,7 @@ def fit(
     warn_time_switches(model)
     warn_unobserved_outputs(model, population)
     check_transformed_observations(model, population)
+    _warn_unused_ode_options(model, ode_options)
     ode_options = ode_options or OdeOptions()
     problem, predictor = model_problem(model, population, ode_options=ode_options)
     ode_options = resolved_options(ode_options, predictor)  # the solver "auto" chose
