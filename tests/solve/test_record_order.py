@@ -141,3 +141,21 @@ def test_an_observation_between_two_dose_records_at_its_time_is_warned():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         dn.model_predict(model, dn.read_data(_data(1.0)))
+
+
+def test_a_failed_exact_solve_names_the_first_observation_it_spoils():
+    """The exact solutions give no failure time: the message said none ('its amounts are
+    not finite'); it now names the first observation whose prediction is not finite."""
+    import types
+
+    from deepnlme.errors import SolveError
+    from deepnlme.solve._subject import raise_failed_solves
+
+    data = types.SimpleNamespace(
+        obs_mask=np.array([[True, True, True, False]]),
+        obs_time=np.array([[1.0, 24.0, 48.0, 0.0]]),
+    )
+    values = np.array([[3.0, 1e300, np.inf, np.nan]])
+    with pytest.raises(SolveError, match=r"subject 7: its amounts are not finite \(the first "
+                       r"observation they spoil is at time 48\)\. Check"):  # fmt: skip
+        raise_failed_solves(np.array([False]), np.array([np.nan]), (7,), data=data, values=values)

@@ -372,6 +372,7 @@ def predict(fit, population=None) -> pd.DataFrame:
     raise_failed_solves(
         ok, fail_time, b.binding.ids, data=b.binding.data,
         explain=lambda i: failure_cause(b.predictor, b.theta, b.eta[i], b.binding.data, i),
+        values=ipred,
     )  # fmt: skip
     mask = np.asarray(b.binding.data.obs_mask)
     more = ""

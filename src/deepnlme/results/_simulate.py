@@ -327,6 +327,7 @@ def _simulate(model, population, params, seed, etas, residual, ode_options) -> _
     raise_failed_solves(
         ok, fail_time, binding.ids, "the simulation", binding.data,
         lambda i: failure_cause(predictor, theta, np.asarray(eta)[i], binding.data, i),
+        values=ipred,
     )  # fmt: skip
     mask = np.asarray(binding.data.obs_mask)
     y = np.where(mask, np.asarray(y), np.nan)
@@ -433,6 +434,7 @@ def model_predict(
     raise_failed_solves(
         ok, fail_time, binding.ids, data=binding.data,
         explain=lambda i: failure_cause(predictor, theta, eta[i], binding.data, i),
+        values=ipred,
     )  # fmt: skip
     frame = predictions_frame(binding, population, ppred, ipred, derived)
     warn_nonfinite_predictions(frame, "model_predict")

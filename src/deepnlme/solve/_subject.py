@@ -1658,18 +1658,26 @@ def failure_cause(predictor, theta, eta, data, i: int) -> str | None:
 
 
 def raise_failed_solves(
-    ok, fail_time, ids, what: str = "the prediction", data=None, explain=None
+    ok, fail_time, ids, what: str = "the prediction", data=None, explain=None, values=None
 ) -> None:
     """Raise `SolveError` naming the first subject (and time) whose solve failed; with the
     subjects' `data` (`SubjectData`, batched), a failure at the time of a steady-state dose
     record is said to be its steady state's, and `explain(i)` (`failure_cause` for subject i,
-    where given) may say which parameter, or which record's lag or duration, is the cause."""
+    where given) may say which parameter, or which record's lag or duration, is the cause.
+    `values` (``[N, T]``, the predictions at the observations): where the solve gives no
+    time (the exact solutions), the first observation at which the subject's is not finite."""
     ok = np.asarray(ok)
     if ok.all():
         return
     bad = np.flatnonzero(~ok)
     i = int(bad[0])
     t = float(np.asarray(fail_time)[i])
+    observed = None
+    if not np.isfinite(t) and values is not None and data is not None:
+        v = np.asarray(values)[i]
+        lost = np.asarray(data.obs_mask)[i] & ~np.isfinite(v)
+        if lost.any():  # (the exact solutions say no time: the first observation it spoils)
+            observed = float(np.asarray(data.obs_time)[i][np.flatnonzero(lost)[0]])
     when = f" at time {t:g}" if np.isfinite(t) else ""
     more = f" ({len(bad) - 1} more subjects failed too)" if len(bad) > 1 else ""
     why = explain(i) if explain is not None else None
@@ -1687,6 +1695,8 @@ def raise_failed_solves(
             "subject."
         )
     since = f" (in the solve from time {t:g} on)" if np.isfinite(t) else ""
+    if observed is not None:
+        since = f" (the first observation they spoil is at time {observed:g})"
     raise SolveError(
         f"{what} failed for subject {ids[i]}: its amounts are not finite{since}{more}. Check "
         "the parameter values and the doses of that subject: a dose whose bioavailability is "
