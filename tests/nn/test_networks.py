@@ -666,3 +666,12 @@ def test_a_covariate_beyond_the_range_a_network_was_scaled_on_is_warned():
     heavier["WT"] = heavier["WT"] * 2
     with pytest.warns(UserWarning, match=r"network NN's input WT takes values from 109.2 to 172.8"):
         dn.model_predict(model, dn.read_data(heavier))
+
+
+def test_an_output_scale_of_zero_is_refused():
+    # accepted, it made the network a constant (its centre) whatever its weights, while an
+    # input scale of 0 was refused
+    with pytest.raises(dn.model.DomainError, match=r"out_scale must not be 0, got \[1, 0\]"):
+        dn.nn.mlp(1, (3, dn.model.Symbol("tanh")), (2, dn.model.Symbol("identity")),
+                  out_scale=[1, 0])  # fmt: skip
+    dn.nn.mlp(1, (3, dn.model.Symbol("tanh")), (2, dn.model.Symbol("identity")), out_scale=[1, -2])

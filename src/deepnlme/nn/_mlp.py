@@ -111,7 +111,9 @@ def _layer_draws(dims: tuple[int, ...], acts: tuple[str, ...], seed) -> list:
     return out
 
 
-def _floats(v, n: int, what: str, positive: bool = False) -> tuple[float, ...] | None:
+def _floats(
+    v, n: int, what: str, positive: bool = False, nonzero: bool = False
+) -> tuple[float, ...] | None:
     if v is None:
         return None
     a = np.atleast_1d(np.asarray(v, dtype=float)) if not isinstance(v, Symbol) else None
@@ -119,6 +121,11 @@ def _floats(v, n: int, what: str, positive: bool = False) -> tuple[float, ...] |
         raise DomainError(f"{what} must be a number or a list of {n} numbers, got {_lit(v)}")
     if positive and np.any(a <= 0):
         raise DomainError(f"{what} must be > 0, got {_lit(v)}")
+    if nonzero and np.any(a == 0):
+        raise DomainError(
+            f"{what} must not be 0, got {_lit(v)}: the network's output would be its centre "
+            "whatever its weights"
+        )
     return tuple(float(x) for x in np.broadcast_to(a, (n,)))
 
 
@@ -452,7 +459,7 @@ def mlp(
         in_center=_floats(in_center, n_in, "in_center"),
         in_scale=_floats(in_scale, n_in, "in_scale", positive=True),
         out_center=_floats(out_center, n_out, "out_center"),
-        out_scale=_floats(out_scale, n_out, "out_scale"),
+        out_scale=_floats(out_scale, n_out, "out_scale", nonzero=True),
         data=stats,
         fixed=fixed,
     )
