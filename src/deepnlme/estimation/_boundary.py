@@ -58,16 +58,18 @@ def near_boundary(fit: Fit, model, init) -> dict[str, str]:
     labels = problem.eta_labels
     reading = read_model(model) if model is not None else None
     if getattr(fit.method, "random_effects", True):
-        se = _variance_ses(fit)
+        se: list[float] | None = None  # (computed only for a variance that looks near 0)
         for j, lab in enumerate(labels):
             w0, w = float(omega0[j, j]), float(omega[j, j])
             collapsed = w0 > 0 and 0 <= w < BOUNDARY_FRACTION * w0
             # a log-normal effect's variance has no units: below this it is a CV under 1%
             tiny = reading is not None and j in reading.eta_exp and 0 <= w < BOUNDARY_LOGNORMAL
+            if not (collapsed or tiny):
+                continue
+            se = _variance_ses(fit) if se is None else se
             # an SE below the estimate: the data inform it (a start 1e4 above it is no
             # collapse: pheno's 0.029 from 1e4 was named near 0 at RSE 46%)
-            informed = j < len(se) and math.isfinite(se[j]) and se[j] < w
-            if (collapsed or tiny) and not informed:
+            if not (j < len(se) and math.isfinite(se[j]) and se[j] < w):
                 out[f"var({lab})"] = f"{w:.3g} (from {w0:.3g} at the start)"
         for j in range(len(labels)):
             for k in range(j):
