@@ -283,3 +283,26 @@ def test_a_script_without_the_main_guard_is_told_what_to_add(monkeypatch):
         _runner._local_cluster("multistart", refused, n_workers=2)
     with pytest.raises(RuntimeError, match=r"^other$"):  # (another failure: as it was)
         _runner._local_cluster("multistart", lambda: (_ for _ in ()).throw(RuntimeError("other")))
+
+
+def test_dasks_slow_scratch_note_does_not_fail_the_clusters_start():
+    """CI: making dask's scratch folders took 8.8 s on a busy machine, dask warned of it, and
+    the "error" warnings filter turned the note into the failure of the cluster's start."""
+    import warnings
+
+    from deepnlme.workflows._runner import _local_cluster
+
+    def slow_cluster(**options):
+        warnings.warn(
+            "Creating scratch directories is taking a surprisingly long time. (8.82s) This is "
+            "often due to running workers on a network file system.",
+            UserWarning,
+            stacklevel=2,
+        )
+        return options
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _local_cluster("bootstrap", slow_cluster, n_workers=2) == {"n_workers": 2}
+        with pytest.raises(UserWarning, match="another note"):  # (other warnings still count)
+            _local_cluster("bootstrap", lambda: warnings.warn("another note", stacklevel=2))

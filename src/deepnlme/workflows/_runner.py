@@ -651,11 +651,21 @@ def _worker_env(cache: str) -> dict[str, str]:
     }
 
 
+# dask's note that making its scratch folders took more than a second: only a note, but one
+# that a warnings filter set to "error" (pytest's, a cautious user's) turns into the failure
+# of the cluster's start (CI: 8.8 s on a busy machine; the bootstrap then failed)
+_DASK_SLOW_SCRATCH = "Creating scratch directories is taking a surprisingly long time"
+
+
 def _local_cluster(label: str, local_cluster, **options):
     """`distributed.LocalCluster(**options)`, its failure to start its workers said with
     the likely cause (a script without the `__main__` guard)."""
+    import warnings
+
     try:
-        return local_cluster(**options)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_DASK_SLOW_SCRATCH, category=UserWarning)
+            return local_cluster(**options)
     except RuntimeError as e:
         if "failed to start" not in str(e):
             raise
@@ -702,9 +712,10 @@ def _run_on_dask(tasks, population, n, scheduler, counter, retries, widths, fn) 
                     dashboard_address=None,
                     # the scheduler's HTTP routes still listen; on a free port, not 8787,
                     # which another cluster on this machine (or another call) may hold
-                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                    scheduler_kwargs={"dashboard_address": "127.0.0.1:0", "local_directory": cache},
                     host="127.0.0.1",
                     env=_worker_env(cache),
+                    local_directory=cache,  # (a new, empty folder: no old scratch to sweep)
                     silence_logs=40,
                 )
             )
