@@ -500,7 +500,8 @@ def test_make_population_and_with_dv():
 
 
 def test_subset_for_resampling(theoph):
-    sub = theoph.subset([3, 3, 1])
+    with pytest.warns(UserWarning, match="copies keep their ID"):
+        sub = theoph.subset([3, 3, 1])
     assert isinstance(sub, Population) and sub.ids == (3, 3, 1)
     np.testing.assert_array_equal(sub.arrays().obs_dv[0], theoph.arrays().obs_dv[2])
     np.testing.assert_array_equal(sub.arrays().obs_dv[2], theoph.arrays().obs_dv[0])

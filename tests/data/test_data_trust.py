@@ -461,3 +461,26 @@ def test_odd_dataframes_read_or_raise_data_error(table):
     before = frame.copy()
     read_or_data_error(frame)
     pd.testing.assert_frame_equal(frame, before)  # the user's frame is untouched
+
+
+def test_a_subset_with_repeated_ids_is_said_or_renumbered_and_array_ids_stay_ints():
+    import numpy as np
+
+    import deepnlme as dn
+
+    pop = dn.datasets.load("theophylline")
+    with pytest.warns(UserWarning, match=r"subset: ID 1 appears more than once.*renumber=True"):
+        twice = pop.subset([1, 1, 2])
+    assert twice.ids == (1, 1, 2)
+    again = pop.subset([1, 1, 2], renumber=True)
+    assert again.ids == (1, 2, 3) and read_data(again.to_dataframe()) == again
+    assert type(pop.subset(np.array([1, 2])).ids[0]) is int
+
+
+def test_a_design_read_as_data_is_pointed_to_design_true():
+    import deepnlme as dn
+
+    design = dn.make_population(3, doses={"time": 0, "amt": 100}, obs_times=[1, 2, 4])
+    with pytest.raises(DataError, match=r"without a DV .*read_data\(\.\.\., design=True\)"):
+        read_data(design.to_dataframe())
+    assert read_data(design.to_dataframe(), design=True) == design

@@ -255,9 +255,11 @@ def check_records(rd: Reader, cols: Columns, items: Items, allow_missing_dv: boo
     _check_dose_items(rd, cols, items, evid, is_dose)
     _check_dose_amounts_and_intervals(rd, cols, items, evid, is_dose)
     cmt = _compartments(rd, cols.cmt, items, is_dose)
+    lacking = is_obs & dv_missing & ~allow_missing_dv
     _check_observed_dv(
-        rd, cols.dv, is_obs & dv_missing & ~allow_missing_dv, items.cens, items.lloq, cols.lloq
-    )
+        rd, cols.dv, lacking, items.cens, items.lloq, cols.lloq,
+        every=bool(lacking.any() and lacking.sum() == is_obs.sum()),
+    )  # fmt: skip
     return Records(
         time=items.time, evid=evid, mdv=mdv, is_dose=is_dose, is_obs=is_obs, dv=dv, amt=items.amt,
         rate=items.rate, ii=items.ii, addl=items.addl, ss=items.ss, cmt=cmt, cens=items.cens,
@@ -473,9 +475,11 @@ def _check_observed_dv(
     cens: np.ndarray,
     lloq: np.ndarray | None = None,
     lloq_column: str | None = None,
+    every: bool = False,
 ) -> None:
     """Report the first observation that `bad` marks as lacking its DV (or its censoring limit);
-    where the record has an LLOQ and no censoring flag, say that the flag is what is missing."""
+    where the record has an LLOQ and no censoring flag, say that the flag is what is missing;
+    `every`: no observation has a DV (a design: `design=True` is said)."""
     censored = cens != 0
     flag = (
         f" The record has an {lloq_column} but is not flagged censored: set CENS = 1 on the "
@@ -483,6 +487,13 @@ def _check_observed_dv(
     )
     with np.errstate(invalid="ignore"):
         limit = np.isfinite(lloq) if lloq is not None else np.zeros(len(cens), dtype=bool)
+    # every observation without a DV: a design (make_population's to_dataframe), not data
+    design = (
+        " If these are the sampling times of a design to simulate (no DV at all), read them "
+        "with read_data(..., design=True)."
+        if every
+        else ""
+    )
     rd.reject(
         bad,
         column,
@@ -497,6 +508,7 @@ def _check_observed_dv(
             if censored[i]
             else "Fill in the observed value, or set MDV=1 if this record is not an observation."
             + (flag if limit[i] else "")
+            + design
         ),
     )
 

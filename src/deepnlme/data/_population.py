@@ -49,6 +49,16 @@ def id_array(ids) -> np.ndarray:
     return pd.Series(list(ids)).to_numpy()
 
 
+def _plain_id(v):
+    """An ID given by the caller as the population holds its IDs: a NumPy integer (from an
+    array of IDs) as a Python int, so that `subset(np.array([1, 2]))` keeps int IDs."""
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating) and float(v).is_integer():
+        return int(v)
+    return v
+
+
 # How each `covariate_rule` reads a value between records, for `Population.summary`.
 _RULE_TEXT = {
     "nonmem": "\"nonmem\" (a record's value applies to the interval ending at it, as NONMEM's "
@@ -514,7 +524,8 @@ class Population:
         return out
 
     def to_dataframe(self, continuous_time: bool = False) -> pd.DataFrame:
-        """The population as a NONMEM-layout DataFrame that `read_data` reads back equal.
+        """The population as a NONMEM-layout DataFrame that `read_data` reads back equal
+        (`read_data(..., design=True)` for a design without DVs, as `make_population` makes).
 
         Doses implied by ADDL are written out as single dose records (ADDL 0). Endpoint labels
         are written in a DVID column when the data had an endpoint column, and censoring flags in
@@ -593,12 +604,17 @@ class Population:
         return out
 
     # ----------------------------------------------------------------- derived populations
-    def subset(self, ids: Sequence) -> Population:
+    def subset(self, ids: Sequence, *, renumber: bool = False) -> Population:
         """A population of the given subjects in the given order.
 
-        An ID may appear more than once (bootstrap resampling); the copies keep their ID.
+        An ID may appear more than once (bootstrap resampling). `renumber=True` gives the
+        subjects the IDs 1..len(ids) (as a bootstrap's resamples have them); without it the
+        copies keep their ID, which tables by ID (`predict`, `etas`, `to_dataframe`, which
+        `read_data` then refuses) cannot tell apart: a warning says so.
         """
-        ids = list(ids)
+        import warnings
+
+        ids = [_plain_id(i) for i in ids]
         if not ids:
             raise OptionError("subset(ids) needs at least one subject ID; got an empty list.")
         parts = []
@@ -606,6 +622,20 @@ class Population:
             part = self[i]._records.copy()
             part["_S"] = k
             parts.append(part)
+        if renumber:
+            return self._replace(pd.concat(parts, ignore_index=True), list(range(1, len(ids) + 1)))
+        twice = list(dict.fromkeys(i for i in ids if ids.count(i) > 1))
+        if twice:
+            warnings.warn(
+                f"subset: ID{'s' if len(twice) > 1 else ''} "
+                f"{', '.join(map(str, twice[:5]))}{', ...' if len(twice) > 5 else ''} "
+                f"appear{'' if len(twice) > 1 else 's'} more than once, and the copies keep "
+                "their ID: tables by ID (predict, "
+                "etas, to_dataframe) cannot tell them apart. subset(ids, renumber=True) gives "
+                "the subjects the IDs 1..n, as a bootstrap's resamples have them.",
+                UserWarning,
+                stacklevel=2,
+            )
         return self._replace(pd.concat(parts, ignore_index=True), ids)
 
     def with_dv(self, dv: object, censor: bool = True) -> Population:

@@ -221,8 +221,7 @@ def renumbered(population, ids: Sequence, widths: Mapping[str, int] | None = Non
     """The subjects `ids` of `population` in that order (an ID may repeat), with new IDs
     1..len(ids); `widths`: pad its arrays to these widths (`padded_widths` of the population
     they came from), so that every resample of one population has the same shapes."""
-    pop = population.subset(list(ids))
-    pop = pop._replace(pop._records, list(range(1, len(ids) + 1)))
+    pop = population.subset(list(ids), renumber=True)
     if widths is not None:
         _pad_arrays(pop, widths)
     return pop
