@@ -452,7 +452,7 @@ def test_reading_the_expression_tree_not_the_names():
     assert r.eta_targets == {0: ["cl"], 1: ["v"], 2: ["cl"], 3: ["cl"]}
     # a bioavailability on the logit scale: logistic(theta) is its typical value (no CV%)
     r = _reading(
-        "    cl = exp(tcl + eta[0])\n    v = exp(tv)\n    f = logistic(tf + eta[1])\n"
+        "    f = logistic(tf + eta[1])\n    cl = exp(tcl + eta[0])\n    v = exp(tv) * (1 + f)\n"
         "    g = 2 * logistic(tf)\n",
         "    tf = Real(init=0.4)\n",
     )

@@ -53,7 +53,7 @@ def test_a_stopped_bootstrap_goes_on_from_its_journal(theo_fit, tmp_path):
 def test_a_journal_of_another_run_is_refused(theo_fit, tmp_path):
     path = tmp_path / "j.jsonl"
     _boot(theo_fit, 1, path)
-    with pytest.raises(dn.OptionError, match=r"written by another run \(its seed differ"):
+    with pytest.raises(dn.OptionError, match=r"written by another run \(seed: 5 there, 6 here\)"):
         _boot(theo_fit, 1, path, seed=6)
     (tmp_path / "other.txt").write_text("ID,TIME\n")
     with pytest.raises(dn.OptionError, match="is not a journal of deepnlme's fits"):
@@ -79,5 +79,13 @@ def test_the_command_line_resumes_or_refuses(theo_fit, tmp_path, capsys):
     assert "stopped after 3 replicates (replicates.jsonl); --resume" in capsys.readouterr().err
     assert main([*base, "-n", "3", "--resume"]) == 0
     pd.testing.assert_frame_equal(pd.read_csv(out / "replicates.csv"), table)
+    # the command line's journal goes on from Python with the same settings (it gives
+    # max_iter=500, which a script leaves to its default)
+    said = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(said):
+        dn.bootstrap(dn.load_fit(saved), 3, seed=2, workers=1, checkpoint=out / "replicates.jsonl")
+    assert "bootstrap: 3 of 3 fits taken from" in said.getvalue()
     assert main([*base, "-n", "2", "--force"]) == 0
     assert len((out / "replicates.jsonl").read_text().splitlines()) == 3

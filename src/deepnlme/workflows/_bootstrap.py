@@ -255,7 +255,9 @@ def bootstrap(
     fit_options: dict[str, Any] = {"covariance": None, "progress": False, **build_for(n, options)}
     if fit.fixed:
         fit_options["fixed"] = list(fit.fixed)
-    if fit.ode_options is not None:
+    if fit.ode_options is not None and getattr(fit.model.ir, "closed_form", None) is None:
+        # (a closed form has no ODE options: those the fit holds would be said to be unused
+        # in every replicate)
         fit_options["ode_options"] = fit.ode_options
     fit_options.update(options)
 
@@ -274,11 +276,15 @@ def bootstrap(
 
         signature = {
             "model": text, "method": repr(fit.method), "seed": int(seed), "stratify": stratify,
-            # (not `compile`: the build, chosen by `n`, changes no replicate but its last bits)
-            "options": repr(sorted((k, v) for k, v in fit_options.items() if k != "compile")),
             "data": data_fingerprint(population),
             "start": repr({k: np.asarray(v).tolist() for k, v in sorted(start.items())}),
         }  # fmt: skip
+        # each option as the fits take it, given or by default (the command line gives
+        # max_iter=500, a script leaves it out: the same run); not `compile`: the build,
+        # chosen by `n`, changes no replicate but its last bits
+        for k, v in sorted({**_fit_defaults(), **fit_options}.items()):
+            if k not in ("compile", "progress"):
+                signature[f"option {k}"] = repr(v)
         journal = Journal(checkpoint, signature, "bootstrap")
     outcomes = run_tasks(
         tasks,
@@ -301,6 +307,19 @@ def bootstrap(
         parameters=tuple(c for c, _, _ in names),
         seconds=tuple(o.seconds for o in outcomes),
     )
+
+
+def _fit_defaults() -> dict[str, Any]:
+    """The defaults of the options a workflow passes to each fit."""
+    import inspect
+
+    from ..estimation._outer import fit_problem
+
+    return {
+        k: p.default
+        for k, p in inspect.signature(fit_problem).parameters.items()
+        if k in FIT_OPTIONS and p.default is not inspect.Parameter.empty
+    }
 
 
 def _in_model_order(fit) -> dict[str, Any]:

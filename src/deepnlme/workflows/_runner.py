@@ -130,6 +130,14 @@ def _outcome_of(record: dict) -> FitOutcome:
     return FitOutcome(**{**record, "estimates": est})
 
 
+def _short(text: str | None) -> str:
+    """A signature entry as the journal's refusal shows it (a model's text cut short)."""
+    if text is None:
+        return "none"
+    one = " ".join(str(text).split())
+    return one if len(one) <= 40 else one[:37] + "..."
+
+
 class Journal:
     """The finished fits of a workflow, one JSON line each, appended as each finishes, so
     that a run stopped part way (a killed job, a lost cluster, Ctrl-C) goes on from where it
@@ -166,13 +174,21 @@ class Journal:
                 "another checkpoint file, or remove this one"
             )
         theirs = head.get("signature", {})
-        differ = [k for k in self.signature if theirs.get(k) != self.signature[k]]
+        keys = list(dict.fromkeys([*self.signature, *theirs]))
+        differ = [k for k in keys if theirs.get(k) != self.signature.get(k)]
         if differ or head.get("label") != self.label:
-            what = ", ".join(differ) or f"the workflow ({head.get('label')!r})"
+            what = (
+                "; ".join(
+                    f"{k}: {_short(theirs.get(k))} there, {_short(self.signature.get(k))} here"
+                    for k in differ[:3]
+                )
+                or f"the workflow: {head.get('label')!r}"
+            )
             raise OptionError(
                 f"{self.label}: the journal {str(self.path)!r} was written by another run "
-                f"(its {what} differ from this run's), so its fits do not belong to this one; "
-                "give another checkpoint file, or remove this one to start again"
+                f"({what}), so its fits do not belong to this one; give another checkpoint "
+                "file (command line: another --out), or remove this one (--force) to start "
+                "again"
             )
         for k, line in enumerate(lines[1:], 2):
             try:
