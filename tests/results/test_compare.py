@@ -173,9 +173,8 @@ def test_no_likelihood_ratio_test_between_error_models_that_do_not_nest():
     frame = pd.read_csv(dn.datasets.path("theophylline"), na_values=".")
     pop = dn.read_data(frame[(frame["EVID"] != 0) | (frame["TIME"] > 0)])
 
-    def fit(text):
-        return dn.fit(dn.load_model(text), pop, dn.FO(), max_iter=0, covariance=None,
-                      progress=False)  # fmt: skip
+    def fit(text):  # (converged: a larger model's OFV above the smaller's is no nesting)
+        return dn.fit(dn.load_model(text), pop, dn.FO(), covariance=None, progress=False)
 
     additive = fit(MODEL)
     combined = fit(MODEL.replace("sigma = Positive(init=0.7)", "sigma = Positive(init=0.7)\n"
@@ -190,4 +189,34 @@ def test_no_likelihood_ratio_test_between_error_models_that_do_not_nest():
     with pytest.warns(UserWarning, match=r"p_LRT left out .*'prop' against 'add': their error "
                       r"models differ \(DV: Additive / Proportional\)"):  # fmt: skip
         table = dn.compare({"add": additive, "prop": proportional}, reference="first")
+    assert table["df"].tolist() == [0, 1] and np.isnan(table["p_LRT"][1])
+
+
+def test_a_larger_model_that_fits_worse_gets_no_likelihood_ratio_test():
+    """The same parameter name on CL in one model and on V in the other read as nested (p =
+    1.0, df 1) though the larger one's OFV was 0.6 above: a model that contains the other
+    cannot fit worse at its optimum."""
+    import types
+
+    from deepnlme.results import _compare
+
+    def fit(ofv, k):
+        return types.SimpleNamespace(
+            ofv=ofv, n_params=k, method=types.SimpleNamespace(name="FOCE"), aic=ofv + 2 * k,
+            bic=ofv, converged=True, covariance_status="ok", covariance_warnings=(),
+            condition_number=10.0, n_subjects=10, n_obs=50, population=None,
+        )  # fmt: skip
+
+    pairs = [("apgar_on_V", fit(578.658, 6)), ("apgar_on_CL", fit(579.263, 7))]
+    real = _compare._named
+    _compare._named = lambda fits: pairs
+    try:
+        said = (
+            r"'apgar_on_CL' against 'apgar_on_V': the larger model's OFV \(579\.263\) is "
+            r"above the smaller's \(578\.658\)"
+        )
+        with pytest.warns(UserWarning, match=said):
+            table = dn.compare(pairs, reference="first")
+    finally:
+        _compare._named = real
     assert table["df"].tolist() == [0, 1] and np.isnan(table["p_LRT"][1])

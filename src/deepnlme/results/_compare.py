@@ -131,6 +131,11 @@ def _not_nested(small, large) -> str | None:
     return None
 
 
+# the most a larger model's OFV may lie above a smaller one's for them to count as nested
+# (convergence tolerance; an optimum of the larger one is at most the smaller one's)
+_WORSE = 0.01
+
+
 def _lrt(d_ofv: float, df: int) -> float:
     """The likelihood-ratio test's p-value of an OFV difference (the larger model's OFV
     lower by `d_ofv`) against chi-square with `df` > 0 degrees of freedom."""
@@ -255,6 +260,13 @@ def compare(*fits: Any, reference: str = "best") -> pd.DataFrame:
             return math.nan
         small, large = (pairs[ref][1], f) if df > 0 else (f, pairs[ref][1])
         why = _not_nested(small, large)
+        if why is None and large.ofv > small.ofv + _WORSE:
+            # a model that contains the other cannot fit worse at its optimum (the same
+            # parameter name on CL in one and on V in the other read as nested: p = 1)
+            why = (
+                f"the larger model's OFV ({large.ofv:.3f}) is above the smaller's "
+                f"({small.ofv:.3f}): not nested, or not at its optimum"
+            )
         if why is not None:
             unnested.append(f"{name!r} against {names[ref]!r}: {why}")
             return math.nan
