@@ -3,6 +3,7 @@ scores against a direct evaluation, the trials' table, and the errors."""
 
 from __future__ import annotations
 
+import pathlib
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +196,24 @@ def test_best_values_keep_each_columns_type():
     assert values == {"width": 4, "lam": 0.5, "act": "softplus"}
     assert type(values["width"]) is int and type(values["lam"]) is float
     assert "MLP(1, {width})".format(**values) == "MLP(1, 4)"
+
+
+def test_a_held_out_subject_the_training_estimates_cannot_evaluate_is_named():
+    """Subject 56 (WT 0.6) makes sqrt(WT - 0.65) NaN: the fold whose training fit converged
+    and whose held-out set holds it said the training fit 'did not start'."""
+    text = (
+        pathlib.Path("examples/phenobarbital.model")
+        .read_text()
+        .replace("cl = th_cl * WT * exp(eta[0])", "cl = th_cl * WT * sqrt(WT - 0.65) * exp(eta[0])")
+    )
+    pop = dn.datasets.load("phenobarbital")
+    cv = dn.cross_validate(dn.load_model(text), pop, dn.FO(), folds=3, seed=1, workers=1,
+                           progress=False)  # fmt: skip
+    fold = cv.assignment[56]
+    row = cv.folds.set_index("fold").loc[fold]
+    assert bool(row["converged"]) and np.isnan(row["held_out_m2ll"])
+    assert row["error"].startswith(
+        "scoring the held-out subjects: SolveError: the held-out subjects cannot be evaluated "
+        "at the training fit's estimates: individual parameter cl is nan for subject ID"
+    )
+    assert "did not start" not in row["error"] and "the data's ID 56" in row["error"]

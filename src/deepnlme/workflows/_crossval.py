@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import OptionError, check_keywords, check_range
+from ..errors import OptionError, SolveError, check_keywords, check_range
 from ._runner import (
     FitOutcome,
     FitTask,
@@ -100,6 +100,14 @@ def run_fold(task: FoldTask, population, widths: Mapping[str, int] | None = None
             model, held, task.score, init=dict(train.estimates), max_iter=0, covariance=None,
             progress=False, **options,
         )  # fmt: skip
+        if not np.isfinite(scored.ofv):  # (predict said the converged training fit "did not
+            # start": it is the held-out subjects that cannot be evaluated at its estimates)
+            raise SolveError(
+                "the held-out subjects cannot be evaluated at the training fit's estimates: "
+                + scored.message.removesuffix("; the fit did not start").replace(
+                    "the objective is not finite at the initial estimates: ", ""
+                )
+            )
         table = predict(scored)
         dv = table["DV"].to_numpy(dtype=float)
         ok = np.isfinite(dv)
