@@ -169,8 +169,9 @@ def test_multistart_leaves_what_the_method_does_not_estimate_at_its_start():
     """JointMAP holds Omega at its start: moved by the perturbation, each start optimised
     another objective and their OFVs were compared as optima of one."""
     model = dn.load_model(dn.datasets.example_path("theophylline.model"))
-    ms = dn.multistart(model, dn.datasets.load("theophylline"), dn.JointMAP(), n=3, seed=1,
-                       workers=1, max_iter=2)  # fmt: skip
+    with pytest.warns(UserWarning, match="none of the 3 starts converged"):
+        ms = dn.multistart(model, dn.datasets.load("theophylline"), dn.JointMAP(), n=3,
+                           seed=1, workers=1, max_iter=2)  # fmt: skip
     omega = ms.starts[["omega[1,1]", "omega[2,2]", "omega[3,3]"]].to_numpy()
     np.testing.assert_allclose(omega, np.tile([0.4, 0.07, 0.02], (3, 1)), rtol=1e-12)
     assert ms.starts["tka"].nunique() == 3  # (the estimated ones are moved)
@@ -293,3 +294,34 @@ def test_a_start_stopped_unconverged_below_the_best_optimum_is_said(monkeypatch)
         for name, value in again[k].items():
             np.testing.assert_array_equal(ms.inits[k][name], value)
     assert float(ms.starts["tka"][1]) == float(again[1]["tka"])  # (the outcome's estimates)
+
+
+def test_multistart_where_no_start_converged_says_so(monkeypatch):
+    """`best` and `best_estimates` pointed to an unconverged start with no warning (the repr
+    alone said 'none converged')."""
+    from deepnlme.workflows import _multistart
+    from deepnlme.workflows._runner import FitOutcome
+
+    model = dn.load_model(dn.datasets.example_path("theophylline.model"))
+    pop = dn.datasets.load("theophylline")
+    ofv = [130.0, 121.5, 125.0]
+
+    def fits(tasks, population, **_):
+        return [FitOutcome(t.key, ofv[t.key], ofv[t.key], False, "iterations ran out", 5,
+                           dict(t.init), 0.1) for t in tasks]  # fmt: skip
+
+    monkeypatch.setattr(_multistart, "run_tasks", fits)
+    said = (
+        r"none of the 3 starts converged: `best` \(start 1, OFV 121\.5000\) and "
+        r"`best_estimates` are the lowest unconverged point"
+    )
+    with pytest.warns(UserWarning, match=said):
+        ms = dn.multistart(model, pop, dn.FOCE(), n=3, seed=1, progress=False)
+    assert ms.best == 1
+
+
+def test_the_subjects_common_to_failed_replicates_are_in_numeric_order():
+    from deepnlme.workflows._bootstrap import _id_order
+
+    assert sorted([18, 25, 56, 9], key=_id_order) == [9, 18, 25, 56]
+    assert sorted(["b", 10, "a", 2], key=_id_order) == [2, 10, "a", "b"]

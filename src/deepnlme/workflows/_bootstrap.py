@@ -167,7 +167,7 @@ class Bootstrap:
         common -= set().union(*(set(self.samples[k]) for k in good)) if good else set()
         if not common:
             return ""
-        ids = ", ".join(repr(_plain(x)) for x in sorted(common, key=str))
+        ids = ", ".join(repr(_plain(x)) for x in sorted(common, key=_id_order))
         return (
             f"; every failed replicate drew the data's subject(s) {ids}, and no replicate that "
             "succeeded did: the intervals describe resamples without them"
@@ -326,6 +326,14 @@ def _in_model_order(fit) -> dict[str, Any]:
     """The fit's estimates in the order the model declares its parameters."""
     order = [k for k in getattr(fit.model, "param_names", ()) if k in fit.estimates]
     return {k: fit.estimates[k] for k in order + sorted(set(fit.estimates) - set(order))}
+
+
+def _id_order(x) -> tuple:
+    """Numeric IDs in numeric order (9 before 18), then the others as text."""
+    try:
+        return (0, float(x), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(x))
 
 
 def _plain(x):

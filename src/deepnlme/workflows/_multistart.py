@@ -215,7 +215,18 @@ def multistart(
         seconds=tuple(o.seconds for o in outcomes),
         inits=tuple(starts),
     )
-    if result.lower_unconverged:
+    if not ok.any():
+        # `best` and `best_estimates` are then an unconverged start's (said in the repr
+        # only: code reading `best_estimates` took them for an optimum)
+        warnings.warn(
+            f"multistart: none of the {len(outcomes)} starts converged: `best` (start {best}, "
+            f"OFV {ofv[best]:.4f}) and `best_estimates` are the lowest unconverged point, not "
+            "an optimum. Refit from them with a larger max_iter, or look at `starts`' stopped "
+            "column for why the fits stopped.",
+            UserWarning,
+            stacklevel=2,
+        )
+    elif result.lower_unconverged:
         # a start that ran out of iterations below the best optimum: the search it stopped
         # may have been on its way to a better one, which the table would not show
         lower = result.lower_unconverged
