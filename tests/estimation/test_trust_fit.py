@@ -855,3 +855,16 @@ def test_ode_options_for_a_closed_form_are_said_to_have_no_effect():
     with pytest.warns(UserWarning, match=said):
         dn.fit(model, pop, dn.FO(), max_iter=0, covariance=None, progress=False,
                ode_options=dn.OdeOptions(solver="kvaerno5", rtol=1e-6))  # fmt: skip
+
+
+def test_a_prediction_that_underflows_is_named_not_the_residual_error():
+    """A multistart start with CL 26x and V 0.09x pheno's: the proportional SD underflowed
+    with the prediction (4e-154), and the message blamed the residual error's start."""
+    model = dn.load_model("examples/phenobarbital.model")
+    init = {"th_cl": 0.12479356, "th_v": 0.09033, "th_apg": 2.26453946}
+    fit = dn.fit(model, dn.datasets.load("phenobarbital"), dn.FOCE(), init=init, max_iter=0,
+                 covariance=None, progress=False)  # fmt: skip
+    assert "so small that an SD proportional to it underflows: check the structural" in (
+        fit.message
+    )
+    assert "check the residual error parameters" not in fit.message

@@ -205,6 +205,11 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
                         "observations where the prediction is 0 (e.g. before the dose is "
                         "absorbed)"
                         if pred is not None and f == 0
+                        else f"the prediction there is {_fmt(f)}, so small that an SD "
+                        "proportional to it underflows: check the structural parameters' "
+                        "initial estimates (a clearance or rate far too fast?), or use a "
+                        "combined error model"
+                        if pred is not None and np.isfinite(f) and abs(f) < 1e-100
                         else "check the residual error parameters' initial estimates"
                     )
                     return f"the residual SD of {what} is {_fmt(sd)} for {at}: {fix}{hint}"
