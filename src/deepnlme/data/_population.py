@@ -49,12 +49,12 @@ def id_array(ids) -> np.ndarray:
     return pd.Series(list(ids)).to_numpy()
 
 
-def _plain_id(v):
-    """An ID given by the caller as the population holds its IDs: a NumPy integer (from an
-    array of IDs) as a Python int, so that `subset(np.array([1, 2]))` keeps int IDs."""
+def plain_id(v):
+    """An ID as the population holds its IDs: a NumPy integer (from an array of IDs) or a
+    whole float as a Python int, so that `subset(np.array([1, 2]))` keeps int IDs."""
     if isinstance(v, np.integer):
         return int(v)
-    if isinstance(v, np.floating) and float(v).is_integer():
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
         return int(v)
     return v
 
@@ -614,7 +614,7 @@ class Population:
         """
         import warnings
 
-        ids = [_plain_id(i) for i in ids]
+        ids = [plain_id(i) for i in ids]
         if not ids:
             raise OptionError("subset(ids) needs at least one subject ID; got an empty list.")
         parts = []

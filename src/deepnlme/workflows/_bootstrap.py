@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..data._population import plain_id
 from ..errors import OptionError, check_keywords, check_range
 from ._runner import (
     FitTask,
@@ -167,7 +168,7 @@ class Bootstrap:
         common -= set().union(*(set(self.samples[k]) for k in good)) if good else set()
         if not common:
             return ""
-        ids = ", ".join(repr(_plain(x)) for x in sorted(common, key=_id_order))
+        ids = ", ".join(repr(plain_id(x)) for x in sorted(common, key=_id_order))
         return (
             f"; every failed replicate drew the data's subject(s) {ids}, and no replicate that "
             "succeeded did: the intervals describe resamples without them"
@@ -334,8 +335,3 @@ def _id_order(x) -> tuple:
         return (0, float(x), "")
     except (TypeError, ValueError):
         return (1, 0.0, str(x))
-
-
-def _plain(x):
-    """An ID as the data has it (a whole float as an int)."""
-    return int(x) if isinstance(x, (float, np.floating)) and float(x).is_integer() else x
