@@ -130,23 +130,21 @@ def _subjects(columns):
     return out
 
 
-def _warn_network_ranges(key, cov):
-    """Warn, once per network input, where a covariate is beyond the range the network was
-    scaled and fitted on (as deepnlme's `predict` and `simulate` do)."""
+def _warn_network_ranges(key, cov, warned):
+    """Warn, once per network input (`warned`: those said already), where a covariate is
+    beyond the range the network was scaled and fitted on (as deepnlme's `predict` and
+    `simulate` do)."""
     for net, name, lo, hi in MODEL.get("network_ranges", ()):
         v = cov[MODEL["covariates"].index(name)]
         slack = 0.01 * max(hi - lo, abs(hi), abs(lo), 1e-12)
-        if (v < lo - slack or v > hi + slack) and (net, name) not in _WARNED:
-            _WARNED.add((net, name))
+        if (v < lo - slack or v > hi + slack) and (net, name) not in warned:
+            warned.add((net, name))
             warnings.warn(
                 f"subject {key}: network {net}'s input {name} is {v:g}, beyond the range it was "
                 f"scaled and fitted on ({lo:g} to {hi:g}): a network extrapolates with no shape "
                 "of its own there, and its output can be far off",
                 stacklevel=4,
             )
-
-
-_WARNED = set()
 
 
 def _covariates(key, records):
@@ -504,12 +502,12 @@ def _subject_predictions(key, records, eta, cov, rtol, atol, max_steps):
 
 
 def _fitted_ebe(key, cov, ebes):
-    """The random effects IPRED uses for subject `key`, or None (with the reason)."""
+    """The random effects IPRED uses for subject `key`, or None (with the reason); `ebes`:
+    the caller's, by subject key (None: the fitted ones)."""
     if ebes is not None:
-        if key not in {id_key(k) for k in ebes}:
+        if key not in ebes:
             return None, None
-        row = next(v for k, v in ebes.items() if id_key(k) == key)
-        eta = np.asarray(row, dtype=float).reshape(-1)
+        eta = np.asarray(ebes[key], dtype=float).reshape(-1)
         if eta.shape != (len(MODEL["eta"]),):
             raise ExportedModelError(
                 f"ebes[{key!r}] has {eta.size} values; the model has {len(MODEL['eta'])} "
@@ -537,7 +535,8 @@ def _predict(data, ebes, rtol, atol, max_steps):
         if isinstance(data, str)
         else {str(k).upper(): [str(v) for v in vs] for k, vs in data.items()}
     )
-    _WARNED.clear()
+    given = None if ebes is None else {id_key(k): v for k, v in ebes.items()}
+    warned = set()
     missing = [c for c in MODEL["covariates"] if c not in columns]
     if missing:
         raise ExportedModelError(f"the data have no column {missing[0]} (a model covariate)")
@@ -546,11 +545,11 @@ def _predict(data, ebes, rtol, atol, max_steps):
     with_ebe, others = [], []
     for key, records in _subjects(columns).items():
         cov = _covariates(key, records)
-        _warn_network_ranges(key, cov)
+        _warn_network_ranges(key, cov, warned)
         obs, pred, _ = _subject_predictions(
             key, records, np.zeros(n_eta), cov, rtol, atol, max_steps
         )
-        ebe, why_not = _fitted_ebe(key, cov, ebes)
+        ebe, why_not = _fitted_ebe(key, cov, given)
         if why_not is not None:
             warnings.warn(why_not, stacklevel=3)
         if ebe is not None:

@@ -451,8 +451,8 @@ class _Parser:
             col = off + (st.col if k == 1 else 0)
             sugg = "Check the brackets, operators and commas of this statement."
             rhs = st.text.split("=", 1)[1] if "=" in st.text else ""
-            if re.search(r"\b[A-Za-z_]\w*'(?!\w)", rhs):
-                name = re.search(r"\b([A-Za-z_]\w*)'", rhs)[1]
+            if m := re.search(r"\b([A-Za-z_]\w*)'(?!\w)", rhs):
+                name = m[1]
                 sugg = (
                     f"{name}' (a derivative) is used on the right of '=': a derivative is "
                     "written on the left only (State' = expression), and the right side is an "
@@ -1145,8 +1145,7 @@ class _Parser:
                     f"'{name}' is already declared as {kind} (line {first.line}, in '{blk}:')",
                     f"Give this {'variable' if what == 'var' else what} another name.",
                 )
-            if what == "state" and self._closed_form_name(st):
-                cf = self._closed_form_name(st)
+            if what == "state" and (cf := self._closed_form_name(st)):
                 raise self.err(
                     st,
                     node,

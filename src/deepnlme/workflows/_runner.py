@@ -389,8 +389,17 @@ class FitCounter:
     """A count of finished fits on `stream`: on a terminal one line updated in place (a
     carriage return), in a log or a pipe a line per finished fit."""
 
-    def __init__(self, label: str, total: int, *, enabled: bool, stream: TextIO | None = None):
+    def __init__(
+        self,
+        label: str,
+        total: int,
+        *,
+        enabled: bool,
+        stream: TextIO | None = None,
+        journal: Journal | None = None,
+    ):
         self.label, self.total, self.enabled = label, total, enabled
+        self.journal = journal  # (where each finished fit is written, if given)
         self.stream = sys.stdout if stream is None else stream
         isatty = getattr(self.stream, "isatty", None)
         try:
@@ -399,8 +408,6 @@ class FitCounter:
             self.live = False
         self.done = 0
         self.t0 = time.perf_counter()
-
-    journal: Journal | None = None
 
     def finished(self, outcome: Any) -> None:
         if self.journal is not None:
@@ -573,20 +580,19 @@ def run_tasks(
     written as it finishes."""
     n = check_workers(label, workers, scheduler)
     _refuse_in_a_starting_worker(label)
-    if journal is not None:
-        results = {t.key: journal.done[t.key] for t in tasks if t.key in journal.done}
-        todo = [t for t in tasks if t.key not in results]
-        if results and progress:
-            (stream or sys.stdout).write(
-                f"{label}: {len(results)} of {len(tasks)} fits taken from {journal.path}\n"
-            )
-        counter = FitCounter(label, len(todo), enabled=progress, stream=stream)
-        counter.journal = journal
-        fresh = _run_tasks(todo, population, n, scheduler, counter, retries, widths, fn)
-        results.update({o.key: o for o in fresh})
-        return [results[t.key] for t in tasks]
-    counter = FitCounter(label, len(tasks), enabled=progress, stream=stream)
-    return _run_tasks(tasks, population, n, scheduler, counter, retries, widths, fn)
+    done = journal.done if journal is not None else {}
+    results = {t.key: done[t.key] for t in tasks if t.key in done}
+    todo = [t for t in tasks if t.key not in results]
+    if results and progress:
+        (stream or sys.stdout).write(
+            f"{label}: {len(results)} of {len(tasks)} fits taken from {journal.path}\n"
+        )
+    counter = FitCounter(label, len(todo), enabled=progress, stream=stream, journal=journal)
+    fresh = _run_tasks(todo, population, n, scheduler, counter, retries, widths, fn)
+    if not results:
+        return fresh
+    results.update({o.key: o for o in fresh})
+    return [results[t.key] for t in tasks]
 
 
 def _run_tasks(tasks, population, n, scheduler, counter, retries, widths, fn) -> list[Any]:
