@@ -223,7 +223,13 @@ class _SubclassedTsit5(dfx.Tsit5):
 
 
 def test_solver_objects_give_the_states_of_their_shorthand():
-    from deepnlme.solve._ode import _SOLVERS, solver_name, solver_object
+    from deepnlme.solve._ode import (
+        _SOLVERS,
+        STIFF_SOLVER,
+        solver_name,
+        solver_object,
+        stiff_solver,
+    )
 
     # the shorthands and their diffrax default instances, both ways
     for name, cls in _SOLVERS.items():
@@ -231,7 +237,10 @@ def test_solver_objects_give_the_states_of_their_shorthand():
             assert solver_object(name) == dfx.Tsit5() and solver_name(dfx.Tsit5()) == "tsit5"
             continue
         obj = getattr(dfx, cls)()
-        assert solver_name(obj) == name and solver_object(name) == obj
+        assert solver_name(obj) == name and type(solver_object(name)) is type(obj)
+        # the stiff one with its own Newton tolerances (`stiff_solver`), the others as given
+        built = stiff_solver(OdeOptions()) if name == STIFF_SOLVER else obj
+        assert solver_object(name) == built
         opts = OdeOptions(solver=obj)
         assert opts == OdeOptions(solver=name) and hash(opts) == hash(OdeOptions(solver=name))
         assert opts.solver == name and type(opts.solver_object) is type(obj)
