@@ -123,3 +123,20 @@ def test_parameters_in_natural_units_are_reached_in_few_iterations():
     assert res.converged
     np.testing.assert_allclose(res.x, target, rtol=1e-6)
     assert res.n_iter < 60
+
+
+def test_a_line_search_at_the_objectives_precision_ends_in_a_few_evaluations():
+    # an OFV known to 1e-7 (an ODE's tolerances) whose gradient stays 5e-3 off zero: once no
+    # step can lower it by more than ftol, the fit has settled (converged on ftol), without
+    # 40 trials a line search and a second line search from steepest descent
+    calls = []
+
+    def fun(x):
+        calls.append(x)
+        value = 1e3 + float(np.sum((x - 1.0) ** 2 + 5e-3 * np.abs(x - 1.0)))
+        return round(value, 7), 2.0 * (x - 1.0) + 5e-3 * np.where(x >= 1.0, 1.0, -1.0)
+
+    res = minimize(fun, np.zeros(2), gtol=1e-3, max_iter=100)
+    assert res.converged and "ftol" in res.message and not res.stalled, res.message
+    np.testing.assert_allclose(res.x, 1.0, atol=1e-3)
+    assert len(calls) < 40, len(calls)  # 64 before
