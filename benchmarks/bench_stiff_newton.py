@@ -1,7 +1,8 @@
 """The stiff solver's Newton tolerances: diffrax's default against deepnlme's (`stiff_solver`),
 on the target-mediated disposition model of `examples/tmdd`, in one run (A/B).
 
-    python benchmarks/bench_stiff_newton.py [--subjects 24] [--fit [--max-iter N]] [--no-table]
+    python benchmarks/bench_stiff_newton.py [--subjects 24] [--fit [--max-iter N]
+        [--hessian auto|exact|fisher]] [--no-table]
 
 Part 1 (unless `--no-table`): the TMDD amounts of `subjects` subjects (doses 1 to 300
 nmol, 11 observation times to 336 h, individual kel and V drawn around the model's initial
@@ -17,7 +18,8 @@ Part 2 (`--fit`): a FOCE fit of the model to data simulated from it (doses 10 to
 10 observation times to 168 h) with default options (`--max-iter 0`: the first evaluation
 only, no covariance step), in this process: the solver chosen, the compile and
 first-evaluation times the progress line prints, the fit's time, iterations and OFV. Run it
-with the source before and after on ``PYTHONPATH`` to compare.
+with the source before and after on ``PYTHONPATH`` to compare. `--hessian`: the EBE search's
+curvature (`InnerOptions.hessian`, default "auto").
 """
 
 from __future__ import annotations
@@ -150,7 +152,7 @@ def newton_table(n_subjects: int) -> None:
             )
 
 
-def tmdd_fit(n_subjects: int, max_iter: int | None) -> None:
+def tmdd_fit(n_subjects: int, max_iter: int | None, hessian: str) -> None:
     import pandas as pd
 
     rows = []
@@ -164,10 +166,12 @@ def tmdd_fit(n_subjects: int, max_iter: int | None) -> None:
     options = {} if max_iter is None else {"max_iter": max_iter}
     if max_iter == 0:  # the first evaluation alone
         options["covariance"] = None
-    fit = dn.fit(model, data, dn.FOCE(), progress=True, **options)
+    method = dn.FOCE(inner=dn.InnerOptions(hessian=hessian))
+    fit = dn.fit(model, data, method, progress=True, **options)
     wall = time.perf_counter() - t0
     print(
-        f"FOCE fit, {n_subjects} subjects: solver {fit.ode_options.solver}, {wall:.1f} s, "
+        f"FOCE fit (EBE search's hessian {hessian!r}), {n_subjects} subjects: solver "
+        f"{fit.ode_options.solver}, {wall:.1f} s, "
         f"{fit.n_iter} iterations, converged {fit.converged}, OFV {fit.ofv:.4f}; "
         f"timings {fit.timings}"
     )
@@ -178,12 +182,13 @@ def main() -> None:
     ap.add_argument("--subjects", type=int, default=24)
     ap.add_argument("--fit", action="store_true", help="also fit FOCE to simulated data")
     ap.add_argument("--max-iter", type=int, default=None, help="the fit's max_iter")
+    ap.add_argument("--hessian", default="auto", help="InnerOptions.hessian of the fit")
     ap.add_argument("--no-table", action="store_true", help="skip part 1")
     args = ap.parse_args()
     if not args.no_table:
         newton_table(args.subjects)
     if args.fit:
-        tmdd_fit(args.subjects, args.max_iter)
+        tmdd_fit(args.subjects, args.max_iter, args.hessian)
 
 
 if __name__ == "__main__":
