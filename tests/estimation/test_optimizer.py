@@ -127,8 +127,8 @@ def test_parameters_in_natural_units_are_reached_in_few_iterations():
 
 def test_a_line_search_at_the_objectives_precision_ends_in_a_few_evaluations():
     # an OFV known to 1e-7 (an ODE's tolerances) whose gradient stays 5e-3 off zero: once no
-    # step can lower it by more than ftol, the fit has settled (converged on ftol), without
-    # 40 trials a line search and a second line search from steepest descent
+    # step can lower it by more than ftol, the fit has settled (converged on ftol), instead
+    # of up to 40 trials a line search and a second line search from steepest descent
     calls = []
 
     def fun(x):

@@ -489,7 +489,7 @@ class _QuasiNewton(Optimizer):
                 # objective's numerical precision: an ODE's tolerances, EBEs), and shorter
                 # steps cannot tell more. Taken as an iteration that changed nothing (the
                 # ftol rule then ends the fit), not 40 more trials and a second line search
-                # (TMDD's FOCE fit spent 3 minutes so: `benchmarks/RESULTS_stiff.md`)
+                # (TMDD's FOCE fit spent its last 310 s so: `benchmarks/RESULTS_stiff.md`)
                 return x_try, f_try, g_try, False
             if finite:  # quadratic interpolation, kept within [0.1, 0.5] of the step
                 denom = 2.0 * (f_try - f - alpha * slope)
