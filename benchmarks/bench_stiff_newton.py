@@ -33,9 +33,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+import deepnlme as dn  # (x64 and EQX_ON_ERROR=nan, as in a fit)
 
-import deepnlme as dn  # noqa: E402  (x64 and EQX_ON_ERROR=nan, as in a fit)
+ROOT = Path(__file__).resolve().parents[1]
 
 TIMES = [0.1, 0.5, 1, 2, 4, 8, 24, 48, 96, 168, 336]
 DOSES = [1.0, 10.0, 30.0, 100.0, 300.0]
