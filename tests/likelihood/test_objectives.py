@@ -245,6 +245,31 @@ def test_inner_search_halves_a_rejected_step_cut_to_max_step():
     np.testing.assert_array_equal(np.asarray(lanes.eta), np.repeat(np.asarray(res.eta)[None], 2, 0))
 
 
+def test_inner_search_ends_where_the_objective_is_known_to_its_rounding_only():
+    # An integrated ODE's objective is known to its tolerances only: here a smooth objective
+    # (mode at (0.3, -0.2)) plus jumps of 3e-8 that its derivatives do not see, as an
+    # adaptive solver's step choices make. Near the mode every Newton step's predicted
+    # decrease is below the jumps, and about half the trials raise the objective; the search
+    # took 43 iterations from (1, 1) and stopped 2e-5 from the mode once its damping ran
+    # away. It now ends at the first such trial, at the mode to 1e-8, in the iterations of
+    # the objective without jumps (plus one trial).
+    mode = jnp.array([0.3, -0.2])
+
+    def f(e, amp):
+        d = e - mode
+        jumps = amp * jnp.sin(1e3 * jnp.floor(e * 1e9)).sum()
+        return 100.0 + 50.0 * jnp.sum(jnp.exp(d) - d) + 20.0 * d[0] * d[1] + jumps
+
+    start = jnp.array([1.0, 1.0])
+    smooth = newton_lm(lambda e: f(e, 0.0), start, InnerOptions())
+    res = newton_lm(lambda e: f(e, 3e-8), start, InnerOptions())
+    assert bool(res.converged) and int(res.n_iter) <= int(smooth.n_iter) + 1
+    np.testing.assert_allclose(np.asarray(res.eta), np.asarray(mode), atol=1e-8)
+    lanes = newton_lm_lanes(f, jnp.stack([start, start]), jnp.array([3e-8, 0.0]), InnerOptions())
+    np.testing.assert_array_equal(np.asarray(lanes.eta[0]), np.asarray(res.eta))
+    assert np.all(np.asarray(lanes.converged))
+
+
 @pytest.mark.parametrize("written_out", [False, True])
 def test_inner_search_with_a_non_finite_newton_step_is_not_converged(written_out):
     # a slope of 1e302 and no curvature: the damped Newton step overflows at the start; the

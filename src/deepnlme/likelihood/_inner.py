@@ -25,6 +25,9 @@ class InnerOptions(KeywordChecked):
     - `tol`: convergence when the Newton decrement g'(H + lam I)^-1 g at the current EBE
       (on the -2LL scale) is below `tol`; default 1e-14. The search returns that point plus
       its Newton step, and the returned EBEs carry one more Newton step (the implicit step).
+      An objective known to its rounding only (an integrated ODE's, to its tolerances) may
+      never get there: a search also ends, converged, at a point whose undamped Newton
+      decrement is below 1e-9 (1 + |objective|) when its next trial raised the objective.
     - `multistart`: besides the previous EBEs, start the search from eta = 0 and from
       +-1.5 SD of Omega along each random effect (2q + 1 more searches, batched), and keep the
       mode with the lowest contribution to the method's objective (ties, within 1e-10
@@ -81,6 +84,14 @@ class InnerResult(NamedTuple):
     converged: jax.Array
 
 
+# The relative change of an EBE objective (on the -2LL scale) below which a search cannot
+# tell a better point from rounding: an accepted point whose Newton decrement is below this
+# times (1 + |value|), and whose next trial raised the objective, is taken as the mode. Its
+# objective is then within about half that of the mode's, far below what a fit resolves (a
+# subject's -2LL to 1e-9 relative); searches with exact arithmetic converge by `tol` first.
+_RESOLUTION = 1e-9
+
+
 def exact_vgh(fun: Callable[[jax.Array], jax.Array], eta: jax.Array):
     """Value, gradient and Hessian of `fun` at `eta`, all in forward mode.
 
@@ -105,7 +116,9 @@ def newton_lm(
 
     Steps solve (H + lam I) d = -g with the exact Hessian; a step is accepted when the
     objective does not increase (and is finite), and lam shrinks tenfold; otherwise lam grows
-    tenfold. Converged at an accepted point whose own Newton decrement -g'd is below `tol`;
+    tenfold. Converged at an accepted point whose own Newton decrement -g'd is below `tol`,
+    or whose undamped Newton decrement is below `_RESOLUTION` (1 + |value|) when a trial from
+    it was rejected (the objective's rounding, not its shape, decides there);
     the mode returned is then that point plus its Newton step d (`value`, `grad` and `hess`
     are the accepted point's: they differ from the mode's by O(|d|)).
     A non-finite start falls back to eta = 0. The search stops, not converged, at an accepted
@@ -186,10 +199,23 @@ def _newton_parts(fun, options: InnerOptions, max_step, vgh=None, step_map=None)
         step_ok = jnp.all(jnp.isfinite(step))
         step = jnp.where(step_ok, step, 0.0)
         decrement = -jnp.dot(g, step)
+        # the accepted point's own (undamped) Newton step and decrement: where a trial from
+        # it failed to lower the objective although that decrement is below the objective's
+        # resolution (`_RESOLUTION`), the search is at the mode as far as the objective can
+        # tell (an integrated ODE's objective is known to its tolerances only; there a
+        # search would otherwise reject steps at random until `max_iter`, and under `vmap`
+        # every subject waits for it)
+        newton = damped_newton_step(g, h, jnp.zeros((), g.dtype))
+        newton_ok = jnp.all(jnp.isfinite(newton))
+        resolved = ~first & ~accept & finite & newton_ok & (
+            -jnp.dot(g, jnp.where(newton_ok, newton, 0.0))
+            <= _RESOLUTION * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0)))
+        )
         # converged at the point just accepted when its own Newton decrement is below tol
         # (the implicit step of `implicit_eta` then takes that last Newton step); a non-finite
         # step there ends the search unconverged (it is no zero step)
-        done = accept & step_ok & (decrement < options.tol)
+        done = (accept & step_ok & (decrement < options.tol)) | resolved
+        step = jnp.where(resolved, jnp.where(newton_ok, newton, 0.0), step)
         broken = accept & ~step_ok
         # at most `max_step`, and after a rejected step at most half of it: where the step
         # was cut to `max_step`, raising the damping alone shortens it only once lam nears
@@ -199,7 +225,9 @@ def _newton_parts(fun, options: InnerOptions, max_step, vgh=None, step_map=None)
             1.0 if max_step is not None else jnp.inf,
             jnp.maximum(0.5 * tried, 1e-300),  # (a zero step tried: no 0 / 0)
         )
-        step = step / jnp.maximum(1.0, jnp.max(jnp.abs(mapped(step)) / unit) / limit)
+        step = jnp.where(
+            resolved, step, step / jnp.maximum(1.0, jnp.max(jnp.abs(mapped(step)) / unit) / limit)
+        )
         stuck = (lam > 1e12 * (1.0 + jnp.mean(jnp.abs(jnp.diag(h))))) | (first & ~finite & ~restart)
         ended = done | stuck | broken
         zeros = jnp.zeros_like(eta)
