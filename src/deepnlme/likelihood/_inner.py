@@ -207,9 +207,15 @@ def _newton_parts(fun, options: InnerOptions, max_step, vgh=None, step_map=None)
         # every subject waits for it)
         newton = damped_newton_step(g, h, jnp.zeros((), g.dtype))
         newton_ok = jnp.all(jnp.isfinite(newton))
-        resolved = ~first & ~accept & finite & newton_ok & (
-            -jnp.dot(g, jnp.where(newton_ok, newton, 0.0))
-            <= _RESOLUTION * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0)))
+        resolved = (
+            ~first
+            & ~accept
+            & finite
+            & newton_ok
+            & (
+                -jnp.dot(g, jnp.where(newton_ok, newton, 0.0))
+                <= _RESOLUTION * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0)))
+            )
         )
         # converged at the point just accepted when its own Newton decrement is below tol
         # (the implicit step of `implicit_eta` then takes that last Newton step); a non-finite
