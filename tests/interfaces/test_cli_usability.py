@@ -477,7 +477,7 @@ def test_simulate_reads_a_design_whose_samples_have_no_dv(in_tmp):
     frame.drop(columns="MDV").to_csv(in_tmp / "design_no_mdv.csv", index=False)
     for name in ("design.csv", "design_no_mdv.csv"):
         args = ["simulate", name, "--model", "theophylline.model", "--out", "sim.csv"]
-        assert main([*args, "--quiet"]) == 0
+        assert main([*args, "--quiet", "--force"]) == 0
         sim = pd.read_csv(in_tmp / "sim.csv")
         assert sim.loc[sim["EVID"] == 0, "DV"].notna().sum() == 9, name
 

@@ -560,6 +560,7 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sim.add_argument("--replicates", type=int, default=1, help="data sets (default 1)")
     sim.add_argument("--out", required=True, help="output CSV file")
+    sim.add_argument("--force", action="store_true", help="replace the --out file")
     sim.add_argument("--quiet", action="store_true", help="no progress display")
     _row_options(sim)
 
@@ -571,6 +572,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     vpc.add_argument("fit", help="saved fit folder, or a `deepnlme fit --out` folder")
     vpc.add_argument("--out", required=True, help="output folder")
+    vpc.add_argument("--force", action="store_true", help="replace a VPC's files in --out")
     vpc.add_argument(
         "--n-sim", type=_count(2), default=200, metavar="N", help="replicates (default 200)"
     )
@@ -631,6 +633,7 @@ def _parser() -> argparse.ArgumentParser:
         help="dOFV and the likelihood-ratio test against the best fit (default) or the first",
     )
     comp.add_argument("--out", default=None, help="also write the table to this CSV file")
+    comp.add_argument("--force", action="store_true", help="replace the --out file")
 
     boot = sub.add_parser(
         "bootstrap",
@@ -691,6 +694,9 @@ def _parser() -> argparse.ArgumentParser:
         )
         _many_fits_options(cv, "a covariate every fold shares")
         cv.add_argument("--out", required=True, help="output folder")
+        cv.add_argument(
+            "--force", action="store_true", help=f"replace the tables of a {name} run in --out"
+        )
         _row_options(cv)
 
     exp = sub.add_parser(
@@ -917,6 +923,19 @@ def _check_out_kind(out: Path, *, folder: bool) -> None:
         raise OptionError(f"--out {out}: a folder of that name exists; give a file's name")
 
 
+def _refuse_to_replace(command: str, paths: list[Path], force: bool) -> None:
+    """Refuse, before any work, output files that exist unless `force`: nothing a user had
+    is replaced by a rerun into the same --out (the VPC, cross-validation, tuning,
+    simulation and comparison commands overwrote their files without a word)."""
+    there = [str(p) for p in paths if p.exists()]
+    if there and not force:
+        them = "it" if len(there) == 1 else "them"
+        raise OptionError(
+            f"{command}: {', '.join(there)} {'exists' if len(there) == 1 else 'exist'}; give "
+            f"another --out, or --force to replace {them}"
+        )
+
+
 def _load_fit_arg(path: str):
     """The saved fit that FIT names: a saved fit's folder, or a `deepnlme fit --out DIR`
     folder (its `fit/`), as `export` and `compare` take them."""
@@ -946,6 +965,7 @@ def _simulate(args) -> None:
     if args.replicates < 1:
         raise OptionError(f"--replicates must be >= 1; got {args.replicates}")
     _check_out_kind(Path(args.out), folder=False)
+    _refuse_to_replace("simulate", [Path(args.out)], args.force)
     pop = _read_population(args.data, args, design=True)  # (sampling times without DVs)
     if args.fit:
         fit = _load_fit_arg(args.fit)
@@ -973,7 +993,9 @@ def _vpc(args) -> None:
     import deepnlme as dn
 
     bins = args.bins if args.bins in ("unique", "auto") else _int_option("--bins", args.bins)
-    _check_out_kind(Path(args.out), folder=True)
+    out = Path(args.out)
+    _check_out_kind(out, folder=True)
+    _refuse_to_replace("vpc", [out / f"vpc.{x}" for x in ("csv", "svg", "png")], args.force)
     fit = _load_fit_arg(args.fit)
     from ..results._vpc import check_vpc_options
 
@@ -991,7 +1013,6 @@ def _vpc(args) -> None:
             x=args.x,
         )
         display.end()
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     v.summary.to_csv(out / "vpc.csv", index=False)
     from .charts import to_figure, to_svg
@@ -1036,6 +1057,9 @@ def _compare(args) -> None:
             "this version of deepnlme has no deepnlme.compare, which `deepnlme compare` "
             "prints; update deepnlme"
         )
+    if args.out:
+        _check_out_kind(Path(args.out), folder=False)
+        _refuse_to_replace("compare", [Path(args.out)], args.force)
     paths = [_saved_fit_folder(f) for f in args.fits]
     labels = [_fit_label(Path(f)) for f in args.fits]
     if len(set(labels)) < len(labels):  # the same folder name twice: the paths as given
@@ -1124,12 +1148,19 @@ def _space(text: str) -> dict:
     return space
 
 
+_TUNE_FILES = ("trials.csv", "folds.csv", "best.model")  # (what `deepnlme tune` writes)
+
+
 def _cross_validate(args) -> None:
     import pandas as pd
 
     from ..model import load_model
     from ..workflows import cross_validate, tune
 
+    out = Path(args.out)
+    _check_out_kind(out, folder=True)
+    names = ("folds.csv", "assignment.csv") if args.command == "cv" else _TUNE_FILES
+    _refuse_to_replace(args.command, [out / n for n in names], args.force)
     method = _method(args.method)
     pop = _read_population(args.data, args)
     workers = _workers(args)
@@ -1137,7 +1168,6 @@ def _cross_validate(args) -> None:
         "folds": args.folds, "seed": args.seed, "stratify": args.stratify, "workers": workers,
         "scheduler": args.scheduler, "progress": not args.quiet, "max_iter": args.max_iter,
     }  # fmt: skip
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     show = pd.option_context("display.width", 200, "display.max_columns", None)
     if args.command == "cv":
