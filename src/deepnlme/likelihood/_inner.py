@@ -181,7 +181,8 @@ def _newton_parts(fun, options: InnerOptions, max_step, vgh=None, step_map=None)
         tried = jnp.max(jnp.abs(mapped(cand - eta)) / unit)
         v_new, g_new, h_new = vgh(cand)
         finite = jnp.isfinite(v_new) & jnp.all(jnp.isfinite(g_new)) & jnp.all(jnp.isfinite(h_new))
-        accept = finite & (v_new <= v + 1e-12 * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0))))
+        size = 1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0))  # (the last accepted value's)
+        accept = finite & (v_new <= v + 1e-12 * size)
         first = ~jnp.isfinite(v)  # nothing accepted yet: `cand` is a start
         # a start where the objective is not finite: start again from eta = 0 (once)
         restart = first & ~finite & jnp.any(cand != 0)
@@ -207,21 +208,15 @@ def _newton_parts(fun, options: InnerOptions, max_step, vgh=None, step_map=None)
         # every subject waits for it)
         newton = damped_newton_step(g, h, jnp.zeros((), g.dtype))
         newton_ok = jnp.all(jnp.isfinite(newton))
+        newton = jnp.where(newton_ok, newton, 0.0)
         resolved = (
-            ~first
-            & ~accept
-            & finite
-            & newton_ok
-            & (
-                -jnp.dot(g, jnp.where(newton_ok, newton, 0.0))
-                <= _RESOLUTION * (1.0 + jnp.abs(jnp.where(jnp.isfinite(v), v, 0.0)))
-            )
+            ~first & ~accept & finite & newton_ok & (-jnp.dot(g, newton) <= _RESOLUTION * size)
         )
         # converged at the point just accepted when its own Newton decrement is below tol
         # (the implicit step of `implicit_eta` then takes that last Newton step); a non-finite
         # step there ends the search unconverged (it is no zero step)
         done = (accept & step_ok & (decrement < options.tol)) | resolved
-        step = jnp.where(resolved, jnp.where(newton_ok, newton, 0.0), step)
+        step = jnp.where(resolved, newton, step)
         broken = accept & ~step_ok
         # at most `max_step`, and after a rejected step at most half of it: where the step
         # was cut to `max_step`, raising the damping alone shortens it only once lam nears
