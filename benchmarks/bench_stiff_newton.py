@@ -2,7 +2,7 @@
 on the target-mediated disposition model of `examples/tmdd`, in one run (A/B).
 
     python benchmarks/bench_stiff_newton.py [--subjects 24] [--fit [--max-iter N]
-        [--hessian auto|exact|fisher]] [--no-table]
+        [--hessian auto|exact|fisher] [--searches]] [--no-table]
 
 Part 1 (unless `--no-table`): the TMDD amounts of `subjects` subjects (doses 1 to 300
 nmol, 11 observation times to 336 h, individual kel and V drawn around the model's initial
@@ -19,7 +19,10 @@ Part 2 (`--fit`): a FOCE fit of the model to data simulated from it (doses 10 to
 only, no covariance step), in this process: the solver chosen, the compile and
 first-evaluation times the progress line prints, the fit's time, iterations and OFV. Run it
 with the source before and after on ``PYTHONPATH`` to compare. `--hessian`: the EBE search's
-curvature (`InnerOptions.hessian`, default "auto").
+curvature (`InnerOptions.hessian`, default "auto"). `--searches`: also print, for each batch
+of EBE searches the fit ran, every search's Newton iterations and whether it converged
+(recorded from inside the compiled search by a callback on `likelihood._inner`'s result:
+run it with `--max-iter 0` for the first evaluation's searches).
 """
 
 from __future__ import annotations
@@ -177,6 +180,29 @@ def tmdd_fit(n_subjects: int, max_iter: int | None, hessian: str) -> None:
     )
 
 
+def record_searches() -> list:
+    """Wrap the EBE search's result (`deepnlme.likelihood._inner._newton_result`) so that
+    every batch of searches traced after this call appends (iterations, converged) to the
+    returned list when it runs."""
+    import jax
+    import numpy as np
+
+    from deepnlme.likelihood import _inner
+
+    found: list = []
+    result = _inner._newton_result
+
+    def recorded(state):
+        def keep(it, ok):
+            found.append((np.asarray(it).ravel(), np.asarray(ok).ravel()))
+
+        jax.debug.callback(keep, state[6], state[8])
+        return result(state)
+
+    _inner._newton_result = recorded
+    return found
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subjects", type=int, default=24)
@@ -184,11 +210,18 @@ def main() -> None:
     ap.add_argument("--max-iter", type=int, default=None, help="the fit's max_iter")
     ap.add_argument("--hessian", default="auto", help="InnerOptions.hessian of the fit")
     ap.add_argument("--no-table", action="store_true", help="skip part 1")
+    ap.add_argument("--searches", action="store_true", help="each EBE search's iterations")
     args = ap.parse_args()
     if not args.no_table:
         newton_table(args.subjects)
     if args.fit:
+        found = record_searches() if args.searches else []
         tmdd_fit(args.subjects, args.max_iter, args.hessian)
+        for k, (iterations, converged) in enumerate(found):
+            print(
+                f"searches {k}: Newton iterations {iterations.tolist()}; not converged "
+                f"{int((~converged).sum())} of {converged.size}"
+            )
 
 
 if __name__ == "__main__":
