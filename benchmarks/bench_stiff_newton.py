@@ -1,23 +1,27 @@
-"""The stiff solver's Newton tolerances: diffrax's default against deepnlme's (`stiff_solver`),
-on the target-mediated disposition model of `examples/tmdd`, in one run (A/B).
+"""The stiff solvers on the target-mediated disposition model of `examples/tmdd`, in one run
+(A/B): Kvaerno5 with diffrax's default Newton tolerances and with deepnlme's
+(`kvaerno5_solver`), and Rodas5 (`deepnlme.solve._rosenbrock`, what ``"auto"`` switches to).
 
     python benchmarks/bench_stiff_newton.py [--subjects 24] [--fit [--max-iter N]
-        [--hessian auto|exact|fisher] [--searches]] [--no-table]
+        [--hessian auto|exact|fisher] [--searches] [--solver auto|rodas5|kvaerno5]] [--no-table]
 
 Part 1 (unless `--no-table`): the TMDD amounts of `subjects` subjects (doses 1 to 300
 nmol, 11 observation times to 336 h, individual kel and V drawn around the model's initial
-estimates) solved segment by segment with Kvaerno5 at rtol 1e-6, 1e-8 (the default) and
-1e-10 (atol 1e-2 rtol), its Newton iterations stopping at diffrax's default (the step-size
-controller's tolerances) or at deepnlme's (`deepnlme.solve._ode.stiff_solver`: sqrt(rtol) relative);
-printed: accepted and rejected steps (all subjects), the warm time of the vmapped solve and
-of its Jacobian in (kel, V) (forward mode, as FOCE takes it; median of 3), and their largest
-relative errors against a reference (Kvaerno5 at rtol 1e-12, atol 1e-16) where the
-reference is above 1e-6 of its largest.
+estimates) solved segment by segment at rtol 1e-6, 1e-8 (the default) and 1e-10 (atol 1e-2
+rtol) with Kvaerno5, its Newton iterations stopping at diffrax's default (the step-size
+controller's tolerances) or at deepnlme's (`deepnlme.solve._ode.kvaerno5_solver`: sqrt(rtol)
+relative), and with Rodas5; printed: accepted and rejected steps (all subjects), the warm
+time of the vmapped solve and of its Jacobian in (kel, V) (forward mode, as FOCE takes it;
+median of 3), and their largest relative errors against a reference (Kvaerno5 at rtol 1e-12,
+atol 1e-16) where the reference is above 1e-6 of its largest.
 
 Part 2 (`--fit`): a FOCE fit of the model to data simulated from it (doses 10 to 300 nmol,
 10 observation times to 168 h) with default options (`--max-iter 0`: the first evaluation
-only, no covariance step), in this process: the solver chosen, the compile and
-first-evaluation times the progress line prints, the fit's time, iterations and OFV. Run it
+only, no covariance step; `--solver`: `OdeOptions(solver=...)`, "auto" by default), in this
+process: the solver chosen, the compile and
+first-evaluation times the progress line prints, the fit's time, iterations and OFV
+(`--tight-ofv`: and the OFV at its estimates with the ODE solved by Rodas5 at rtol 1e-11, the
+EBEs searched again: which fit's estimates are better, apart from its solver's error). Run it
 with the source before and after on ``PYTHONPATH`` to compare. `--hessian`: the EBE search's
 curvature (`InnerOptions.hessian`, default "auto"). `--searches`: also print, for each batch
 of EBE searches the fit ran, every search's Newton iterations and whether it converged
@@ -126,7 +130,8 @@ def _error(x, ref) -> float:
 def newton_table(n_subjects: int) -> None:
     import diffrax as dfx
 
-    from deepnlme.solve._ode import stiff_solver
+    from deepnlme.solve._ode import kvaerno5_solver
+    from deepnlme.solve._rosenbrock import Rodas5
 
     rng = np.random.default_rng(0)
     params = jnp.asarray(np.array([KEL, V]) * np.exp(0.3 * rng.standard_normal((n_subjects, 2))))
@@ -135,7 +140,7 @@ def newton_table(n_subjects: int) -> None:
     ref = _run(ref_solver, dfx.PIDController(rtol=1e-12, atol=1e-16), params, amts)
     print(f"TMDD, {n_subjects} subjects; reference Kvaerno5 at rtol 1e-12, atol 1e-16")
     print(
-        "| rtol | Newton tolerances | accepted steps | rejected steps | solve s | Jacobian s "
+        "| rtol | solver | accepted steps | rejected steps | solve s | Jacobian s "
         "| amounts' error | Jacobian's error |"
     )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
@@ -143,8 +148,9 @@ def newton_table(n_subjects: int) -> None:
         options = dn.OdeOptions("kvaerno5", rtol=rtol, atol=1e-2 * rtol)
         ctrl = dfx.PIDController(rtol=options.rtol, atol=options.atol)
         for label, solver in (
-            ("diffrax's default (the controller's)", dfx.Kvaerno5()),
-            ("deepnlme's (sqrt(rtol))", stiff_solver(options)),
+            ("Kvaerno5, diffrax's Newton tolerances (the controller's)", dfx.Kvaerno5()),
+            ("Kvaerno5, deepnlme's Newton tolerances (sqrt(rtol))", kvaerno5_solver(options)),
+            ("Rodas5 (no Newton iterations)", Rodas5()),
         ):
             r = _run(solver, ctrl, params, amts)
             print(
@@ -155,7 +161,9 @@ def newton_table(n_subjects: int) -> None:
             )
 
 
-def tmdd_fit(n_subjects: int, max_iter: int | None, hessian: str) -> None:
+def tmdd_fit(
+    n_subjects: int, max_iter: int | None, hessian: str, solver: str = "auto", tight: bool = False
+) -> None:
     import pandas as pd
 
     rows = []
@@ -170,14 +178,24 @@ def tmdd_fit(n_subjects: int, max_iter: int | None, hessian: str) -> None:
     if max_iter == 0:  # the first evaluation alone
         options["covariance"] = None
     method = dn.FOCE(inner=dn.InnerOptions(hessian=hessian))
+    if solver != "auto":  # (a named stiff solver gets the steps "auto" gives its choice)
+        options["ode_options"] = dn.OdeOptions(solver, max_steps=4 * dn.OdeOptions().max_steps)
     fit = dn.fit(model, data, method, progress=True, **options)
     wall = time.perf_counter() - t0
     print(
         f"FOCE fit (EBE search's hessian {hessian!r}), {n_subjects} subjects: solver "
         f"{fit.ode_options.solver}, {wall:.1f} s, "
-        f"{fit.n_iter} iterations, converged {fit.converged}, OFV {fit.ofv:.4f}; "
+        f"{fit.n_iter} iterations ({fit.n_eval} evaluations), converged {fit.converged}, "
+        f"OFV {fit.ofv:.4f}; "
         f"timings {fit.timings}"
     )
+    if tight:  # the OFV at the fit's estimates, the ODE solved to 1e-11 (EBEs searched again)
+        opts = dn.OdeOptions("rodas5", rtol=1e-11, atol=1e-13, max_steps=200_000)
+        again = dn.fit(model, data, method, init=fit, max_iter=0, covariance=None,
+                       ode_options=opts, progress=False)  # fmt: skip
+        print(
+            f"OFV at these estimates with the ODE solved by rodas5 at rtol 1e-11: {again.ofv:.4f}"
+        )
 
 
 def record_searches() -> list:
@@ -211,12 +229,16 @@ def main() -> None:
     ap.add_argument("--hessian", default="auto", help="InnerOptions.hessian of the fit")
     ap.add_argument("--no-table", action="store_true", help="skip part 1")
     ap.add_argument("--searches", action="store_true", help="each EBE search's iterations")
+    ap.add_argument("--solver", default="auto", help="OdeOptions.solver of the fit")
+    ap.add_argument(
+        "--tight-ofv", action="store_true", help="also the OFV with the ODE solved to 1e-11"
+    )
     args = ap.parse_args()
     if not args.no_table:
         newton_table(args.subjects)
     if args.fit:
         found = record_searches() if args.searches else []
-        tmdd_fit(args.subjects, args.max_iter, args.hessian)
+        tmdd_fit(args.subjects, args.max_iter, args.hessian, args.solver, args.tight_ofv)
         for k, (iterations, converged) in enumerate(found):
             print(
                 f"searches {k}: Newton iterations {iterations.tolist()}; not converged "

@@ -28,22 +28,28 @@ _SOLVERS = {
     "dopri5": "Dopri5",
     "dopri8": "Dopri8",
     "kvaerno5": "Kvaerno5",
+    "rodas5": "Rodas5",
 }
-"""Shorthand -> diffrax solver class: the shorthand stands for the class's default instance
+"""Shorthand -> solver class (diffrax's; ``"rodas5"``: `deepnlme.solve._rosenbrock.Rodas5`):
+the shorthand stands for the class's default instance
 (``"tsit5"`` is ``diffrax.Tsit5()``; ``"kvaerno5"`` is ``diffrax.Kvaerno5()`` with the Newton
-tolerances of `stiff_solver`), both ways (`solver_name`, `solver_object`).
+tolerances of `kvaerno5_solver`), both ways (`solver_name`, `solver_object`).
 ``"auto"`` integrates with Tsit5 too; binding a model to data (`likelihood.model_problem`)
 replaces it by `EXACT_SOLVER` for linear dynamics, else by ``"dopri8"`` (``"tsit5"`` for
 dynamics with networks: `likelihood._from_model.explicit_solver`) or, for a stiff model,
-``"kvaerno5"`` (`STIFF_SOLVER`)."""
+``"rodas5"`` (`STIFF_SOLVER`)."""
 
 EXACT_SOLVER = "expm"
 """The shorthand of the exact solution of linear dynamics (``x' = K x + b`` with K and b
 constant between events) by matrix exponentials from event to event (`linear_ode_amounts`):
 no integrator, no tolerance."""
 
-STIFF_SOLVER = "kvaerno5"
-"""The solver ``"auto"`` switches to when the non-stiff one cannot integrate a subject."""
+STIFF_SOLVER = "rodas5"
+"""The solver ``"auto"`` switches to when the non-stiff one cannot integrate a subject: Rodas5
+(`deepnlme.solve._rosenbrock`), a Rosenbrock method, as Pumas's default switches to one. On
+the TMDD model of `examples/tmdd` its FOCE fit took 180 s against Kvaerno5's 260 s, and its
+amounts at the default tolerances are about 18 times closer to a tight reference
+(`benchmarks/bench_stiff_newton.py`, `benchmarks/RESULTS_stiff.md`)."""
 _ADJOINTS = {
     "direct": "DirectAdjoint",
     "recursive": "RecursiveCheckpointAdjoint",
@@ -64,18 +70,20 @@ class OdeOptions:
       (explicit, order 8: fast on non-stiff models at tight tolerances; Tsit5, order 5, for
       models with networks, whose costly right-hand side favours fewer stages), unless a
       subject's solve by it at the initial estimates exhausts `max_steps` (the mark of a stiff
-      system) where Kvaerno5 succeeds: then Kvaerno5, with 4 times `max_steps`, for the whole
-      population (the choice is
+      system) where Rodas5 succeeds: then Rodas5 (a Rosenbrock method of order 5, as Pumas
+      switches to), with 4 times `max_steps`, for the whole population (the choice is
       made once, when the model is bound to the data, and the fit records the solver used;
       a model that turns stiff only far from its initial estimates fails there with an error
-      naming the subject, and takes ``solver="kvaerno5"``). ``"expm"`` asks for the exact
+      naming the subject, and takes ``solver="rodas5"``). ``"expm"`` asks for the exact
       solution (a model whose dynamics are not linear is refused when it is bound to data);
       an integrator named here integrates linear dynamics too. Or a diffrax solver (any
       ``diffrax.AbstractSolver`` instance, e.g. ``diffrax.Tsit5()`` or
       ``diffrax.Kvaerno5()``), or one of the shorthands ``"tsit5"`` (non-stiff),
-      ``"dopri5"``, ``"dopri8"`` or ``"kvaerno5"`` (stiff, implicit; much slower on non-stiff
-      models) for that class's default instance (``"kvaerno5"``: with the Newton tolerances of
-      `stiff_solver`). A solver that equals a
+      ``"dopri5"``, ``"dopri8"``, ``"rodas5"`` (stiff: linearly implicit, one factorisation a
+      step, no Newton iterations) or ``"kvaerno5"`` (stiff, implicit Runge-Kutta with Newton
+      iterations; both much slower than an explicit solver on non-stiff models) for that
+      class's default instance (``"kvaerno5"``: with the Newton tolerances of
+      `kvaerno5_solver`). A solver that equals a
       shorthand's instance is stored as the shorthand (``OdeOptions(diffrax.Tsit5()) ==
       OdeOptions("tsit5")``: the same program, cache entry and saved fit), any other as the
       object; `solver_object` gives the diffrax solver either way. The options are a cache key,
@@ -134,7 +142,7 @@ def solver_object(
     solver: str | diffrax.AbstractSolver, options: OdeOptions | None = None
 ) -> diffrax.AbstractSolver:
     """The diffrax solver of a shorthand (``"tsit5"`` -> ``diffrax.Tsit5()``; the stiff one
-    with the Newton tolerances `stiff_solver` gives for `options`' tolerances), or `solver`
+    with the Newton tolerances `kvaerno5_solver` gives for `options`' tolerances), or `solver`
     itself when it is one already."""
     if solver == EXACT_SOLVER:
         raise OptionError(
@@ -143,15 +151,24 @@ def solver_object(
             "such as 'tsit5')"
         )
     if isinstance(solver, str):
-        import diffrax as dfx
-
-        if solver == STIFF_SOLVER:
-            return stiff_solver(options or OdeOptions())
-        return getattr(dfx, _SOLVERS[solver])()
+        if solver == "kvaerno5":
+            return kvaerno5_solver(options or OdeOptions())
+        return _solver_class(solver)()
     return solver
 
 
-def stiff_solver(options: OdeOptions) -> diffrax.AbstractSolver:
+def _solver_class(name: str) -> type:
+    """The solver class of shorthand `name` (diffrax's, or deepnlme's Rodas5)."""
+    if name == "rodas5":
+        from ._rosenbrock import Rodas5
+
+        return Rodas5
+    import diffrax as dfx
+
+    return getattr(dfx, _SOLVERS[name])
+
+
+def kvaerno5_solver(options: OdeOptions) -> diffrax.AbstractSolver:
     """Kvaerno5 whose Newton iterations stop at sqrt(rtol) relative (atol scaled alike).
 
     diffrax's default takes the step-size controller's tolerances for the Newton iterations
@@ -179,12 +196,11 @@ def solver_name(solver: str | diffrax.AbstractSolver) -> str | None:
     instance: ``diffrax.Kvaerno5()`` -> ``"kvaerno5"``); None for any other solver."""
     if isinstance(solver, str):
         return solver if solver in solver_names() else None
-    import diffrax as dfx
-
-    for name, cls in _SOLVERS.items():
+    for name in _SOLVERS:
         if name == "auto":  # an object is the solver it is, never the automatic choice
             continue
-        if type(solver) is getattr(dfx, cls) and _equal(solver, getattr(dfx, cls)()):
+        cls = _solver_class(name)
+        if type(solver) is cls and _equal(solver, cls()):
             return name
     return None
 

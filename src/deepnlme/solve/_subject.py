@@ -1702,5 +1702,5 @@ def raise_failed_solves(
         "the parameter values and the doses of that subject: a dose whose bioavailability is "
         "below 0, or whose modelled rate or duration is not above 0, cannot be given. An "
         "integrated ODE may also have run out of steps (raise OdeOptions.max_steps), met "
-        "stiff dynamics (OdeOptions(solver='kvaerno5')) or grown without bound."
+        f"stiff dynamics (OdeOptions(solver='{STIFF_SOLVER}')) or grown without bound."
     )
