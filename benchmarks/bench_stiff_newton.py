@@ -1,16 +1,16 @@
 """The stiff solvers on the target-mediated disposition model of `examples/tmdd`, in one run
 (A/B): Kvaerno5 with diffrax's default Newton tolerances and with deepnlme's
-(`kvaerno5_solver`), and Rodas5 (`deepnlme.solve._rosenbrock`, what ``"auto"`` switches to).
+(`kvaerno5_solver`), and Rodas5P (`deepnlme.solve._rosenbrock`, what ``"auto"`` switches to).
 
     python benchmarks/bench_stiff_newton.py [--subjects 24] [--fit [--max-iter N]
-        [--hessian auto|exact|fisher] [--searches] [--solver auto|rodas5|kvaerno5]] [--no-table]
+        [--hessian auto|exact|fisher] [--searches] [--solver auto|rodas5p|kvaerno5]] [--no-table]
 
 Part 1 (unless `--no-table`): the TMDD amounts of `subjects` subjects (doses 1 to 300
 nmol, 11 observation times to 336 h, individual kel and V drawn around the model's initial
 estimates) solved segment by segment at rtol 1e-6, 1e-8 (the default) and 1e-10 (atol 1e-2
 rtol) with Kvaerno5, its Newton iterations stopping at diffrax's default (the step-size
 controller's tolerances) or at deepnlme's (`deepnlme.solve._ode.kvaerno5_solver`: sqrt(rtol)
-relative), and with Rodas5; printed: accepted and rejected steps (all subjects), the warm
+relative), and with Rodas5P; printed: accepted and rejected steps (all subjects), the warm
 time of the vmapped solve and of its Jacobian in (kel, V) (forward mode, as FOCE takes it;
 median of 3), and their largest relative errors against a reference (Kvaerno5 at rtol 1e-12,
 atol 1e-16) where the reference is above 1e-6 of its largest.
@@ -20,7 +20,7 @@ Part 2 (`--fit`): a FOCE fit of the model to data simulated from it (doses 10 to
 only, no covariance step; `--solver`: `OdeOptions(solver=...)`, "auto" by default), in this
 process: the solver chosen, the compile and
 first-evaluation times the progress line prints, the fit's time, iterations and OFV
-(`--tight-ofv`: and the OFV at its estimates with the ODE solved by Rodas5 at rtol 1e-11, the
+(`--tight-ofv`: and the OFV at its estimates with the ODE solved by Rodas5P at rtol 1e-11, the
 EBEs searched again: which fit's estimates are better, apart from its solver's error). Run it
 with the source before and after on ``PYTHONPATH`` to compare. `--hessian`: the EBE search's
 curvature (`InnerOptions.hessian`, default "auto"). `--searches`: also print, for each batch
@@ -131,7 +131,7 @@ def newton_table(n_subjects: int) -> None:
     import diffrax as dfx
 
     from deepnlme.solve._ode import kvaerno5_solver
-    from deepnlme.solve._rosenbrock import Rodas5
+    from deepnlme.solve._rosenbrock import Rodas5P
 
     rng = np.random.default_rng(0)
     params = jnp.asarray(np.array([KEL, V]) * np.exp(0.3 * rng.standard_normal((n_subjects, 2))))
@@ -150,7 +150,7 @@ def newton_table(n_subjects: int) -> None:
         for label, solver in (
             ("Kvaerno5, diffrax's Newton tolerances (the controller's)", dfx.Kvaerno5()),
             ("Kvaerno5, deepnlme's Newton tolerances (sqrt(rtol))", kvaerno5_solver(options)),
-            ("Rodas5 (no Newton iterations)", Rodas5()),
+            ("Rodas5P (no Newton iterations)", Rodas5P()),
         ):
             r = _run(solver, ctrl, params, amts)
             print(
@@ -190,11 +190,11 @@ def tmdd_fit(
         f"timings {fit.timings}"
     )
     if tight:  # the OFV at the fit's estimates, the ODE solved to 1e-11 (EBEs searched again)
-        opts = dn.OdeOptions("rodas5", rtol=1e-11, atol=1e-13, max_steps=200_000)
+        opts = dn.OdeOptions("rodas5p", rtol=1e-11, atol=1e-13, max_steps=200_000)
         again = dn.fit(model, data, method, init=fit, max_iter=0, covariance=None,
                        ode_options=opts, progress=False)  # fmt: skip
         print(
-            f"OFV at these estimates with the ODE solved by rodas5 at rtol 1e-11: {again.ofv:.4f}"
+            f"OFV at these estimates with the ODE solved by rodas5p at rtol 1e-11: {again.ofv:.4f}"
         )
 
 

@@ -557,7 +557,7 @@ derived:
         (1.0, {"solver": "tsit5", "max_steps": 4}, r"the solver \(tsit5\) ran out of steps "
          r"between two events \(max_steps=4; with 64 it finishes\)"),
         (1e4, {"solver": "tsit5", "max_steps": 200}, r"its dynamics are stiff for tsit5, which "
-         r"runs out of steps where rodas5 finishes"),
+         r"runs out of steps where rodas5p finishes"),
     ],
     ids=["steps", "stiff"],
 )  # fmt: skip

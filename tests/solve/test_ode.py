@@ -236,7 +236,7 @@ def test_solver_objects_give_the_states_of_their_shorthand():
         if name == "auto":  # the default: Tsit5 until binding chooses (tests/solve/test_stiff.py)
             assert solver_object(name) == dfx.Tsit5() and solver_name(dfx.Tsit5()) == "tsit5"
             continue
-        obj = _solver_class(name)()  # (diffrax's class of that name, or deepnlme's Rodas5)
+        obj = _solver_class(name)()  # (diffrax's class of that name, or deepnlme's Rodas5P)
         assert type(obj).__name__ == cls
         assert solver_name(obj) == name and type(solver_object(name)) is type(obj)
         # Kvaerno5 with its own Newton tolerances (`kvaerno5_solver`), the others as given

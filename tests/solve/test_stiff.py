@@ -62,7 +62,7 @@ def test_the_explicit_solvers_cannot_integrate_the_tmdd_model(tmdd, solver):
 def test_the_default_solver_switches_and_matches_a_tight_reference(tmdd):
     x, ok, used = _states(*tmdd, dn.OdeOptions())
     assert ok.all()
-    assert used.solver == "rodas5" and used.max_steps == 4 * dn.OdeOptions().max_steps
+    assert used.solver == "rodas5p" and used.max_steps == 4 * dn.OdeOptions().max_steps
     ref_opts = dn.OdeOptions("kvaerno5", rtol=1e-11, atol=1e-13, max_steps=100_000)
     ref, ok_ref, _ = _states(*tmdd, ref_opts)
     assert ok_ref.all()

@@ -388,7 +388,7 @@ def _choose_solver(model, binding, options: OdeOptions) -> OdeOptions:
     The stiff solver gets more steps because a stiff solver can need more than 4096 on one
     segment: Kvaerno5 did on the TMDD model of `examples/tmdd` at its largest dose when its
     Newton iterations ran at the step-size controller's tolerances (16384 sufficed), and
-    Rodas5, the stiff solver now, takes more steps than Kvaerno5 (each much cheaper).
+    Rodas5P, the stiff solver now, takes more steps than Kvaerno5 (each much cheaper).
 
     The probe is one forward solve of every subject (vmapped) per solver tried: small
     programs against the fit's derivatives of the solve (about 4 s of compilation for the
