@@ -20,12 +20,11 @@ def _field(t, y, args):
     return jnp.stack([-(y[0] ** 2) * (1.0 + 0.5 * jnp.sin(t)) + y[1], -args * (y[1] - jnp.cos(t))])
 
 
-def _solve(solver, rate, *, dt0=None, rtol=1e-8, adjoint=None):
+def _solve(solver, rate, *, dt0=None, rtol=1e-8):
     ctrl = dfx.ConstantStepSize() if dt0 else dfx.PIDController(rtol=rtol, atol=1e-2 * rtol)
     sol = dfx.diffeqsolve(
         dfx.ODETerm(_field), solver, 0.0, 3.0, dt0, Y0, args=rate,
         stepsize_controller=ctrl, max_steps=100_000,
-        adjoint=adjoint or dfx.RecursiveCheckpointAdjoint(),
     )  # fmt: skip
     return sol.ys[-1], sol.stats
 

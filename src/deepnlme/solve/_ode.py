@@ -81,10 +81,10 @@ class OdeOptions:
       an integrator named here integrates linear dynamics too. Or a diffrax solver (any
       ``diffrax.AbstractSolver`` instance, e.g. ``diffrax.Tsit5()`` or
       ``diffrax.Kvaerno5()``), or one of the shorthands ``"tsit5"`` (non-stiff),
-      ``"dopri5"``, ``"dopri8"``, ``"rodas5p"`` (stiff: linearly implicit, one factorisation a
-      step, no Newton iterations) or ``"kvaerno5"`` (stiff, implicit Runge-Kutta with Newton
-      iterations; both much slower than an explicit solver on non-stiff models) for that
-      class's default instance (``"kvaerno5"``: with the Newton tolerances of
+      ``"dopri5"``, ``"dopri8"``, ``"rodas5p"`` (stiff: linearly implicit, one small matrix
+      inverted a step, no Newton iterations) or ``"kvaerno5"`` (stiff, implicit Runge-Kutta
+      with Newton iterations; both much slower than an explicit solver on non-stiff models)
+      for that class's default instance (``"kvaerno5"``: with the Newton tolerances of
       `kvaerno5_solver`). A solver that equals a
       shorthand's instance is stored as the shorthand (``OdeOptions(diffrax.Tsit5()) ==
       OdeOptions("tsit5")``: the same program, cache entry and saved fit), any other as the
@@ -143,8 +143,8 @@ class OdeOptions:
 def solver_object(
     solver: str | diffrax.AbstractSolver, options: OdeOptions | None = None
 ) -> diffrax.AbstractSolver:
-    """The diffrax solver of a shorthand (``"tsit5"`` -> ``diffrax.Tsit5()``; the stiff one
-    with the Newton tolerances `kvaerno5_solver` gives for `options`' tolerances), or `solver`
+    """The diffrax solver of a shorthand (``"tsit5"`` -> ``diffrax.Tsit5()``; Kvaerno5 with
+    the Newton tolerances `kvaerno5_solver` gives for `options`' tolerances), or `solver`
     itself when it is one already."""
     if solver == EXACT_SOLVER:
         raise OptionError(

@@ -68,7 +68,7 @@ _C = (
 
 class Rodas5P(dfx.AbstractAdaptiveSolver):
     """Rodas5P: a Rosenbrock method of order 5(4) for stiff ODEs (8 stages, L-stable,
-    stiffly accurate), one LU factorisation a step and no Newton iterations
+    stiffly accurate), one small matrix inverted a step and no Newton iterations
     (`deepnlme.solve._rosenbrock`). For ODE terms (``diffrax.ODETerm``) only; dense output
     is linear between steps (deepnlme reads solutions at the end of each segment)."""
 
