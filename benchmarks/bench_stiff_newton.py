@@ -179,7 +179,10 @@ def tmdd_fit(
         options["covariance"] = None
     method = dn.FOCE(inner=dn.InnerOptions(hessian=hessian))
     if solver != "auto":  # (a named stiff solver gets the steps "auto" gives its choice)
-        options["ode_options"] = dn.OdeOptions(solver, max_steps=4 * dn.OdeOptions().max_steps)
+        from deepnlme.likelihood._from_model import STIFF_STEPS_FACTOR
+
+        steps = STIFF_STEPS_FACTOR * dn.OdeOptions().max_steps
+        options["ode_options"] = dn.OdeOptions(solver, max_steps=steps)
     fit = dn.fit(model, data, method, progress=True, **options)
     wall = time.perf_counter() - t0
     print(
