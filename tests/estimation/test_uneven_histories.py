@@ -14,6 +14,7 @@ import deepnlme as dn
 from deepnlme.estimation import _compiled
 from deepnlme.likelihood import make_evaluator, probe
 from deepnlme.likelihood._from_model import model_problem
+from deepnlme.solve._subject import SubjectPredictor
 
 # Michaelis-Menten elimination: dynamics not linear in the state, so integrated (Dopri8,
 # what "auto" takes for them)
@@ -105,3 +106,39 @@ def test_subject_by_subject_in_halves_equals_the_batched_evaluation(model):
     for name, a, b in zip(batched._fields, batched, looped):
         atol = 1e-6 if name == "modes" else 1e-9
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6, atol=atol, err_msg=name)
+
+
+def _outside_the_fit(model, data):
+    """What the programs outside the fit give on `data`: model_predict's frame at given
+    random effects, simulate's noise-free DV at them, and a fit's (one evaluation's)
+    predictions, residuals and NPDE."""
+    eta = np.linspace(-0.2, 0.2, len(data.ids))[:, None]
+    frame = dn.model_predict(model, data, etas=eta)
+    sim = dn.simulate(model, data, seed=1, etas=eta, residual=False).to_dataframe()
+    fit = dn.fit(model, data, dn.FOCE(), max_iter=0, covariance=None, progress=False)
+    return frame, sim, dn.predict(fit), dn.npde(fit, n_sim=20, seed=3)
+
+
+def test_outside_the_fit_the_subjects_loop_with_the_batched_numbers(monkeypatch, tmp_path):
+    # predictions, simulations and the report's programs loop over the subjects where the fit
+    # does (several doses a subject, integrated), each subject's numbers the batched ones
+    data = _data(3)
+    fresh = dn.load_model(MODEL)
+    several, predictor = model_problem(fresh, data)
+    assert predictor.loops_over(several.subjects)
+    one, predictor_one = model_problem(fresh, _data(1))
+    assert not predictor_one.loops_over(one.subjects)
+    looped = _outside_the_fit(fresh, data)
+    # the batched programs: the rule switched off, in a program store of their own
+    monkeypatch.setattr(SubjectPredictor, "loops_over", lambda self, d: False)
+    monkeypatch.setenv("DEEPNLME_CACHE_DIR", str(tmp_path))
+    batched = _outside_the_fit(dn.load_model(MODEL), data)
+    for a, b in zip(batched, looped):
+        assert list(a.columns) == list(b.columns)
+        num = a.select_dtypes("number").columns
+        np.testing.assert_allclose(
+            b[num].to_numpy(float), a[num].to_numpy(float), rtol=1e-8, atol=1e-10
+        )
+    # the simulated DV (no residual error) are the predictions at the random effects given
+    observed = looped[1][looped[1]["EVID"] == 0]
+    np.testing.assert_allclose(observed["DV"], looped[0]["IPRED"], rtol=1e-12)

@@ -181,3 +181,67 @@ def test_the_stiff_solvers_newton_iterations_do_not_reject_half_the_steps():
     assert (
         dn.OdeOptions("kvaerno5").solver_object.root_finder == kvaerno5_solver(options).root_finder
     )
+
+
+def _several_doses(amounts, covariate=None) -> dn.Population:
+    # three weekly doses a subject, observations between them at times of each one's own
+    rows = []
+    for i, amt in enumerate(amounts, start=1):
+        rows += [
+            dict(ID=i, TIME=168.0 * k, AMT=amt, DV=0.0, EVID=1, MDV=1, CMT=1) for k in range(3)
+        ]
+        rows += [
+            dict(ID=i, TIME=t + i, AMT=0.0, DV=1.0, EVID=0, MDV=0, CMT=1) for t in (24, 200, 400)
+        ]
+    frame = pd.DataFrame(rows).sort_values(["ID", "TIME"], kind="stable")
+    if covariate is not None:
+        frame["SC"] = frame["ID"].map(dict(enumerate(covariate, start=1)))
+    return dn.read_data(frame)
+
+
+def _probed(monkeypatch, tmp_path, model, pop):
+    """The solver "auto" chooses for `model` on `pop` (no stored choice), and the probe's
+    calls: (solver, first subject, stop, the first failing subject found)."""
+    from deepnlme.likelihood import _from_model
+
+    monkeypatch.setenv("DEEPNLME_CACHE_DIR", str(tmp_path))
+    calls = []
+    first_failure = _from_model._first_failure
+
+    def recorded(model, binding, options):
+        run = first_failure(model, binding, options)
+        n = len(binding.ids)
+
+        def call(start, stop=None):
+            stop = n if stop is None else stop
+            found = run(start, stop)
+            calls.append((options.solver, start, stop, found))
+            return found
+
+        return call
+
+    monkeypatch.setattr(_from_model, "_first_failure", recorded)
+    _, predictor = model_problem(model, pop)
+    return predictor.ode_options.solver, calls
+
+
+def test_with_several_doses_the_probe_stops_at_the_first_stiff_subject(monkeypatch, tmp_path):
+    # subject by subject (as the fit solves such histories): Dopri8 fails the first subject,
+    # Rodas5P solves it, and no other subject is solved
+    pop = _several_doses([30.0, 100.0, 300.0])
+    solver, calls = _probed(monkeypatch, tmp_path, dn.load_model(TMDD), pop)
+    assert solver == "rodas5p"
+    assert calls == [("dopri8", 0, 3, 0), ("rodas5p", 0, 1, 1)]
+
+
+def test_with_several_doses_a_failure_both_solvers_share_keeps_the_explicit_one(
+    monkeypatch, tmp_path
+):
+    # the first subject's clearance is not finite (the square root of a negative covariate):
+    # both solvers fail it, the probe goes on, and the others need no stiff solver
+    text = THEO_MM.replace("cl = exp(tcl + eta[1])", "cl = exp(tcl + eta[1]) * sqrt(SC)")
+    text = text.replace("random:", "covariates: SC\nrandom:")
+    pop = _several_doses([320.0, 320.0, 320.0], covariate=[-1.0, 1.0, 1.2])
+    solver, calls = _probed(monkeypatch, tmp_path, dn.load_model(text), pop)
+    assert solver == "dopri8"
+    assert calls == [("dopri8", 0, 3, 0), ("rodas5p", 0, 1, 0), ("dopri8", 1, 3, 3)]

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._config import compile_lowered
 from .._gc import owned_cache
 from ..errors import ModelError
 from ..model._distributions import DISTRIBUTIONS, FAMILIES, obs_logpdf, transform_obs
@@ -133,7 +134,6 @@ def _bound(model, population, ode_options: OdeOptions):
         gaussian = normal[np.asarray(data.obs_output)] & mask
         return mask, gaussian, np.where(mask, np.asarray(data.obs_cens), 0)
 
-    integrates = search is not None and not predictor.solves_exactly
     problem = Problem(
         cache_token=_cache_token(bound, binding, solver_options, programs=True),
         obs_kinds=obs_kinds,
@@ -141,8 +141,8 @@ def _bound(model, population, ode_options: OdeOptions):
         obs_terms_near=obs_terms_near if predictor.expandable else None,
         obs_terms_search=search,
         solves_ode=search is not None,
-        integrates_ode=integrates,
-        uneven_histories=integrates and np.shape(binding.data.doses.time)[1] >= 2,
+        integrates_ode=predictor.integrates,
+        uneven_histories=predictor.loops_over(binding.data),
         subjects=binding.data,
         omega=cm.omega,
         unpack=cm.unpack,
@@ -406,12 +406,73 @@ def _choose_solver(model, binding, options: OdeOptions) -> OdeOptions:
     stored = _read_choice(path)
     if stored is not None:
         return stiff if stored == STIFF_SOLVER else explicit
-    failed = _failed_solves(model, binding, explicit)
-    chosen = explicit
-    if failed.any() and (~_failed_solves(model, binding, stiff) & failed).any():
-        chosen = stiff
+    chosen = stiff if _needs_stiff(model, binding, explicit, stiff) else explicit
     _write_choice(path, chosen.solver)
     return chosen
+
+
+def _needs_stiff(model, binding, explicit: OdeOptions, stiff: OdeOptions) -> bool:
+    """Whether some subject's solve at the initial estimates fails with `explicit` and
+    succeeds with `stiff` (`_choose_solver`'s probe).
+
+    Where the subjects' solves run best one by one (`SubjectPredictor.loops_over`: several
+    doses a subject) the probe goes through them in order and stops at the first that
+    `explicit` fails and `stiff` solves: a stiff model's probe then costs about one subject's
+    failed solve. Batched, every subject stepped as often as the batch's slowest on each
+    segment: the TMDD model with weekly doses, 24 subjects, took 14.4 s to fail all with
+    Dopri8 and 2.5 s to solve all with Rodas5P (`benchmarks/RESULTS_stiff.md`)."""
+    if not _predictor(model, binding, explicit).loops_over(binding.data):
+        failed = _failed_solves(model, binding, explicit)
+        return bool(failed.any() and (~_failed_solves(model, binding, stiff) & failed).any())
+    first_failure = _first_failure(model, binding, explicit)
+    stiff_fails = None  # (compiled where needed: a non-stiff model's probe never is)
+    n, start = len(binding.ids), 0
+    while (i := first_failure(start)) < n:
+        stiff_fails = stiff_fails or _first_failure(model, binding, stiff)
+        if stiff_fails(i, i + 1) > i:
+            return True
+        start = i + 1  # a failure both share (a non-finite parameter): the fit reports it
+    return False
+
+
+def _first_failure(model, binding, options: OdeOptions):
+    """`first(start, stop=N) -> int`: the first subject from `start` (before `stop`) whose
+    solve at the initial estimates fails with `options`, or `stop` if none does; the
+    subjects solved one by one, in one compiled program."""
+    predictor = _predictor(model, binding, options)
+    cm = predictor.model.compiled
+    q = len(cm.eta_labels)
+    values = _initial_values(cm)
+
+    def first(data, start, stop):
+        theta = _initial_theta(cm, values)
+
+        def solves(i):
+            subj = jax.tree_util.tree_map(
+                lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, False), data
+            )
+            return predictor.forward_only.states(theta, jnp.zeros(q), subj)[1]
+
+        def cond(carry):
+            i, ok = carry
+            return (i < stop) & ok
+
+        def body(carry):
+            i, _ = carry
+            return i + 1, solves(i)
+
+        i, ok = jax.lax.while_loop(cond, body, (start, jnp.array(True)))
+        return jnp.where(ok, stop, i - 1)
+
+    n = len(binding.ids)
+    index = np.int64(0)
+    # compiled without LLVM optimisation: it runs once or a few times
+    program = compile_lowered(jax.jit(first).lower(binding.data, index, index), optimise=False)
+
+    def run(start: int, stop: int = n) -> int:
+        return int(program(binding.data, np.int64(start), np.int64(stop)))
+
+    return run
 
 
 def _choice_path(model, binding, options: OdeOptions) -> str | None:
@@ -529,3 +590,17 @@ def _program_text(model) -> str:
 def batched(fn):
     """`fn(theta, eta, subj)` vmapped over subjects (eta and subj batched)."""
     return jax.vmap(fn, in_axes=(None, 0, 0))
+
+
+def over_subjects(predictor: SubjectPredictor, fn):
+    """`fn(theta, eta, subj)` over the subjects (eta and subj batched), as `predictor` runs
+    best on the data: in a loop (`lax.map`) where it integrates ODEs on histories of several
+    doses a subject (`SubjectPredictor.loops_over`), vmapped otherwise. The values are the
+    same either way."""
+
+    def run(theta, eta, data):
+        if predictor.loops_over(data):
+            return jax.lax.map(lambda a: fn(theta, *a), (eta, data))
+        return batched(fn)(theta, eta, data)
+
+    return run

@@ -21,10 +21,10 @@ from ..estimation._compiled import fit_values, posthoc_modes, run_once_jit
 from ..estimation._table import individual_frame, informed_ebes
 from ..likelihood._evaluation import data_entries
 from ..likelihood._from_model import (
-    batched,
     binding_of,
     model_problem,
     obs_terms_from_prediction,
+    over_subjects,
 )
 from ..model._distributions import inverse_transform
 from ..solve._ode import OdeOptions
@@ -288,9 +288,9 @@ def _subject_outputs(predictor, theta, omega, eta_hat, subj):
     undefined)."""
 
     def mv(e):
-        p = predictor.predict(theta, e, subj)
+        p = predictor.forward_only.predict(theta, e, subj)
         t = obs_terms_from_prediction(p, subj)
-        derived = predictor.derived_values(theta, e, subj, p.states)
+        derived = predictor.forward_only.derived_values(theta, e, subj, p.states)
         return t.mean, (t, p.dist.pred, p.ok, p.fail_time, derived)
 
     # at eta = 0 and at the EBEs in one batched pass: the model is traced (and compiled) once
@@ -336,9 +336,9 @@ def _outputs(bound: Bound):
 
         def all_subjects(theta, eta, subjects):
             omega = problem.omega(theta)
-            return jax.vmap(
-                lambda e, s: _subject_outputs(predictor, theta, omega, e, s), in_axes=(0, 0)
-            )(eta, subjects)
+            return over_subjects(
+                predictor, lambda th, e, s: _subject_outputs(predictor, th, omega, e, s)
+            )(theta, eta, subjects)
 
         per["program"] = run_once_jit(
             all_subjects, (problem.cache_token, "predictions and residuals")
@@ -530,7 +530,7 @@ def _simulation_program(b: Bound):
 
         def one(z_eta, z, chol, theta, data):
             eta = z_eta @ chol.T if q else z_eta
-            pred = batched(predictor.predict)(theta, eta, data)
+            pred = over_subjects(predictor, predictor.forward_only.predict)(theta, eta, data)
             y = h = None
             for k, d in enumerate(pred.per_output):
                 if d.family == "normal":
@@ -547,7 +547,7 @@ def _simulation_program(b: Bound):
         def program(z_eta, z, theta, data):
             chol = jnp.linalg.cholesky(cm.omega(theta)) if q else jnp.zeros((0, 0))
             y, h, ok = jax.vmap(one, in_axes=(0, 0, None, None, None))(z_eta, z, chol, theta, data)
-            terms = jax.vmap(problem.obs_terms, in_axes=(None, 0, 0))(
+            terms = over_subjects(predictor, problem.obs_terms)(
                 theta, jnp.zeros((data.obs_mask.shape[0], q)), data
             )
             use = terms.mask & terms.gaussian & (terms.cens == 0)

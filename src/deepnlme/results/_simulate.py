@@ -15,7 +15,7 @@ from .._gc import owned_cache
 from ..data._population import id_array
 from ..errors import OptionError
 from ..estimation._compiled import model_program, run_once_jit
-from ..likelihood._from_model import batched, binding_of, model_problem
+from ..likelihood._from_model import batched, binding_of, model_problem, over_subjects
 from ..model._distributions import obs_draw
 from ..solve._ode import OdeOptions
 from ..solve._subject import failure_cause, raise_failed_solves
@@ -210,7 +210,7 @@ def _simulation_program(predictor, token: str | None, drawn: bool, residual: boo
             key_eta, key_eps = jax.random.split(jax.random.key(seed))
             if drawn:
                 eta = _drawn_etas(cm, theta, data.obs_mask.shape[0], key_eta)
-            pred = batched(predictor.predict)(theta, eta, data)
+            pred = over_subjects(predictor, predictor.forward_only.predict)(theta, eta, data)
             out_idx = data.obs_output
             y = None
             keys = jax.random.split(key_eps, len(pred.per_output))
@@ -471,19 +471,22 @@ def warn_nonfinite_predictions(frame: pd.DataFrame, what: str, more: str = "") -
 def _prediction_program(predictor, token: str | None):
     """`(theta, eta, data) -> (IPRED, PRED, ok, failure time, derived variables)` of
     `model_predict`, one compiled program per predictor (kept in the program store under
-    `token`): the model solved at `eta` and at 0 in one batched pass, the derived variables
-    from the first solve. `prediction_frame` computes the same operation by operation."""
+    `token`): each subject's model solved at its `eta` and at 0 in one batched pass, the
+    derived variables from the first solve, over the subjects as `over_subjects` runs them.
+    `prediction_frame` computes the same operation by operation."""
     per = owned_cache(predictor, "programs")
     if "predictions" not in per:
 
-        def run(theta, eta, data):
-            p = jax.vmap(lambda e: batched(predictor.predict)(theta, e, data))(
-                jnp.stack([eta, jnp.zeros_like(eta)])
-            )
-            derived = jax.vmap(lambda e, d, x: predictor.derived_values(theta, e, d, x))(
-                eta, data, p.states[0]
-            )
+        def both(theta, e, subj):
+            # at the subject's random effects and at 0 (batched: one event grid), and the
+            # derived variables from the first solve
+            fwd = predictor.forward_only  # (no derivatives: see `SubjectPredictor.forward_only`)
+            p = jax.vmap(lambda ee: fwd.predict(theta, ee, subj))(jnp.stack([e, jnp.zeros_like(e)]))
+            derived = fwd.derived_values(theta, e, subj, p.states[0])
             return p.dist.pred[0], p.dist.pred[1], p.ok[0], p.fail_time[0], derived
+
+        def run(theta, eta, data):
+            return over_subjects(predictor, both)(theta, eta, data)
 
         per["predictions"] = run_once_jit(run, (token, "model_predict"))
     return per["predictions"]

@@ -1091,6 +1091,25 @@ class SubjectPredictor:
         "expm")``: linear dynamics), not integrated."""
         return not self.use_closed_form and self.ode_options.solver == EXACT_SOLVER
 
+    @property
+    def integrates(self) -> bool:
+        """True where predictions integrate ODEs (neither a closed form nor matrix
+        exponentials)."""
+        return (
+            not self.use_closed_form
+            and self.model.compiled.has_dynamics
+            and not self.solves_exactly
+        )
+
+    def loops_over(self, data: SubjectData) -> bool:
+        """Whether programs over the subjects of `data` (``[N, ...]``) should loop over them
+        rather than batch them with `vmap`: integrated ODEs on histories of several dose
+        records a subject (`Problem.uneven_histories`). Batched, every segment between two
+        events steps as often as the batch's subject that needs most there, and with doses at
+        different times that is nearly every segment: the subjects of a stiff model with
+        weekly doses (`benchmarks/RESULTS_stiff.md`) simulated 7 times faster one by one."""
+        return self.integrates and np.shape(data.doses.time)[-1] >= 2
+
     def _ode_solve(self, theta, eta, sd: SubjectData):
         if self.solves_exactly:
             return self._exact_solve(theta, eta, sd)
