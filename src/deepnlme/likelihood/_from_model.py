@@ -390,9 +390,10 @@ def _choose_solver(model, binding, options: OdeOptions) -> OdeOptions:
     Newton iterations ran at the step-size controller's tolerances (16384 sufficed), and
     Rodas5P, the stiff solver now, takes more steps than Kvaerno5 (each much cheaper).
 
-    The probe is one forward solve of every subject (vmapped) per solver tried: small
-    programs against the fit's derivatives of the solve (about 4 s of compilation for the
-    Theophylline ODE model); the choice is kept in the cache folder (`_choice_path`)."""
+    The probe is a forward solve of the subjects per solver tried (`_needs_stiff`: vmapped,
+    or one by one until the first that needs the stiff solver): small programs against the
+    fit's derivatives of the solve (about 4 s of compilation for the Theophylline ODE model);
+    the choice is kept in the cache folder (`_choice_path`)."""
     cm = model.compiled
     explicit = dataclasses.replace(options, solver=explicit_solver(cm))
     if cm.closed_form is not None or not cm.has_dynamics:
@@ -419,8 +420,8 @@ def _needs_stiff(model, binding, explicit: OdeOptions, stiff: OdeOptions) -> boo
     doses a subject) the probe goes through them in order and stops at the first that
     `explicit` fails and `stiff` solves: a stiff model's probe then costs about one subject's
     failed solve. Batched, every subject stepped as often as the batch's slowest on each
-    segment: the TMDD model with weekly doses, 24 subjects, took 14.4 s to fail all with
-    Dopri8 and 2.5 s to solve all with Rodas5P (`benchmarks/RESULTS_stiff.md`)."""
+    segment: binding the TMDD model to 24 subjects with weekly doses took 32 s, now 9 s
+    (`benchmarks/RESULTS_stiff.md`, "Long dosing histories outside the fit")."""
     if not _predictor(model, binding, explicit).loops_over(binding.data):
         failed = _failed_solves(model, binding, explicit)
         return bool(failed.any() and (~_failed_solves(model, binding, stiff) & failed).any())

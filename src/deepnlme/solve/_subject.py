@@ -1106,8 +1106,8 @@ class SubjectPredictor:
         rather than batch them with `vmap`: integrated ODEs on histories of several dose
         records a subject (`Problem.uneven_histories`). Batched, every segment between two
         events steps as often as the batch's subject that needs most there, and with doses at
-        different times that is nearly every segment: the subjects of a stiff model with
-        weekly doses (`benchmarks/RESULTS_stiff.md`) simulated 7 times faster one by one."""
+        different times that is nearly every segment (`benchmarks/RESULTS_stiff.md`, "Long
+        dosing histories outside the fit")."""
         return self.integrates and np.shape(data.doses.time)[-1] >= 2
 
     def _ode_solve(self, theta, eta, sd: SubjectData):

@@ -280,9 +280,14 @@ class Conditional(Method):
         )
         ctx = ctx._replace(theta=theta, om=om, om_inv=om_inv, om_logdet=om_logdet)
         n, q = eta.shape[0], eta.shape[-1]
-        v0 = jax.vmap(lambda s: self.residual_variance(_first(problem), theta, s, q, eta.dtype))(
-            subjects
-        )
+        search_obs = problem.obs_terms_search or problem.obs_terms
+
+        def variance(s):
+            # values only (the parameters are held here: `contribution` differentiates its
+            # own), so the model's plain solve, subject by subject where the searches are
+            return self.residual_variance(search_obs, theta, s, q, eta.dtype)
+
+        v0 = jax.lax.map(variance, subjects) if serial else jax.vmap(variance)(subjects)
         if not multistart:
             starts = eta[:, None] if eta.ndim == 2 else eta[:, :1]
         elif eta.ndim == 3:  # the tracked modes
@@ -295,7 +300,6 @@ class Conditional(Method):
         k1 = starts.shape[1]
         lane = jnp.repeat(jnp.arange(n), k1)
         x = (jax.tree_util.tree_map(lambda a: a[lane], subjects), None if v0 is None else v0[lane])
-        search_obs = problem.obs_terms_search or problem.obs_terms
         sd = jnp.sqrt(jnp.clip(jnp.diag(om), 0.0, None))
         limit = max_step_of(sd)
         starts = jax.lax.stop_gradient(starts)
