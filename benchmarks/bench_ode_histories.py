@@ -3,6 +3,7 @@ model to the data (with ``solver="auto"``'s probe for stiffness), then `simulate
 `model_predict` twice each, in a fresh process with an empty program store.
 
     python benchmarks/bench_ode_histories.py [--cases tmdd,mm] [--pairs 1] [--before SRC]
+        [--evaluation]
 
 Cases:
 - ``tmdd``: the target-mediated disposition model of `examples/tmdd` (stiff: ``"auto"``
@@ -14,7 +15,10 @@ Cases:
 
 `--before SRC` runs each case with another build's `src/` on ``PYTHONPATH`` too, the two
 alternating (`--pairs` pairs); printed: seconds for each step and the sum of the simulated DV
-and of IPRED (the same in both builds).
+and of IPRED (the same in both builds). `--evaluation`: also one FOCE evaluation of the
+simulated data at the model's start, as a fit compiles and runs it (the first with its
+compilation, then a second from the same starts: `bench_multidose_eval.evaluation_time`),
+and its OFV.
 """
 
 from __future__ import annotations
@@ -81,6 +85,14 @@ for k in (1, 2):
     frame = dn.model_predict(model, pop, etas=eta)
     out[f"model_predict {k}"] = time.perf_counter() - t
 out["sum IPRED"] = float(frame["IPRED"].sum())
+if sys.argv[4] == "1":
+    sys.path.insert(0, "benchmarks")
+    from bench_multidose_eval import evaluation_time
+    problem, _ = model_problem(model, sim)
+    first, again, ev = evaluation_time(problem, dn.FOCE(), 1)
+    out["FOCE evaluation: compile and first"] = first
+    out["FOCE evaluation: again"] = again
+    out["OFV"] = float(np.sum(ev.m2ll_i))
 print("RESULT " + json.dumps(out))
 """
 
@@ -109,6 +121,9 @@ def main() -> None:
     import multidose_data
 
     cases = {"tmdd": None, "mm": None}
+    evaluation = "--evaluation" in sys.argv
+    if evaluation:
+        sys.argv.remove("--evaluation")
     args, chosen, builds = case_arguments(__doc__.splitlines()[0], cases, 1)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -126,7 +141,8 @@ def main() -> None:
                 for name, src in builds.items():
                     with tempfile.TemporaryDirectory() as cache:
                         env = dict(os.environ, PYTHONPATH=str(src), DEEPNLME_CACHE_DIR=cache)
-                        r = child_result(CHILD, [case, str(data), model], env, f"{case} {name}")
+                        argv = [case, str(data), model, str(int(evaluation))]
+                        r = child_result(CHILD, argv, env, f"{case} {name}")
                     print(f"{case} {name}: {json.dumps(r)}", flush=True)
 
 
