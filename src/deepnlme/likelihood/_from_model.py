@@ -440,30 +440,20 @@ def _first_failure(model, binding, options: OdeOptions):
     """`first(start, stop=N) -> int`: the first subject from `start` (before `stop`) whose
     solve at the initial estimates fails with `options`, or `stop` if none does; the
     subjects solved one by one, in one compiled program."""
-    predictor = _predictor(model, binding, options)
-    cm = predictor.model.compiled
-    q = len(cm.eta_labels)
-    values = _initial_values(cm)
+    ok = _solves_at_start(model, binding, options)
 
     def first(data, start, stop):
-        theta = _initial_theta(cm, values)
-
-        def solves(i):
+        def body(carry):
+            i, _ = carry
             subj = jax.tree_util.tree_map(
                 lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, False), data
             )
-            return predictor.forward_only.states(theta, jnp.zeros(q), subj)[1]
+            return i + 1, ok(subj)
 
-        def cond(carry):
-            i, ok = carry
-            return (i < stop) & ok
-
-        def body(carry):
-            i, _ = carry
-            return i + 1, solves(i)
-
-        i, ok = jax.lax.while_loop(cond, body, (start, jnp.array(True)))
-        return jnp.where(ok, stop, i - 1)
+        i, solved = jax.lax.while_loop(
+            lambda carry: (carry[0] < stop) & carry[1], body, (start, jnp.array(True))
+        )
+        return jnp.where(solved, stop, i - 1)
 
     n = len(binding.ids)
     index = np.int64(0)
@@ -514,20 +504,26 @@ def _write_choice(path: str | None, solver: str) -> None:
     write_cache_entry(path, lambda fh: fh.write(solver.encode("ascii")))
 
 
-def _failed_solves(model, binding, options: OdeOptions) -> np.ndarray:
-    """Which subjects' solves fail at the initial estimates with `options` (``[N]`` bool)."""
+def _solves_at_start(model, binding, options: OdeOptions):
+    """`ok(subj)`: whether one subject's forward solve with `options` succeeds at the
+    model's initial estimates (eta = 0), to be traced inside a probe's program (the
+    parameters unpacked there: operation by operation that compiled about ten programs)."""
     predictor = _predictor(model, binding, options)
     cm = predictor.model.compiled
     q = len(cm.eta_labels)
     values = _initial_values(cm)
 
-    def failed(data):
-        theta = _initial_theta(cm, values)  # (in the program: op by op it compiled ~10)
-        return ~jax.vmap(lambda subj: predictor.forward_only.states(theta, jnp.zeros(q), subj)[1])(
-            data
-        )
+    def ok(subj):
+        theta = _initial_theta(cm, values)
+        return predictor.forward_only.states(theta, jnp.zeros(q), subj)[1]
 
-    return np.asarray(jax.jit(failed)(binding.data))
+    return ok
+
+
+def _failed_solves(model, binding, options: OdeOptions) -> np.ndarray:
+    """Which subjects' solves fail at the initial estimates with `options` (``[N]`` bool)."""
+    ok = _solves_at_start(model, binding, options)
+    return np.asarray(jax.jit(lambda data: ~jax.vmap(ok)(data))(binding.data))
 
 
 def _observations(cm) -> list:

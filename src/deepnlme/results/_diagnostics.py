@@ -547,7 +547,7 @@ def _simulation_program(b: Bound):
         def program(z_eta, z, theta, data):
             chol = jnp.linalg.cholesky(cm.omega(theta)) if q else jnp.zeros((0, 0))
             y, h, ok = jax.vmap(one, in_axes=(0, 0, None, None, None))(z_eta, z, chol, theta, data)
-            terms = over_subjects(predictor, problem.obs_terms)(
+            terms = over_subjects(predictor, problem.obs_terms_search or problem.obs_terms)(
                 theta, jnp.zeros((data.obs_mask.shape[0], q)), data
             )
             use = terms.mask & terms.gaussian & (terms.cens == 0)
