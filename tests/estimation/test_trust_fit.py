@@ -868,3 +868,35 @@ def test_a_prediction_that_underflows_is_named_not_the_residual_error():
         fit.message
     )
     assert "check the residual error parameters" not in fit.message
+
+
+def test_an_ode_start_that_fails_on_a_dosing_history_names_the_subject():
+    """An integrated ODE, two doses a subject (its diagnosis loops over the subjects, as the
+    model's other programs do on such histories): the subject whose covariate makes its
+    clearance negative, and so its amounts grow past the largest double, is named with that
+    clearance."""
+    rows = []
+    for sid, k in ((1, 1.0), (2, 1.0), (3, -1000.0), (4, 1.0)):
+        for t in (0.0, 12.0):
+            rows.append(dict(ID=sid, TIME=t, AMT=100.0, DV=0.0, EVID=1, MDV=1, CMT=1, K=k))
+        for t in (1.0, 6.0, 13.0, 18.0):
+            rows.append(dict(ID=sid, TIME=t, AMT=0.0, DV=3.0, EVID=0, MDV=0, CMT=2, K=k))
+    pop = dn.read_data(pd.DataFrame(rows), sort=True)
+    model = dn.load_model(
+        "param:\n    tka = Real(init=0.0)\n    tcl = Real(init=1.0)\n    tv = Real(init=3.0)\n"
+        "    omega = PDiag(init=[0.1])\n    sigma = Positive(init=0.5)\n"
+        "random:\n    eta ~ MvNormal(omega)\ncovariates: K\n"
+        "pre:\n    ka = exp(tka)\n    cl = exp(tcl + eta[0]) * K\n    v = exp(tv)\n"
+        "dynamics:\n    Depot' = -ka * Depot\n    Central' = ka * Depot - cl / v * Central\n"
+        "derived:\n    DV ~ Additive(Central / v, sigma)\n"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (the amounts overflow: solver warnings)
+        fit = dn.fit(model, pop, dn.FO(), max_iter=0, covariance=None, progress=False)
+    assert fit.message.startswith(
+        "the objective is not finite at the initial estimates: the solve of subject ID 3's "
+        "dynamics failed (non-finite amounts"
+    )
+    assert "the individual parameter(s) cl = -2718.28 of this subject are not positive" in (
+        fit.message
+    )

@@ -100,6 +100,26 @@ def _gradient_cause(problem, start_fg, grad_i=None) -> str | None:
     )
 
 
+def _terms_and_prediction(predictor):
+    """`(theta, eta, data) -> (observation terms, prediction)` of every subject, from one
+    forward solve each (no derivatives are taken), over the subjects as the model's other
+    programs run them (`over_subjects`: a loop for integrated ODEs with several doses a
+    subject, where a batch would step every segment as often as its hardest subject); one
+    program per predictor."""
+    from ..likelihood._from_model import obs_terms_from_prediction, over_subjects
+
+    per = owned_cache(predictor, "programs")
+    if "start terms and prediction" not in per:
+        fwd = predictor.forward_only
+
+        def both(theta, e, subj):
+            p = fwd.predict(theta, e, subj)
+            return obs_terms_from_prediction(p, subj), p
+
+        per["start terms and prediction"] = jax.jit(over_subjects(predictor, both))
+    return per["start terms and prediction"]
+
+
 def _first_cause(problem, u0, m2ll_i) -> str | None:
     from ..solve._subject import (
         NO_STEADY_STATE,
@@ -114,7 +134,11 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
     ids = list(problem.subject_ids)
     zero = jnp.zeros((n, q))
     data = problem.subjects
-    terms = jax.jit(jax.vmap(problem.obs_terms, in_axes=(None, 0, 0)))(theta, zero, data)
+    predictor, binding = _bound_of(problem)
+    if predictor is None:
+        terms = jax.jit(jax.vmap(problem.obs_terms, in_axes=(None, 0, 0)))(theta, zero, data)
+    else:
+        terms, p = _terms_and_prediction(predictor)(theta, zero, binding.data)
     mask = np.asarray(terms.mask, dtype=bool)
     mean, var = np.asarray(terms.mean), np.asarray(terms.var)
     gauss = np.asarray(terms.gaussian, dtype=bool)
@@ -122,14 +146,12 @@ def _first_cause(problem, u0, m2ll_i) -> str | None:
     y_t, logjac = np.asarray(terms.y), np.asarray(terms.logjac)
     dv = np.asarray(data.obs_dv)
     times = np.asarray(data.obs_time)
-    predictor, binding = _bound_of(problem)
     ind, pred, outputs, out_idx = {}, None, None, None
     if predictor is not None:
         cm = predictor.model.compiled
         cov0 = binding.data.cov_value[:, 0, :]
         ind = jax.jit(jax.vmap(lambda e, c: cm.pre(theta, e, c)))(zero, cov0)
         ind = {k: np.asarray(v) for k, v in ind.items() if np.ndim(v) == 1}
-        p = jax.jit(jax.vmap(predictor.predict, in_axes=(None, 0, 0)))(theta, zero, binding.data)
         pred = (np.asarray(p.dist.pred), np.asarray(p.dist.sd), np.asarray(p.ok))
         fail_time = np.asarray(p.fail_time)
         outputs = list(cm.outputs)
