@@ -1,6 +1,8 @@
 """Integrated ODE models on histories of several doses a subject, outside the fit: binding the
 model to the data (with ``solver="auto"``'s probe for stiffness), then `simulate` and
-`model_predict` twice each, in a fresh process with an empty program store.
+`model_predict` twice each, and twice the search for why a fit could not start (what
+`fit` runs when its objective is not finite at the start: every subject's predictions and
+observation terms at eta = 0), in a fresh process with an empty program store.
 
     python benchmarks/bench_ode_histories.py [--cases tmdd,mm] [--pairs 1] [--before SRC]
         [--evaluation]
@@ -85,6 +87,13 @@ for k in (1, 2):
     frame = dn.model_predict(model, pop, etas=eta)
     out[f"model_predict {k}"] = time.perf_counter() - t
 out["sum IPRED"] = float(frame["IPRED"].sum())
+from deepnlme.estimation._why_not_finite import _first_cause
+problem0, _ = model_problem(model, pop)
+u0 = np.asarray(problem0.pack(problem0.init))
+for k in (1, 2):
+    t = time.perf_counter()
+    _first_cause(problem0, u0, None)  # (what a fit that cannot start runs to say why)
+    out[f"start diagnosis {k}"] = time.perf_counter() - t
 if sys.argv[4] == "1":
     sys.path.insert(0, "benchmarks")
     from bench_multidose_eval import evaluation_time
