@@ -133,3 +133,69 @@ def test_known_ebes_start_every_search_and_zeros_add_the_fixed_starts(two_modes)
     assert start.eta_known
     run = _Run(two_modes, MULTISTART, start, [])
     np.testing.assert_array_equal(run.eta, np.full((4, 4, 1), 0.9))
+
+
+def _some_bimodal(curved: tuple[float, ...] = (1.0, 0.0, 1.0, 0.0), t: int = 12) -> Problem:
+    """y = c eta^2 + a eta + eps with y near 1: two modes for a subject with c = 1 (as in
+    `_two_modes`), one for a subject with c = 0 (linear in eta)."""
+    n = len(curved)
+    rng = np.random.default_rng(5)
+    y = 1.0 + 0.05 * rng.standard_normal((n, t))
+    lay = ParamLayout(
+        [
+            Param("a", 0.3),
+            Param("om", [1.0], "variance", "log"),
+            Param("s2", 0.01, "residual", "log"),
+        ]
+    )
+
+    def obs_terms(theta, eta, s):
+        yy, mm, c = s
+        mean = (c * eta[0] ** 2 + theta["a"] * eta[0]) * jnp.ones_like(yy)
+        return tm._terms(yy, mean, theta["s2"] * jnp.ones_like(yy), mm)
+
+    return Problem(
+        obs_terms=obs_terms,
+        subjects=(jnp.asarray(y), jnp.ones((n, t), bool), jnp.asarray(curved)),
+        omega=lambda th: jnp.diag(th["om"]),
+        unpack=lay.unpack,
+        pack=lay.pack,
+        param_info=lay.param_info,
+        init=lay.init,
+        eta_labels=("eta",),
+        subject_ids=tuple(range(1, n + 1)),
+    )
+
+
+def test_restarts_on_the_way_skip_subjects_whose_searches_found_one_mode():
+    """The restarts after 10, 30 and 70 accepted steps restart the subjects whose searches
+    hold two modes (c = 1) and leave the one-mode subjects' searches where they ended (all
+    at their mode: they run once); the restart at the end restarts every subject. Started
+    from known EBEs, no subject's extra searches have run from the fixed starts before the
+    first restart: it restarts every subject."""
+    problem = _some_bimodal()
+    u = problem.init_u()
+    fixed = _with_fixed_starts(problem, u, np.zeros((4, 1)))[:, 1:]
+    bimodal = np.array([True, False, True, False])
+    for known in (False, True):
+        start = starting_point(
+            problem, MULTISTART, None, np.full((4, 1), 0.5) if known else None, None
+        )
+        run = _Run(problem, MULTISTART, start, [])
+        x = run.x0()
+        restarted = {}
+        for step in range(1, 72):
+            run.fun(x)
+            run.on_accept()
+            if step in (10, 30, 70):
+                restarted[step] = np.all(run.eta[:, 1:] == fixed, axis=(1, 2))
+                kept = ~restarted[step]  # ... at their one mode: every search there
+                np.testing.assert_allclose(
+                    run.eta[kept], np.broadcast_to(run.ev.modes[kept][:, :1], run.eta[kept].shape)
+                )
+        np.testing.assert_array_equal(restarted[10], np.ones(4, bool) if known else bimodal)
+        np.testing.assert_array_equal(restarted[30], bimodal)
+        np.testing.assert_array_equal(restarted[70], bimodal)
+        assert run.explored.all()
+        run._restart_searches(x)  # (the end's: `lower_modes`)
+        np.testing.assert_array_equal(run.eta[:, 1:], fixed)

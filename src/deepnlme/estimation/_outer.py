@@ -17,7 +17,14 @@ import pandas as pd
 
 from ..data import DataWarning
 from ..errors import DataError, OptionError
-from ..likelihood import LOG2PI, Method, Problem, given_method, multistart_points
+from ..likelihood import (
+    LOG2PI,
+    Method,
+    Problem,
+    given_method,
+    max_step_of,
+    multistart_points,
+)
 from ._compiled import (
     compiled_evaluation,
     loaded_from_store,
@@ -38,7 +45,10 @@ from ._why_not_finite import explain_start
 
 # accepted steps before the first restart of the extra EBE searches from their fixed points;
 # the gap doubles after each (restarts after 10, 30, 70, 150, ... accepted steps), and a
-# converged fit restarts them once more at its end (`_Run.lower_modes`)
+# converged fit restarts them once more at its end (`_Run.lower_modes`). The restarts on the
+# way restart only the subjects whose searches have not run from the fixed points yet or
+# whose tracked searches hold more than one mode (`_with_fixed_starts`'s `tracked`); the one
+# at the end restarts every subject.
 _RESEED = 10
 # restarts at the end of a fit that found lower modes and went on, at most
 _END_CHECKS = 3
@@ -278,12 +288,15 @@ class _Run:
         self.n, self.q, self.p = problem.n_subjects, problem.n_eta, len(start.free)
         self.base = jax.device_put(start.u0)
         self.eta = np.asarray(start.eta0, dtype=np.float64)  # the warm starts
+        # (tracked multistart) the subjects whose extra searches have run from the fixed starts
+        self.explored = np.zeros(self.n, dtype=bool)
         if self.tracked and start.eta_known:
             # an earlier fit's EBEs (or the user's): every search starts there (and runs
             # once); the fixed starts join at the first restart
             self.eta = np.repeat(self.eta[:, None, :], 2 * self.q + 2, axis=1)
         elif self.tracked:
             self.eta = _with_fixed_starts(problem, start.u0, self.eta)
+            self.explored[:] = True
         self.accepted = 0
         self.reseed_at, self.reseed_gap = _RESEED, _RESEED  # (tracked multistart)
         self.ev_last = self.z_last = None  # the last evaluation, and its point
@@ -366,14 +379,18 @@ class _Run:
         if self.tracked and self.accepted >= self.reseed_at:
             self.reseed_gap *= 2
             self.reseed_at = self.accepted + self.reseed_gap
-            self._restart_searches(self.z_last)
+            self._restart_searches(self.z_last, every=False)
 
-    def _restart_searches(self, z: np.ndarray) -> None:
+    def _restart_searches(self, z: np.ndarray, every: bool = True) -> None:
         """The extra EBE searches of the next evaluations start from their fixed points
-        (Omega at the free parameters `z`); the first from the kept modes."""
+        (Omega at the free parameters `z`); the first from the kept modes. Not `every`: only
+        for the subjects not explored yet or whose tracked searches hold more than one mode;
+        the others keep their tracked searches, which ended at one mode and so run once."""
         u = self.start.u0.copy()
         u[list(self.start.free)] = z
-        self.eta = _with_fixed_starts(self.problem, u, self.eta[:, 0])
+        tracked = None if every else np.where(self.explored[:, None, None], self.eta, np.nan)
+        self.eta = _with_fixed_starts(self.problem, u, self.eta[:, 0], tracked)
+        self.explored[:] = True
 
     def lower_modes(self, res: OptResult) -> int:
         """At the converged point of `res` (the last accepted one): every subject's extra EBE
@@ -674,13 +691,29 @@ def _lower_modes_message(moved: int, message: str) -> str:
     )
 
 
-def _with_fixed_starts(problem, u, eta) -> np.ndarray:
+def _with_fixed_starts(problem, u, eta, tracked=None) -> np.ndarray:
     """``[N, 2q + 2, q]``: each subject's `eta` ``[N, q]`` first, then eta = 0 and +-1.5 SD of
-    Omega(u) along each random effect (the starts of the multistart search)."""
-    omega = post_functions(problem)[0](jax.device_put(np.asarray(u, np.float64)))[1]
+    Omega(u) along each random effect (the starts of the multistart search).
+
+    `tracked` (``[N, 2q + 2, q]``, the ends of a subject's searches at the last accepted
+    point): a subject whose searches all ended at one mode (within 1e-6 of the search's
+    largest step, as `duplicate_starts` groups them; NaN never does) keeps them instead, so
+    that its searches run once. A multimodal conditional density is what the extra searches
+    are for (random effects as network inputs); where a subject's showed one mode, restarting
+    its 2q + 1 extra searches at every restart multiplied that evaluation's searches by up to
+    2q + 2 for nothing (`benchmarks/RESULTS_deepnlme_pkpd.md`, "Restarts of the multistart
+    search only where a subject showed several modes")."""
+    omega = np.asarray(
+        post_functions(problem)[0](jax.device_put(np.asarray(u, np.float64)))[1], np.float64
+    )
     n, q = eta.shape
-    starts = multistart_points(np.asarray(omega, dtype=np.float64))
-    return np.concatenate([eta[:, None, :], np.broadcast_to(starts, (n, 2 * q + 1, q))], axis=1)
+    starts = multistart_points(omega)
+    out = np.concatenate([eta[:, None, :], np.broadcast_to(starts, (n, 2 * q + 1, q))], axis=1)
+    if tracked is None:
+        return out
+    scale = max_step_of(np.sqrt(np.clip(np.diag(omega), 0.0, None)))
+    one_mode = np.all(np.abs(tracked - tracked[:, :1]) <= 1e-6 * scale, axis=(1, 2))
+    return np.where(one_mode[:, None, None], tracked, out)
 
 
 def _carried(eta_in, ev, tracked) -> np.ndarray:

@@ -43,9 +43,11 @@ class Searched(NamedTuple):
     modes: jax.Array
 
 
-def max_step_of(sd: jax.Array) -> jax.Array:
-    """The largest step of the EBE search per random effect: 2 SD of Omega, at least 0.5."""
-    return jnp.maximum(2.0 * sd, 0.5)
+def max_step_of(sd: Any) -> Any:
+    """The largest step of the EBE search per random effect: 2 SD of Omega, at least 0.5 (a
+    NumPy `sd` gives a NumPy array, as `multistart_points`)."""
+    xp = np if isinstance(sd, np.ndarray) else jnp
+    return xp.maximum(2.0 * sd, 0.5)
 
 
 def multistart_points(om: Any) -> Any:
