@@ -19,10 +19,12 @@ from deepnlme.likelihood import InnerOptions, Param, ParamLayout, Problem
 MULTISTART = FOCE(inner=InnerOptions(multistart=True))
 
 
-def _two_modes(n: int = 4, t: int = 12) -> Problem:
+def _two_modes(n: int = 4, t: int = 12, curved: tuple[float, ...] | None = None) -> Problem:
     """y = eta^2 + a eta + eps with y near 1: two modes, eta = (-a +- sqrt(a^2 + 4)) / 2; for
     a > 0 the one near +0.86 lies lower (the prior favours the smaller |eta|) than the one
-    near -1.16."""
+    near -1.16. `curved` (one c per subject): y = c eta^2 + a eta + eps, one mode where c = 0
+    (linear in eta)."""
+    curved = (1.0,) * n if curved is None else curved
     rng = np.random.default_rng(4)
     y = 1.0 + 0.05 * rng.standard_normal((n, t))
     lay = ParamLayout(
@@ -34,13 +36,13 @@ def _two_modes(n: int = 4, t: int = 12) -> Problem:
     )
 
     def obs_terms(theta, eta, s):
-        yy, mm = s
-        mean = (eta[0] ** 2 + theta["a"] * eta[0]) * jnp.ones_like(yy)
+        yy, mm, c = s
+        mean = (c * eta[0] ** 2 + theta["a"] * eta[0]) * jnp.ones_like(yy)
         return tm._terms(yy, mean, theta["s2"] * jnp.ones_like(yy), mm)
 
     return Problem(
         obs_terms=obs_terms,
-        subjects=(jnp.asarray(y), jnp.ones((n, t), bool)),
+        subjects=(jnp.asarray(y), jnp.ones((n, t), bool), jnp.asarray(curved)),
         omega=lambda th: jnp.diag(th["om"]),
         unpack=lay.unpack,
         pack=lay.pack,
@@ -135,45 +137,13 @@ def test_known_ebes_start_every_search_and_zeros_add_the_fixed_starts(two_modes)
     np.testing.assert_array_equal(run.eta, np.full((4, 4, 1), 0.9))
 
 
-def _some_bimodal(curved: tuple[float, ...] = (1.0, 0.0, 1.0, 0.0), t: int = 12) -> Problem:
-    """y = c eta^2 + a eta + eps with y near 1: two modes for a subject with c = 1 (as in
-    `_two_modes`), one for a subject with c = 0 (linear in eta)."""
-    n = len(curved)
-    rng = np.random.default_rng(5)
-    y = 1.0 + 0.05 * rng.standard_normal((n, t))
-    lay = ParamLayout(
-        [
-            Param("a", 0.3),
-            Param("om", [1.0], "variance", "log"),
-            Param("s2", 0.01, "residual", "log"),
-        ]
-    )
-
-    def obs_terms(theta, eta, s):
-        yy, mm, c = s
-        mean = (c * eta[0] ** 2 + theta["a"] * eta[0]) * jnp.ones_like(yy)
-        return tm._terms(yy, mean, theta["s2"] * jnp.ones_like(yy), mm)
-
-    return Problem(
-        obs_terms=obs_terms,
-        subjects=(jnp.asarray(y), jnp.ones((n, t), bool), jnp.asarray(curved)),
-        omega=lambda th: jnp.diag(th["om"]),
-        unpack=lay.unpack,
-        pack=lay.pack,
-        param_info=lay.param_info,
-        init=lay.init,
-        eta_labels=("eta",),
-        subject_ids=tuple(range(1, n + 1)),
-    )
-
-
 def test_restarts_on_the_way_skip_subjects_whose_searches_found_one_mode():
     """The restarts after 10, 30 and 70 accepted steps restart the subjects whose searches
     hold two modes (c = 1) and leave the one-mode subjects' searches where they ended (all
     at their mode: they run once); the restart at the end restarts every subject. Started
     from known EBEs, no subject's extra searches have run from the fixed starts before the
     first restart: it restarts every subject."""
-    problem = _some_bimodal()
+    problem = _two_modes(curved=(1.0, 0.0, 1.0, 0.0))
     u = problem.init_u()
     fixed = _with_fixed_starts(problem, u, np.zeros((4, 1)))[:, 1:]
     bimodal = np.array([True, False, True, False])
