@@ -21,6 +21,7 @@ from ..likelihood import (
     LOG2PI,
     Method,
     Problem,
+    duplicate_starts,
     given_method,
     max_step_of,
     multistart_points,
@@ -47,7 +48,7 @@ from ._why_not_finite import explain_start
 # the gap doubles after each (restarts after 10, 30, 70, 150, ... accepted steps), and a
 # converged fit restarts them once more at its end (`_Run.lower_modes`). The restarts on the
 # way restart only the subjects whose searches have not run from the fixed points yet or
-# whose tracked searches hold more than one mode (`_with_fixed_starts`'s `tracked`); the one
+# whose tracked searches hold more than one mode (`_with_fixed_starts`'s `kept`); the one
 # at the end restarts every subject.
 _RESEED = 10
 # restarts at the end of a fit that found lower modes and went on, at most
@@ -388,8 +389,8 @@ class _Run:
         the others keep their tracked searches, which ended at one mode and so run once."""
         u = self.start.u0.copy()
         u[list(self.start.free)] = z
-        tracked = None if every else np.where(self.explored[:, None, None], self.eta, np.nan)
-        self.eta = _with_fixed_starts(self.problem, u, self.eta[:, 0], tracked)
+        kept = None if every else (self.eta, self.explored)
+        self.eta = _with_fixed_starts(self.problem, u, self.eta[:, 0], kept)
         self.explored[:] = True
 
     def lower_modes(self, res: OptResult) -> int:
@@ -691,28 +692,29 @@ def _lower_modes_message(moved: int, message: str) -> str:
     )
 
 
-def _with_fixed_starts(problem, u, eta, tracked=None) -> np.ndarray:
+def _with_fixed_starts(problem, u, eta, kept=None) -> np.ndarray:
     """``[N, 2q + 2, q]``: each subject's `eta` ``[N, q]`` first, then eta = 0 and +-1.5 SD of
     Omega(u) along each random effect (the starts of the multistart search).
 
-    `tracked` (``[N, 2q + 2, q]``, the ends of a subject's searches at the last accepted
-    point): a subject whose searches all ended at one mode (within 1e-6 of the search's
-    largest step, as `duplicate_starts` groups them; NaN never does) keeps them instead, so
-    that its searches run once. A multimodal conditional density is what the extra searches
-    are for (random effects as network inputs); where a subject's showed one mode, restarting
-    its 2q + 1 extra searches at every restart multiplied that evaluation's searches by up to
-    2q + 2 for nothing (`benchmarks/RESULTS_deepnlme_pkpd.md`, "Restarts of the multistart
-    search only where a subject showed several modes")."""
+    `kept` = (tracked ``[N, 2q + 2, q]``, the ends of the subjects' searches at the last
+    accepted point; explored ``[N]``, whose searches have run from the fixed starts): an
+    explored subject whose searches all ended at one mode (one group of `duplicate_starts`)
+    keeps them instead, so that its searches run once. A multimodal conditional density is
+    what the extra searches are for (random effects as network inputs); where a subject's
+    showed one mode, restarting its 2q + 1 extra searches at every restart multiplied that
+    evaluation's searches by up to 2q + 2 for nothing (`benchmarks/RESULTS_deepnlme_pkpd.md`,
+    "State at the end of 2026-12-07 (seventeenth session)")."""
     omega = np.asarray(
         post_functions(problem)[0](jax.device_put(np.asarray(u, np.float64)))[1], np.float64
     )
     n, q = eta.shape
     starts = multistart_points(omega)
     out = np.concatenate([eta[:, None, :], np.broadcast_to(starts, (n, 2 * q + 1, q))], axis=1)
-    if tracked is None:
+    if kept is None:
         return out
+    tracked, explored = kept
     scale = max_step_of(np.sqrt(np.clip(np.diag(omega), 0.0, None)))
-    one_mode = np.all(np.abs(tracked - tracked[:, :1]) <= 1e-6 * scale, axis=(1, 2))
+    one_mode = explored & np.all(duplicate_starts(tracked, scale) == 0, axis=1)
     return np.where(one_mode[:, None, None], tracked, out)
 
 

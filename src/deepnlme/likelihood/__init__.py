@@ -6,6 +6,7 @@ from ._evaluation import free_penalty as free_penalty
 from ._evaluation import make_evaluator as make_evaluator
 from ._inner import InnerOptions as InnerOptions
 from ._inner import InnerResult as InnerResult
+from ._inner import duplicate_starts as duplicate_starts
 from ._inner import implicit_eta as implicit_eta
 from ._inner import newton_lm as newton_lm
 from ._problem import PARAM_KINDS as PARAM_KINDS

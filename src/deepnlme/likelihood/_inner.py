@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from .._autodiff import value_jac_hess
 from ..errors import KeywordChecked, OptionError, check_range
@@ -363,16 +364,18 @@ def map_lanes(
     return jax.lax.while_loop(lambda cr: cr[0] * chunk < n_active, body, (0, out))[1]
 
 
-def duplicate_starts(starts: jax.Array, scale: jax.Array) -> jax.Array:
+def duplicate_starts(starts: Any, scale: Any) -> Any:
     """For ``[N, K, q]`` search starts, ``[N, K]``: the first of each subject's starts within
     1e-6 `scale` (``[q]``, max-norm) of that start (its own index when none before it is).
-    Searches that start together end together: only the first of each group need run."""
+    Searches that start together end together: only the first of each group need run. NumPy
+    arrays give a NumPy array (outside a program: `estimation._outer._with_fixed_starts`)."""
+    xp = np if isinstance(starts, np.ndarray) else jnp
     k = starts.shape[1]
-    close = jnp.all(
-        jnp.abs(starts[:, :, None, :] - starts[:, None, :, :]) <= 1e-6 * scale, axis=-1
+    close = xp.all(
+        xp.abs(starts[:, :, None, :] - starts[:, None, :, :]) <= 1e-6 * scale, axis=-1
     )  # [N, K, K]
-    earlier = jnp.tril(jnp.ones((k, k), bool))
-    return jnp.argmax(close & earlier, axis=-1)
+    earlier = xp.tril(xp.ones((k, k), bool))
+    return xp.argmax(close & earlier, axis=-1)
 
 
 def keep_best(found: InnerResult, values: jax.Array) -> tuple[InnerResult, jax.Array]:
