@@ -5,7 +5,7 @@ model to the data (with ``solver="auto"``'s probe for stiffness), then `simulate
 observation terms at eta = 0), in a fresh process with an empty program store.
 
     python benchmarks/bench_ode_histories.py [--cases tmdd,mm] [--pairs 1] [--before SRC]
-        [--evaluation]
+        [--evaluation] [--diagnostics]
 
 Cases:
 - ``tmdd``: the target-mediated disposition model of `examples/tmdd` (stiff: ``"auto"``
@@ -20,7 +20,9 @@ alternating (`--pairs` pairs); printed: seconds for each step and the sum of the
 and of IPRED (the same in both builds). `--evaluation`: also one FOCE evaluation of the
 simulated data at the model's start, as a fit compiles and runs it (the first with its
 compilation, then a second from the same starts: `bench_multidose_eval.evaluation_time`),
-and its OFV.
+and its OFV. `--diagnostics`: also a FOCE fit of no iterations to the simulated data (the
+model's start as the estimates, the EBEs found), then `dn.predict(fit)` and `dn.npde(fit,
+n_sim=500)` twice each (what the report runs: predictions and residuals, replicates).
 """
 
 from __future__ import annotations
@@ -94,6 +96,20 @@ for k in (1, 2):
     t = time.perf_counter()
     _first_cause(problem0, u0, None)  # (what a fit that cannot start runs to say why)
     out[f"start diagnosis {k}"] = time.perf_counter() - t
+if sys.argv[5] == "1":
+    t = time.perf_counter()
+    fit = dn.fit(model, sim, dn.FOCE(), max_iter=0, covariance=None, progress=False)
+    out["fit of 0 iterations"] = time.perf_counter() - t
+    for k in (1, 2):
+        t = time.perf_counter()
+        table = dn.predict(fit)
+        out[f"predict(fit) {k}"] = time.perf_counter() - t
+    out["sum CWRES"] = float(np.nansum(table["CWRES"]))
+    for k in (1, 2):
+        t = time.perf_counter()
+        npde = dn.npde(fit, n_sim=500, seed=k)
+        out[f"npde(fit, n_sim=500) {k}"] = time.perf_counter() - t
+    out["sum NPDE"] = float(np.nansum(npde["NPDE"]))
 if sys.argv[4] == "1":
     sys.path.insert(0, "benchmarks")
     from bench_multidose_eval import evaluation_time
@@ -130,9 +146,11 @@ def main() -> None:
     import multidose_data
 
     cases = {"tmdd": None, "mm": None}
-    evaluation = "--evaluation" in sys.argv
-    if evaluation:
-        sys.argv.remove("--evaluation")
+    flags = {}
+    for flag in ("--evaluation", "--diagnostics"):
+        flags[flag] = flag in sys.argv
+        if flags[flag]:
+            sys.argv.remove(flag)
     args, chosen, builds = case_arguments(__doc__.splitlines()[0], cases, 1)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -150,7 +168,7 @@ def main() -> None:
                 for name, src in builds.items():
                     with tempfile.TemporaryDirectory() as cache:
                         env = dict(os.environ, PYTHONPATH=str(src), DEEPNLME_CACHE_DIR=cache)
-                        argv = [case, str(data), model, str(int(evaluation))]
+                        argv = [case, str(data), model, *(str(int(v)) for v in flags.values())]
                         r = child_result(CHILD, argv, env, f"{case} {name}")
                     print(f"{case} {name}: {json.dumps(r)}", flush=True)
 

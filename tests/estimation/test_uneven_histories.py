@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pandas as pd
@@ -142,3 +143,57 @@ def test_outside_the_fit_the_subjects_loop_with_the_batched_numbers(monkeypatch,
     # the simulated DV (no residual error) are the predictions at the random effects given
     observed = looped[1][looped[1]["EVID"] == 0]
     np.testing.assert_allclose(observed["DV"], looped[0]["IPRED"], rtol=1e-12)
+
+
+def test_programs_outside_the_fit_in_two_halves_give_one_loops_numbers(model, monkeypatch):
+    # on two cores or more the looped programs outside the fit run in two halves at once
+    # (`in_subject_halves`: five subjects, halves of three, the second with a copy of its
+    # last subject); on one core, one loop. Each subject's numbers are its own either way.
+    from deepnlme.estimation._why_not_finite import _terms_and_prediction
+    from deepnlme.results._diagnostics import _outputs, bind_fit, replicates
+
+    data = _data(3)
+    fit = dn.fit(model, data, dn.FOCE(), max_iter=0, covariance=None, progress=False)
+    b = bind_fit(fit)
+    eta = np.linspace(-0.2, 0.2, len(data.ids))[:, None]
+    zero = np.zeros((len(data.ids), 1))
+
+    def outside():
+        frame = dn.model_predict(model, data, etas=eta)
+        reps = replicates(fit, 30, 4)
+        terms, p = _terms_and_prediction(b.predictor)(b.theta, zero, b.binding.data)
+        return frame, _outputs(b), reps, (terms, p)
+
+    runs = {}
+    for cores in (2, 1):
+        monkeypatch.setattr(os, "cpu_count", lambda c=cores: c)
+        assert _compiled.subject_halves(b.predictor, b.binding.data) == (cores == 2)
+        runs[cores] = outside()
+    halved, whole = runs[2], runs[1]
+    pd.testing.assert_frame_equal(halved[0], whole[0], rtol=1e-13, atol=0)
+    for a, c in zip(jax.tree_util.tree_leaves(halved[1:]), jax.tree_util.tree_leaves(whole[1:])):
+        assert np.shape(a) == np.shape(c)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(c), rtol=1e-13, atol=0)
+    # a stiff solver's linear solves batched over a subject's replicates: no halves where a
+    # LAPACK call could be split over XLA's thread pool
+    lanes = _compiled._LAPACK_SPLIT_WORK  # (one state: lanes x 1^3)
+    assert not _compiled.subject_halves(b.predictor, b.binding.data, lanes=lanes)
+
+
+def test_in_subject_halves_cuts_and_joins_along_the_axes_given():
+    def program(a, s, d):  # a [C, N], s not per subject, d {"x": [N, 2]}
+        return a * s, {"y": d["x"].sum(axis=1)}, d["x"][:, 0] + 1.0
+
+    a = np.arange(14.0).reshape(2, 7)
+    d = {"x": np.arange(14.0).reshape(7, 2)}
+    calls = []
+
+    def counted(*args):
+        calls.append(np.shape(args[0]))
+        return program(*args)
+
+    got = _compiled.in_subject_halves(counted, (1, None, 0), (1, 0, 0))(a, 3.0, d)
+    want = program(a, 3.0, d)
+    assert calls == [(2, 4), (2, 4)]  # (halves of ceil(7 / 2) subjects)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_array_equal(g, w)

@@ -332,8 +332,85 @@ class _Halves:
 
 @functools.cache
 def _half_pool() -> concurrent.futures.ThreadPoolExecutor:
-    """The thread that runs the second half of every `_Halves` evaluation."""
+    """The thread that runs the second half of every `_Halves` evaluation (and of
+    `in_subject_halves`' programs)."""
     return concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="deepnlme-half")
+
+
+def subject_halves(predictor, data, lanes: int = 1) -> bool:
+    """Whether a program outside the fit over the subjects of `data` runs in two halves at
+    once (`in_subject_halves`): where it loops over them (`predictor.loops_over`: integrated
+    ODEs on histories of several doses a subject, where each subject costs milliseconds), from
+    two subjects, on a CPU with two cores or more, as the fit's evaluation does (`in_halves`);
+    and where no LAPACK call batched over a subject's `lanes` (a simulation's replicates)
+    could be split over XLA's thread pool (`_LAPACK_SPLIT_WORK`: a stiff solver's linear
+    solves, states x states). Measured: `benchmarks/RESULTS_stiff.md`, "Programs outside the
+    fit in two halves"."""
+    n = int(np.shape(data.obs_mask)[0])
+    states = len(predictor.model.compiled.states)
+    return (
+        predictor.loops_over(data)
+        and n >= 2
+        and (os.cpu_count() or 1) >= 2
+        and jax.default_backend() == "cpu"
+        and lanes * states**3 < _LAPACK_SPLIT_WORK
+    )
+
+
+def _along(a, axis: int, start: int, stop: int, size: int) -> np.ndarray:
+    """`a[start:stop]` along `axis`, filled up to `size` with copies of its last entry."""
+    a = np.asarray(a)
+    part = np.take(a, np.arange(start, stop), axis=axis)
+    fill = size - (stop - start)
+    if fill:
+        last = np.take(a, [stop - 1] * fill, axis=axis)
+        part = np.concatenate([part, last], axis=axis)
+    return part
+
+
+def in_subject_halves(call: Callable, in_axes: tuple, out_axes) -> Callable:
+    """`call(*args)`, a program over N subjects, as two calls over halves of ``h = ceil(N /
+    2)`` subjects run at once, the second on `_half_pool`'s thread (a compiled program runs
+    without the interpreter lock); the second half filled up to h with copies of its last
+    subject, whose results are dropped. `in_axes` (one per argument) and `out_axes` (one for
+    every result, or one per element of the result tuple) say, as `jax.vmap`'s do, which
+    axis holds the subjects: None for an argument that is not per subject. `call` compiles
+    once for the halves' shapes. Each subject's numbers are its own, so the halves give the
+    whole's (`tests/estimation/test_uneven_histories.py`)."""
+
+    def run(*args):
+        n = next(
+            int(np.shape(jax.tree_util.tree_leaves(a)[0])[ax])
+            for a, ax in zip(args, in_axes)
+            if ax is not None
+        )
+        h = -(-n // 2)
+
+        def half(lo: int, hi: int) -> tuple:
+            return tuple(
+                a
+                if ax is None
+                else jax.tree_util.tree_map(
+                    functools.partial(_along, axis=ax, start=lo, stop=hi, size=h), a
+                )
+                for a, ax in zip(args, in_axes)
+            )
+
+        other = _half_pool().submit(call, *half(h, n))
+        mine = call(*half(0, h))
+        theirs = other.result()
+        axes = out_axes if isinstance(out_axes, tuple) else (out_axes,) * len(mine)
+
+        def joined(ax, a, b):
+            b = np.take(np.asarray(b), np.arange(n - h), axis=ax)
+            return np.concatenate([np.asarray(a), b], axis=ax)
+
+        return tuple(
+            jax.tree_util.tree_map(functools.partial(joined, ax), a, b)
+            for ax, a, b in zip(axes, mine, theirs)
+        )
+
+    return run
 
 
 def penalty_hessian(problem: Problem, free: tuple[int, ...]):
