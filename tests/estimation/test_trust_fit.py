@@ -228,6 +228,26 @@ def test_dose_records_no_solve_can_honour_are_data_errors_at_binding(dose, match
         dn.simulate(model, pop, seed=0)
 
 
+def test_of_several_broken_dose_records_the_first_is_named():
+    # the records are screened all at once, then named in the data's order: subject 2's
+    # (a steady-state infusion longer than its II) before subject 3's (no such compartment),
+    # and an SS infusion that lasts exactly its II is no error
+    from deepnlme.datasets import example_path
+
+    df = _dosed(RATE=10.0, SS=1, II=12.0)
+    third = (df["ID"] == 3) & (df["EVID"] == 1)
+    df.loc[third, "CMT"] = 3
+    model = dn.load_model(example_path("theophylline_ode.model"))
+    with pytest.raises(DataError, match=r"subject 2 at TIME 0 \(data row 6\) .* longer than"):
+        dn.simulate(model, dn.read_data(df), seed=0)
+    exact = _dosed(RATE=80.0, SS=1, II=4.0)  # (AMT 320 / RATE 80 = 4 = II)
+    sim = dn.simulate(model, dn.read_data(exact), seed=0, residual=False)
+    assert sim.n_observations == 12
+    df.loc[(df["ID"] == 2) & (df["EVID"] == 1), ["RATE", "SS", "II"]] = [0.0, 0, 0.0]
+    with pytest.raises(DataError, match=r"subject 3 at TIME 0 \(data row 11\) \(CMT 3\) doses"):
+        dn.simulate(model, dn.read_data(df), seed=0)
+
+
 def test_a_dose_record_after_a_clock_reset_is_named_at_its_written_time():
     # the continuous time runs on past an EVID 4 reset: a record written at 0 was named at 24
     from deepnlme.datasets import example_path

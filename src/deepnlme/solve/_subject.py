@@ -866,7 +866,23 @@ def _check_dose_records(cm, a, ids, population=None) -> None:
     dose = np.asarray(a.dose_mask, bool) & np.isin(np.asarray(a.dose_evid), (1, 4))
     cmt, rate = np.asarray(a.dose_cmt), np.asarray(a.dose_rate, np.float64)
     ss, ii, amt = np.asarray(a.dose_ss), np.asarray(a.dose_ii, np.float64), np.asarray(a.dose_amt)
-    for i, k in zip(*np.nonzero(dose)):
+    # the records that break a rule, found for all at once (a loop over every record, naming
+    # each one's data row, took about a second on 3,444 dose records); each is then checked
+    # and named in order below, so the first of them is the one the error names
+    inside = (cmt >= 1) & (cmt <= len(states))
+    c0 = np.where(inside, cmt, 1).astype(int) - 1
+    has = {
+        kind: np.array([(kind, s) in modelled for s in states])[c0]
+        for kind in ("rate", "duration", "bioav")
+    }
+    dur = np.divide(amt, rate, out=np.zeros(rate.shape), where=rate > 0)
+    broken = dose & (
+        ~inside
+        | ((rate == -1) & ~has["rate"])
+        | ((rate == -2) & ~has["duration"])
+        | ((ss >= 1) & (rate > 0) & (ii > 0) & ~has["bioav"] & (dur > ii))
+    )
+    for i, k in zip(*np.nonzero(broken)):
         c = int(cmt[i, k])
         when = _dose_record_at(population, int(i), float(a.dose_time[i, k]), c)
         at = f"the dose record of subject {ids[i]} {when} (CMT {c})"
