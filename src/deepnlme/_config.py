@@ -154,10 +154,17 @@ _enable_jax_cache()
 #   matrix products and convolutions): deepnlme's reductions are many and short (per subject,
 #   over a few observations or random effects), and the library's calls cost more than the
 #   sums. The numbers and the compile time are the same.
+# - XLA's while-loop invariant code motion is off. On programs of nested loops (an integrated
+#   ODE looped over the subjects, over each subject's events, through the solver's steps) it
+#   took half of XLA's compile time, and the programs ran no faster for it: one FOCE rest of
+#   a Michaelis-Menten model on 40 subjects with 5-40 doses each compiled in 12.6 s instead of
+#   25.1 s and ran in 1.14 s instead of 1.74 s (the search 7.1 s instead of 20.4 s, running
+#   as fast). Measured: benchmarks/design-measurements.md, "While-loop code motion".
 # Older jaxlibs lack these options and some future one may drop them, so they are passed per
 # compilation, and one that XLA refuses is left out from then on.
 _EXTRA_OPTIONS = {
     "xla_cpu_use_fusion_emitters": False,
+    "xla_disable_hlo_passes": "while-loop-invariant-code-motion",
     # the flag `XLA_FLAGS` gets by default (above), for deepnlme's programs in any case
     "xla_cpu_multi_thread_eigen": False,
     "xla_cpu_experimental_ynn_fusion_type": (
