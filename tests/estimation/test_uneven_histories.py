@@ -104,9 +104,17 @@ def test_subject_by_subject_in_halves_equals_the_batched_evaluation(model):
     # and everything else to the integrator's. (With the searches in units of Omega's
     # Cholesky factor, their steps bounded in eta through a product with it, the two
     # programs' searches round apart earlier: one subject's gradient entry 1.3e-7 apart.)
+    # A per-subject gradient is the derivative of the discretised solve: where a step-size
+    # decision flips, an entry small beside the subject's others moves by about rtol times the
+    # largest (subject 2's d/d tvm: -24.998932 looped, -24.998962 batched, -24.998932 with
+    # rtol 1e-11 batched; its largest entry -3094): compared at that scale.
     for name, a, b in zip(batched._fields, batched, looped):
+        a, b = np.asarray(a), np.asarray(b)
         atol = 1e-6 if name == "modes" else 1e-9
-        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6, atol=atol, err_msg=name)
+        if name == "grad_i":  # (in units of each subject's largest entry)
+            scale = np.max(np.abs(a), axis=1, keepdims=True)
+            a, b, atol = a / scale, b / scale, 1e-7
+        np.testing.assert_allclose(b, a, rtol=1e-6, atol=atol, err_msg=name)
 
 
 def _outside_the_fit(model, data):
