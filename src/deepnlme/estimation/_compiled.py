@@ -413,6 +413,19 @@ def in_subject_halves(call: Callable, in_axes: tuple, out_axes) -> Callable:
     return run
 
 
+def halves_where_looped(
+    call: Callable, predictor, in_axes: tuple, out_axes, lanes: int = 1
+) -> Callable:
+    """`call(*args)` (the data its last argument), run in two halves (`in_subject_halves`)
+    where `subject_halves(predictor, data, lanes)` holds, as one call elsewhere."""
+    halves = in_subject_halves(call, in_axes, out_axes)
+
+    def run(*args):
+        return (halves if subject_halves(predictor, args[-1], lanes) else call)(*args)
+
+    return run
+
+
 def penalty_hessian(problem: Problem, free: tuple[int, ...]):
     """`(z, base_u) -> d2 penalty / dz2`, the Hessian of the problem's penalty in the free
     entries (compiled once per problem and free set; a small program)."""

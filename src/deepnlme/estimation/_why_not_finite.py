@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._gc import owned_cache
-from ._compiled import in_subject_halves, subject_halves
+from ._compiled import halves_where_looped
 
 _GENERIC = (
     "the objective or its gradient is not finite at the starting values; check the initial "
@@ -117,13 +117,9 @@ def _terms_and_prediction(predictor):
             p = fwd.predict(theta, e, subj)
             return obs_terms_from_prediction(p, subj), p
 
-        whole = jax.jit(over_subjects(predictor, both))
-        halves = in_subject_halves(whole, (None, 0, 0), 0)
-
-        def call(theta, eta, data):
-            return (halves if subject_halves(predictor, data) else whole)(theta, eta, data)
-
-        per["start terms and prediction"] = call
+        per["start terms and prediction"] = halves_where_looped(
+            jax.jit(over_subjects(predictor, both)), predictor, (None, 0, 0), 0
+        )
     return per["start terms and prediction"]
 
 

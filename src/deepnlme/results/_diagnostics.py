@@ -17,13 +17,7 @@ import pandas as pd
 from .._gc import owned_cache
 from ..data._population import id_array
 from ..errors import OptionError, SolveError
-from ..estimation._compiled import (
-    fit_values,
-    in_subject_halves,
-    posthoc_modes,
-    run_once_jit,
-    subject_halves,
-)
+from ..estimation._compiled import fit_values, halves_where_looped, posthoc_modes, run_once_jit
 from ..estimation._table import individual_frame, informed_ebes
 from ..likelihood._evaluation import data_entries
 from ..likelihood._from_model import (
@@ -349,10 +343,8 @@ def _outputs(bound: Bound):
         per["program"] = run_once_jit(
             all_subjects, (problem.cache_token, "predictions and residuals")
         )
-    run, data = per["program"], bound.binding.data
-    if subject_halves(bound.predictor, data):
-        run = in_subject_halves(run, (None, 0, 0), 0)
-    out = run(bound.theta, bound.eta, data)
+    run = halves_where_looped(per["program"], bound.predictor, (None, 0, 0), 0)
+    out = run(bound.theta, bound.eta, bound.binding.data)
     return jax.tree_util.tree_map(np.asarray, out)
 
 
@@ -624,9 +616,8 @@ def replicates(fit, n_sim: int, seed: int, population=None) -> _Replicates:
     # replicates have none (the model's initial Omega would add variability never fitted)
     held = not getattr(getattr(fit, "method", None), "random_effects", True)
     chunk = _chunk(data_entries(b.problem.subjects))
-    run = program
-    if subject_halves(b.predictor, data, lanes=chunk):  # (each subject's replicates batched)
-        run = in_subject_halves(program, (1, 1, None, 0), (1, 1, 1, 0, 0))
+    # (each subject's replicates batched: `chunk` lanes)
+    run = halves_where_looped(program, b.predictor, (1, 1, None, 0), (1, 1, 1, 0, 0), chunk)
     for start in range(0, n_sim, chunk):
         size = min(chunk, n_sim - start)
         gens = [replicate_generator(seed, start + j) for j in range(size)]

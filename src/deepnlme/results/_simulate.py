@@ -14,12 +14,7 @@ import pandas as pd
 from .._gc import owned_cache
 from ..data._population import id_array
 from ..errors import OptionError
-from ..estimation._compiled import (
-    in_subject_halves,
-    model_program,
-    run_once_jit,
-    subject_halves,
-)
+from ..estimation._compiled import halves_where_looped, model_program, run_once_jit
 from ..likelihood._from_model import batched, binding_of, model_problem, over_subjects
 from ..model._distributions import obs_draw
 from ..solve._ode import OdeOptions
@@ -493,13 +488,9 @@ def _prediction_program(predictor, token: str | None):
         def run(theta, eta, data):
             return over_subjects(predictor, both)(theta, eta, data)
 
-        whole = run_once_jit(run, (token, "model_predict"))
-        halves = in_subject_halves(whole, (None, 0, 0), 0)
-
-        def call(theta, eta, data):
-            return (halves if subject_halves(predictor, data) else whole)(theta, eta, data)
-
-        per["predictions"] = call
+        per["predictions"] = halves_where_looped(
+            run_once_jit(run, (token, "model_predict")), predictor, (None, 0, 0), 0
+        )
     return per["predictions"]
 
 
