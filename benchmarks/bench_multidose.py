@@ -215,7 +215,13 @@ def main() -> None:
                 f"converged {cold['converged']} ({cold['message']})"
                 + (f"; vs nlme: {_compare(nl, cold)}" if nl else "")
                 + (f"; deepnlme FOCE -2LL at nlme's estimates {at_nl:.4f}" if nl else "")
-                + (f"; ODE ({ode['solver']}) -2LL {ode['m2ll']:.3f}" if ode else "")
+                + (
+                    f"; ODE ({ode['solver']}) -2LL {ode['m2ll']:.3f}, cold {ode['total_s']:.2f} s "
+                    f"(compile {ode['compile_s']:.2f} s), warm {ode['warm_s']:.2f} s "
+                    f"({ode['n_iter']} iterations)"
+                    if ode
+                    else ""
+                )
             )
     table = "\n".join(lines + [""] + notes)
     print()
