@@ -278,12 +278,8 @@ class _Halves:
         self.h = -(-n // 2)
 
     def _cut(self, a, second: bool):
-        a = np.asarray(a)
-        if not second:
-            return a[: self.h]
-        rest = a[self.h :]
-        fill = self.h - rest.shape[0]
-        return np.concatenate([rest, np.repeat(rest[-1:], fill, axis=0)]) if fill else rest
+        start, stop = (self.h, self.n) if second else (0, self.h)
+        return _along(a, 0, start, stop, self.h)
 
     def first(self, args):
         """The arguments `(z, base_u, eta, subjects)` of the first half (for tracing)."""
