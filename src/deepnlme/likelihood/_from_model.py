@@ -311,7 +311,10 @@ def explicit_solver(cm) -> str:
     "Dopri8 where the dynamics have no network"; `python benchmarks/bench_ode_solvers.py`): one
     warm FOCE evaluation of issue 25's multiple-dose design as ODEs, 150 subjects, 3.59 s
     against 6.26 s; Theophylline as ODEs 0.042 against 0.046 s; the network study's model
-    (60 subjects) 1.2-2.2 times slower with Dopri8."""
+    (60 subjects) 1.2-2.2 times slower with Dopri8. With both methods' stages written out
+    (`deepnlme.solve._explicit`), the whole FOCE fit of that design: 19.9 s warm with Dopri8
+    against 34.7 s with Tsit5, and 61.2 against 62.8 s cold (Dopri8's longer program
+    compiles in 40 s against 26 s; `benchmarks/RESULTS_stiff.md`)."""
     networks = any(p.kind == "network" for p in cm.params)
     return "tsit5" if networks else "dopri8"
 

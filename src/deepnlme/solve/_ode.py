@@ -30,10 +30,13 @@ _SOLVERS = {
     "kvaerno5": "Kvaerno5",
     "rodas5p": "Rodas5P",
 }
-"""Shorthand -> solver class (diffrax's; ``"rodas5p"``: `deepnlme.solve._rosenbrock.Rodas5P`):
-the shorthand stands for the class's default instance
-(``"tsit5"`` is ``diffrax.Tsit5()``; ``"kvaerno5"`` is ``diffrax.Kvaerno5()`` with the Newton
-tolerances of `kvaerno5_solver`), both ways (`solver_name`, `solver_object`).
+"""Shorthand -> solver class (deepnlme's for ``"rodas5p"``, `deepnlme.solve._rosenbrock.Rodas5P`,
+and for the explicit ``"tsit5"``, ``"dopri5"``, ``"dopri8"``, `deepnlme.solve._explicit`:
+diffrax's tableaus with the stages written out; diffrax's for ``"kvaerno5"``): the shorthand
+stands for the class's default instance (``"kvaerno5"`` is ``diffrax.Kvaerno5()`` with the
+Newton tolerances of `kvaerno5_solver`), both ways (`solver_name`, `solver_object`), and
+diffrax's own default instance of an explicit shorthand's class (``diffrax.Tsit5()``) stands
+for the same shorthand.
 ``"auto"`` integrates with Tsit5 too; binding a model to data (`likelihood.model_problem`)
 replaces it by `EXACT_SOLVER` for linear dynamics, else by ``"dopri8"`` (``"tsit5"`` for
 dynamics with networks: `likelihood._from_model.explicit_solver`) or, for a stiff model,
@@ -81,15 +84,18 @@ class OdeOptions:
       an integrator named here integrates linear dynamics too. Or a diffrax solver (any
       ``diffrax.AbstractSolver`` instance, e.g. ``diffrax.Tsit5()`` or
       ``diffrax.Kvaerno5()``), or one of the shorthands ``"tsit5"`` (non-stiff),
-      ``"dopri5"``, ``"dopri8"``, ``"rodas5p"`` (stiff: linearly implicit, one small matrix
-      inverted a step, no Newton iterations) or ``"kvaerno5"`` (stiff, implicit Runge-Kutta
-      with Newton iterations; both much slower than an explicit solver on non-stiff models)
-      for that class's default instance (``"kvaerno5"``: with the Newton tolerances of
-      `kvaerno5_solver`). A solver that equals a
-      shorthand's instance is stored as the shorthand (``OdeOptions(diffrax.Tsit5()) ==
+      ``"dopri5"``, ``"dopri8"`` (the three explicit methods with their stages written out,
+      `deepnlme.solve._explicit`: diffrax's tableaus and steps, several times faster a step
+      than diffrax's stage loop, longer to compile), ``"rodas5p"`` (stiff: linearly
+      implicit, one small matrix inverted a step, no Newton iterations) or ``"kvaerno5"``
+      (stiff, implicit Runge-Kutta with Newton iterations; both much slower than an
+      explicit solver on non-stiff models) for that class's default instance
+      (``"kvaerno5"``: with the Newton tolerances of `kvaerno5_solver`). A solver that
+      equals a shorthand's instance, or diffrax's default instance of an explicit
+      shorthand's method, is stored as the shorthand (``OdeOptions(diffrax.Tsit5()) ==
       OdeOptions("tsit5")``: the same program, cache entry and saved fit), any other as the
-      object; `solver_object` gives the diffrax solver either way. The options are a cache key,
-      so the solver must be hashable.
+      object; `solver_object` gives the diffrax solver either way. The options are a cache
+      key, so the solver must be hashable.
     - `rtol`, `atol`: tolerances of the PID step-size controller (defaults 1e-8 / 1e-10 give
       about 1e-7 relative accuracy on amounts of order 1-1000).
     - `max_steps`: steps allowed per segment between two events; a segment that needs more
@@ -159,12 +165,30 @@ def solver_object(
     return solver
 
 
+_UNROLLED = frozenset({"tsit5", "dopri5", "dopri8"})
+"""The explicit shorthands, integrated by deepnlme's classes of the same names with their
+stages written out (`deepnlme.solve._explicit`: diffrax's tableaus, 5 to 15 times faster a
+step); diffrax's own instance of that name stands for the same shorthand."""
+
+
 def _solver_class(name: str) -> type:
-    """The solver class of shorthand `name` (diffrax's, or deepnlme's Rodas5P)."""
+    """The solver class of shorthand `name`: deepnlme's Rodas5P, Tsit5, Dopri5 and Dopri8
+    (`deepnlme.solve._rosenbrock`, `deepnlme.solve._explicit`), else diffrax's."""
     if name == "rodas5p":
         from ._rosenbrock import Rodas5P
 
         return Rodas5P
+    if name in _UNROLLED or name == "auto":
+        from . import _explicit
+
+        return getattr(_explicit, _SOLVERS[name])
+    return _diffrax_class(name)
+
+
+def _diffrax_class(name: str) -> type | None:
+    """diffrax's class of shorthand `name` (None for deepnlme's Rodas5P)."""
+    if name == "rodas5p":
+        return None
     import diffrax as dfx
 
     return getattr(dfx, _SOLVERS[name])
@@ -201,9 +225,9 @@ def solver_name(solver: str | diffrax.AbstractSolver) -> str | None:
     for name in _SOLVERS:
         if name == "auto":  # an object is the solver it is, never the automatic choice
             continue
-        cls = _solver_class(name)
-        if type(solver) is cls and _equal(solver, cls()):
-            return name
+        for cls in (_solver_class(name), _diffrax_class(name)):
+            if cls is not None and type(solver) is cls and _equal(solver, cls()):
+                return name
     return None
 
 
