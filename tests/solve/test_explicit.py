@@ -87,3 +87,30 @@ def test_written_out_stages_under_vmap_and_a_first_step_after_a_jump():
     for i in range(2):
         alone = jax.jit(lambda p: _history(p, dfx.Dopri8(), True)[0])(ps[i])
         np.testing.assert_allclose(batched[i], alone, rtol=1e-9, atol=1e-10)
+
+
+def test_reverse_mode_through_a_field_that_closes_over_the_parameters():
+    # the steps run under jax.checkpoint: a parameter the field holds in its closure (not in
+    # `args`) is differentiated as one passed in
+    def last(p, solver):
+        def field(t, y, _):
+            return _field(t, y, p, False)
+
+        sol = dfx.diffeqsolve(
+            dfx.ODETerm(field),
+            solver,
+            0.0,
+            12.0,
+            None,
+            jnp.array([100.0, 0.0]),
+            None,
+            saveat=dfx.SaveAt(t1=True),
+            stepsize_controller=dfx.PIDController(rtol=1e-8, atol=1e-10),
+            adjoint=dfx.DirectAdjoint(),
+        )
+        return sol.ys[-1, 1]
+
+    ours = jax.jit(jax.grad(lambda p: last(p, _explicit.Tsit5())))(P)
+    theirs = jax.jit(jax.grad(lambda p: last(p, dfx.Tsit5())))(P)
+    assert np.all(np.abs(np.asarray(theirs)) > 0)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-10)

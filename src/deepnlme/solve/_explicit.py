@@ -88,21 +88,6 @@ class UnrolledRungeKutta(dfx.AbstractAdaptiveSolver):
         solver_state: Any,
         made_jump: Any,
     ) -> tuple[Any, Any, dict, Any, dfx.RESULTS]:
-        if made_jump is False:  # (static: a jump is a traced flag, or False when known)
-
-            def stages(t0, t1, y0, args, solver_state):
-                return self._stages(terms, t0, t1, y0, args, solver_state, False)
-
-        else:
-
-            def stages(t0, t1, y0, args, solver_state, made_jump=made_jump):
-                return self._stages(terms, t0, t1, y0, args, solver_state, made_jump)
-
-        # differentiated in reverse mode, a step's stages are recomputed from its start
-        # rather than all stored: faster and a shorter program (no effect in forward mode)
-        return jax.checkpoint(stages)(t0, t1, y0, args, solver_state)
-
-    def _stages(self, terms, t0, t1, y0, args, solver_state, made_jump):
         tab = self.tableau
         h = t1 - t0
         if not tab.fsal:
