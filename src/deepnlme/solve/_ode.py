@@ -167,8 +167,9 @@ def solver_object(
 
 _UNROLLED = frozenset({"tsit5", "dopri5", "dopri8"})
 """The explicit shorthands, integrated by deepnlme's classes of the same names with their
-stages written out (`deepnlme.solve._explicit`: diffrax's tableaus, 5 to 15 times faster a
-step); diffrax's own instance of that name stands for the same shorthand."""
+stages written out (`deepnlme.solve._explicit`: diffrax's tableaus; a step 2 to 20 times
+faster, `benchmarks/bench_explicit_rk.py`); diffrax's own instance of that name stands for
+the same shorthand."""
 
 
 def _solver_class(name: str) -> type:
