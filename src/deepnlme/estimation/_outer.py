@@ -128,7 +128,8 @@ def fit_problem(
         warnings.warn(f"fit: {caveat}", DataWarning, stacklevel=3)
     start = starting_point(problem, method, init, init_eta, fixed)
     cov_pos = _covariance_positions(problem, start, network_se) if covariance else []
-    with Progress(enabled=progress) as display:
+    objective = "OFV + penalty" if problem.has_penalty else "OFV"
+    with Progress(enabled=progress, objective=objective) as display:
         # a phase that the first evaluation ends (it waits for the rest to compile); where
         # that evaluation itself takes long (EBE searches from many starts), its line says so
         display.start(f"compiling the {method.name} objective")

@@ -189,6 +189,11 @@ class Problem:
         """Whether any parameter is a network's weights."""
         return any(p.kind == "network" for p in self.param_info)
 
+    @property
+    def has_penalty(self) -> bool:
+        """Whether the objective adds a penalty (a network's regulariser) to the OFV."""
+        return self.penalty is not _zero_penalty
+
     def u_slices(self) -> dict[str, slice]:
         """Slice of `u` holding each parameter, by name."""
         out, start = {}, 0
