@@ -7,13 +7,15 @@ nearby point warm-started from what the first found (with multistart: the tracke
 a fit warm-starts them).
 
     python benchmarks/bench_pkpd_evaluation.py [--subjects 50] [--multistart]
-        [--max-expansion 64] [--hessian auto] [--method foce]
+        [--max-expansion 64] [--hessian auto] [--method foce] [--max-steps 4096]
 
 `--max-expansion`: the number of parameter and random-effect entries of an ODE solve up to
 which the rest expands the solve by forward sensitivities instead of differentiating it
 (`solve._subject._MAX_ODE_EXPANSION`). `--hessian`: the EBE searches' curvature,
 `InnerOptions(hessian=...)` ("auto" takes Fisher scoring for this network model).
-`--method`: foce (default), focei or laplacei.
+`--method`: foce (default), focei or laplacei. `--max-steps`: the ODE solves'
+`OdeOptions(max_steps=...)` (default 4,096), the bound of the loop diffrax's default adjoint
+differentiates.
 """
 
 from __future__ import annotations
@@ -41,14 +43,21 @@ import bench_deepnlme_pkpd as pkpd  # noqa: E402
 METHODS = {"foce": dn.FOCE, "focei": dn.FOCEI, "laplacei": dn.LaplaceI}
 
 
-def setup(subjects: int, multistart: bool, hessian: str = "auto", method: str = "foce"):
+def setup(
+    subjects: int,
+    multistart: bool,
+    hessian: str = "auto",
+    method: str = "foce",
+    max_steps: int | None = None,
+):
     """Benchmark 3's FOCE (`method`) evaluation on `subjects` training subjects at the initial
     estimates: (problem, u, free, method, structure, first EBE starts)."""
     with tempfile.TemporaryDirectory() as tmp:
         train, _ = pkpd.make_data(subjects, 1, Path(tmp))
         pop = dn.read_data(train)
     model = dn.load_model(pkpd.HERE / "deepnlme.model")
-    problem, _ = model_problem(model, pop)
+    ode = dn.OdeOptions() if max_steps is None else dn.OdeOptions(max_steps=max_steps)
+    problem, _ = model_problem(model, pop, ode_options=ode)
     u = jnp.asarray(problem.init_u())
     inner = dn.InnerOptions(multistart=multistart, hessian=hessian)
     method = METHODS[method](inner=inner)
@@ -64,10 +73,11 @@ def main() -> None:
     ap.add_argument("--max-expansion", type=int, default=subject_module._MAX_ODE_EXPANSION)
     ap.add_argument("--hessian", default="auto", help="InnerOptions(hessian=...)")
     ap.add_argument("--method", default="foce", choices=sorted(METHODS))
+    ap.add_argument("--max-steps", type=int, default=None, help="OdeOptions(max_steps=...)")
     args = ap.parse_args()
     subject_module._MAX_ODE_EXPANSION = args.max_expansion
     problem, u, free, method, structure, eta0 = setup(
-        args.subjects, args.multistart, args.hessian, args.method
+        args.subjects, args.multistart, args.hessian, args.method, args.max_steps
     )
     search = jax.jit(make_evaluator(problem, method, free, structure, stage="search"))
     rest = jax.jit(make_evaluator(problem, method, free, structure, stage="rest"))
@@ -91,7 +101,7 @@ def main() -> None:
     print(
         f"{args.method}, {problem.n_subjects} subjects, multistart {args.multistart}, "
         f"hessian {args.hessian}, "
-        f"max expansion {args.max_expansion}: "
+        f"max expansion {args.max_expansion}, max steps {args.max_steps or 'default'}: "
         f"compile search {t_cs:.1f} s, rest {t_cr:.1f} s; from eta = 0: search {t_s0:.3f} s, "
         f"rest {t_r0:.3f} s (OFV {float(jnp.sum(ev.m2ll_i)):.6f}); warm: "
         + ", ".join(f"search {ts:.3f} s, rest {tr:.3f} s" for ts, tr in runs)

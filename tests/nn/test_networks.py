@@ -545,7 +545,6 @@ def test_a_fit_on_another_population_than_the_one_that_scaled_the_network_is_war
         dn.fit(fresh, pop, FOCE(), max_iter=0, progress=False, covariance=None)
 
 
-
 def test_a_penalised_fit_heads_its_iterations_ofv_plus_penalty(capsys):
     """The iterations of a fit with a network's regulariser showed a column headed OFV whose
     last value was the OFV plus the penalty, above the fit's `ofv` (which leaves the penalty
@@ -560,6 +559,7 @@ def test_a_penalised_fit_heads_its_iterations_ofv_plus_penalty(capsys):
     assert fit.penalty > 0.1
     assert float(last.split()[1]) == pytest.approx(fit.ofv + fit.penalty, abs=2e-6)
     assert float(last.split()[1]) != pytest.approx(fit.ofv, abs=1e-3)
+
 
 def test_a_data_scaled_network_of_a_model_that_met_no_data_is_refused():
     """dn.network(model, ...) of a model loaded afresh fed raw WT to a z-scored network (a

@@ -84,9 +84,7 @@ class Progress:
     a column headed OFV that ended 21.6 above the fit's OFV read as a wrong number).
     """
 
-    def __init__(
-        self, stream: Any = None, *, enabled: bool = True, objective: str = "OFV"
-    ) -> None:
+    def __init__(self, stream: Any = None, *, enabled: bool = True, objective: str = "OFV") -> None:
         self.stream = sys.stdout if stream is None else stream
         self.enabled = enabled
         self.objective = objective
