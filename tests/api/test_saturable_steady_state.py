@@ -152,3 +152,24 @@ def test_a_constant_infusion_at_the_elimination_capacity_has_no_steady_state(mod
         return
     with pytest.raises(dn.SolveError, match=r"the steady state of its SS dose record"):
         dn.model_predict(model, population)
+
+
+def test_the_solver_probe_compiles_once_for_data_of_one_shape():
+    # "auto" probes the explicit solver at the initial estimates on each new data set; data
+    # of the same shapes (here: the infusion's rate changed) run the program compiled for the
+    # first, with their own values: solved below the capacity, failed at it
+    from deepnlme._gc import owned_cache
+    from deepnlme.likelihood import _from_model
+
+    model = dn.load_model(MODEL)
+    options = dn.OdeOptions("dopri8")  # (what "auto" tries first)
+    failed = []
+    for rate in (49.9, 50.0, 49.0):
+        rows = [
+            dict(ID=1, TIME=0.0, AMT=0.0, RATE=rate, II=0.0, SS=1, EVID=1, MDV=1, DV=None),
+            dict(ID=1, TIME=1.0, AMT=0.0, RATE=0.0, II=0.0, SS=0, EVID=0, MDV=0, DV=1.0),
+        ]
+        binding = _from_model.binding_of(model, dn.read_data(pd.DataFrame(rows)), options)
+        failed.append(_from_model._failed_solves(model, binding, options).tolist())
+    assert failed == [[False], [True], [False]]
+    assert [key[0] for key in owned_cache(model, "probes")] == ["failed"]

@@ -442,29 +442,30 @@ def _needs_stiff(model, binding, explicit: OdeOptions, stiff: OdeOptions) -> boo
 def _first_failure(model, binding, options: OdeOptions):
     """`first(start, stop=N) -> int`: the first subject from `start` (before `stop`) whose
     solve at the initial estimates fails with `options`, or `stop` if none does; the
-    subjects solved one by one, in one compiled program."""
-    ok = _solves_at_start(model, binding, options)
+    subjects solved one by one, in one compiled program (`_probe_program`)."""
 
-    def first(data, start, stop):
-        def body(carry):
-            i, _ = carry
-            subj = jax.tree_util.tree_map(
-                lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, False), data
+    def build(ok):
+        def first(values, data, start, stop):
+            def body(carry):
+                i, _ = carry
+                subj = jax.tree_util.tree_map(
+                    lambda a: jax.lax.dynamic_index_in_dim(a, i, 0, False), data
+                )
+                return i + 1, ok(values, subj)
+
+            i, solved = jax.lax.while_loop(
+                lambda carry: (carry[0] < stop) & carry[1], body, (start, jnp.array(True))
             )
-            return i + 1, ok(subj)
+            return jnp.where(solved, stop, i - 1)
 
-        i, solved = jax.lax.while_loop(
-            lambda carry: (carry[0] < stop) & carry[1], body, (start, jnp.array(True))
-        )
-        return jnp.where(solved, stop, i - 1)
+        return first
 
-    n = len(binding.ids)
     index = np.int64(0)
-    # compiled without LLVM optimisation: it runs once or a few times
-    program = compile_lowered(jax.jit(first).lower(binding.data, index, index), optimise=False)
+    program, values = _probe_program(model, binding, options, "first", build, (index, index))
+    n = len(binding.ids)
 
     def run(start: int, stop: int = n) -> int:
-        return int(program(binding.data, np.int64(start), np.int64(stop)))
+        return int(program(values, binding.data, np.int64(start), np.int64(stop)))
 
     return run
 
@@ -508,25 +509,54 @@ def _write_choice(path: str | None, solver: str) -> None:
 
 
 def _solves_at_start(model, binding, options: OdeOptions):
-    """`ok(subj)`: whether one subject's forward solve with `options` succeeds at the
-    model's initial estimates (eta = 0), to be traced inside a probe's program (the
-    parameters unpacked there: operation by operation that compiled about ten programs)."""
+    """`(ok(values, subj), values, predictor)`: whether one subject's forward solve with
+    `options` succeeds at the model's initial estimates (eta = 0), to be traced inside a
+    probe's program, and those estimates (`values`, an argument of the program: the
+    parameters unpacked inside it, where operation by operation that compiled about ten
+    programs)."""
     predictor = _predictor(model, binding, options)
     cm = predictor.model.compiled
     q = len(cm.eta_labels)
-    values = _initial_values(cm)
 
-    def ok(subj):
+    def ok(values, subj):
         theta = _initial_theta(cm, values)
         return predictor.forward_only.states(theta, jnp.zeros(q), subj)[1]
 
-    return ok
+    return ok, _initial_values(cm), predictor
+
+
+def _probe_program(model, binding, options: OdeOptions, kind: str, build, extra=None):
+    """(`program`, `values`): the probe `build(ok)` (arguments: `values`, the data, then
+    `extra`), compiled now at -O0 where `extra` is given (it runs once or a few times), else
+    jitted (compiled at its first call, as JAX compiles), and the initial values to call it
+    with. Kept per model under what decides the program: the resolved model's text without
+    its starting values, the binding's structure, `options` and the data's shapes; not the
+    data's values (an argument) nor the initial estimates (`values`). Binding the model
+    again to other data of the same shapes (a simulated data set, other dose rates) runs
+    the same probe without compiling it again: a Michaelis-Menten model's probe with a
+    steady-state infusion compiled for 10 s, twice that where it tried both solvers
+    (`tests/api/test_saturable_steady_state.py` binds it three times)."""
+    ok, values, predictor = _solves_at_start(model, binding, options)
+    token = _cache_token(predictor.model, binding, options, programs=True)
+    key = (kind, token, str(jax.tree_util.tree_structure(binding.data)))
+    cache = owned_cache(model, "probes")
+    if key not in cache:
+        program = jax.jit(build(ok))
+        if extra is not None:
+            program = compile_lowered(program.lower(values, binding.data, *extra), False)
+        cache[key] = program
+    return cache[key], values
 
 
 def _failed_solves(model, binding, options: OdeOptions) -> np.ndarray:
-    """Which subjects' solves fail at the initial estimates with `options` (``[N]`` bool)."""
-    ok = _solves_at_start(model, binding, options)
-    return np.asarray(jax.jit(lambda data: ~jax.vmap(ok)(data))(binding.data))
+    """Which subjects' solves fail at the initial estimates with `options` (``[N]`` bool),
+    the subjects batched (`_probe_program`)."""
+
+    def build(ok):
+        return lambda values, data: ~jax.vmap(ok, in_axes=(None, 0))(values, data)
+
+    program, values = _probe_program(model, binding, options, "failed", build)
+    return np.asarray(program(values, binding.data))
 
 
 def _observations(cm) -> list:
