@@ -27,6 +27,7 @@ from .._autodiff import (
     used_leaves,
     used_rows,
 )
+from .._config import compile_lowered
 from ..data._population import doses_before
 from ..errors import DataError, ModelError, SolveError
 from ..model._distributions import DISTRIBUTIONS, ObsDist
@@ -1654,8 +1655,12 @@ def integrator_failure(predictor, theta, eta, data, i: int) -> str | None:
     eta = jnp.asarray(eta, dtype=jnp.float64)
 
     def finishes(options) -> bool:
+        # one program compiled at -O0 (it runs once), not the solve operation by operation
+        # (its parts compiled one by one, optimised): the diagnosis of a Michaelis-Menten
+        # model's steady state at its elimination capacity took 9-12 s so, 6-9 s now
         again = dataclasses.replace(predictor, ode_options=options)
-        return bool(again.states(theta, eta, one)[1])
+        solve = jax.jit(lambda th, e, s: again.states(th, e, s)[1])
+        return bool(compile_lowered(solve.lower(theta, eta, one), optimise=False)(theta, eta, one))
 
     more = opts.max_steps * _MORE_STEPS
     name = opts.solver if isinstance(opts.solver, str) else type(opts.solver).__name__
