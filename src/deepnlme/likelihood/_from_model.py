@@ -511,9 +511,8 @@ def _write_choice(path: str | None, solver: str) -> None:
 def _solves_at_start(model, binding, options: OdeOptions):
     """`(ok(values, subj), values, predictor)`: whether one subject's forward solve with
     `options` succeeds at the model's initial estimates (eta = 0), to be traced inside a
-    probe's program, and those estimates (`values`, an argument of the program: the
-    parameters unpacked inside it, where operation by operation that compiled about ten
-    programs)."""
+    probe's program, and those estimates (`values`: an argument of the program, unpacked
+    inside it; operation by operation the unpacking compiled about ten programs)."""
     predictor = _predictor(model, binding, options)
     cm = predictor.model.compiled
     q = len(cm.eta_labels)
